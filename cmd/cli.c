@@ -1,0 +1,74 @@
+/* cli.c - messages and exits shared by the wsync programs. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+static const char *s_prog = "wsync";
+
+void
+cli_init(const char *prog)
+{
+	s_prog = prog;
+}
+
+const char *
+cli_prog(void)
+{
+	return s_prog;
+}
+
+static void
+s_vwarn(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", s_prog);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+void
+cli_warn(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	s_vwarn(fmt, ap);
+	va_end(ap);
+}
+
+void
+cli_die(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	s_vwarn(fmt, ap);
+	va_end(ap);
+	exit(code);
+}
+
+void
+cli_die_err(const wsync_err_t *err)
+{
+	cli_die(err->code ? err->code : EX_SOFTWARE, "%s", err->msg);
+}
+
+void
+cli_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	s_vwarn(fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "Try '%s --help'.\n", s_prog);
+	exit(EX_USAGE);
+}
+
+void
+cli_version(void)
+{
+	printf("%s %s\n", s_prog, WSYNC_VERSION);
+	exit(0);
+}

@@ -1,0 +1,25 @@
+/* cli.h - what every wsync program does the same way: messages, exits, --version. */
+#ifndef WSYNC_CLI_H
+#define WSYNC_CLI_H
+
+#include <sysexits.h>
+#include "wsync.h"
+
+/* Sets the program name used as the prefix of every message. */
+void cli_init(const char *prog);
+/* The program name given to cli_init. */
+const char *cli_prog(void);
+/* Prints "PROG: message" on stderr. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "PROG: message" on stderr and exits with code. */
+_Noreturn void cli_die(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints the library error on stderr and exits with its code. */
+_Noreturn void cli_die_err(const wsync_err_t *err);
+/* Prints "PROG: message" and "Try 'PROG --help'." and exits 64. */
+_Noreturn void cli_usage_error(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+/* Prints "PROG VERSION" on stdout and exits 0. */
+_Noreturn void cli_version(void);
+
+#endif

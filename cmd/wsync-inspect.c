@@ -1,0 +1,384 @@
+/* wsync-inspect - show a weight file, verify it, or diff two. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char s_usage[] =
+    "usage: wsync-inspect [--json] [--verify] FILE|-\n"
+    "       wsync-inspect diff [--json] A B\n";
+
+static void
+s_help(void)
+{
+	printf("%s\n"
+	    "Show a weight file (.wsync or safetensors): its header, then every tensor.\n"
+	    "\n"
+	    "  -j, --json      print one JSON document instead of columns\n"
+	    "      --verify    recompute every tensor's hash; print FILE: OK or FAILED\n"
+	    "  -h, --help      show this help\n"
+	    "  -V, --version   show the version\n"
+	    "\n"
+	    "diff compares the tensors of A and B; exit 0 when equal, 1 when not.\n"
+	    "Exit status: 0 ok, 1 files differ, 64 usage, 65 bad file, 66 no input,\n"
+	    "74 I/O error. See wsync-inspect(1).\n", s_usage);
+	exit(0);
+}
+
+/* Makes s safe for a terminal: control and non-ASCII bytes as \xNN. Static buffer. */
+static const char *
+s_safe(const char *s)
+{
+	static char buf[4 * 1100];
+	size_t n = 0;
+
+	for (; *s != '\0' && n < sizeof(buf) - 5; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c < 0x20 || c >= 0x7f || c == '\\')
+			n += (size_t)snprintf(buf + n, 5, "\\x%02x", c);
+		else
+			buf[n++] = (char)c;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/* A JSON string for s; invalid UTF-8 comes out escaped as s_safe does. */
+static json_t *
+s_jstr(const char *s)
+{
+	json_t *j = json_string(s);
+
+	return j != NULL ? j : json_string(s_safe(s));
+}
+
+static void
+s_shape(const wsync_tensor_t *t, char *buf, size_t len)
+{
+	size_t n = (size_t)snprintf(buf, len, "[");
+
+	for (int d = 0; d < t->ndim && n < len; d++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%" PRIu64, d ? "," : "", t->shape[d]);
+	if (n < len)
+		snprintf(buf + n, len - n, "]");
+}
+
+static json_t *
+s_jshape(const wsync_tensor_t *t)
+{
+	json_t *a = json_array();
+
+	for (int d = 0; d < t->ndim; d++)
+		json_array_append_new(a, json_integer((json_int_t)t->shape[d]));
+	return a;
+}
+
+static json_t *
+s_jhex(uint64_t v)
+{
+	char hex[17];
+
+	snprintf(hex, sizeof(hex), "%016" PRIx64, v);
+	return json_string(hex);
+}
+
+static void
+s_dump_json(json_t *doc)
+{
+	if (json_dumpf(doc, stdout, JSON_INDENT(2)) < 0)
+		cli_die(EX_IOERR, "cannot write JSON output");
+	putchar('\n');
+	json_decref(doc);
+}
+
+static int
+s_show_json(const wsync_file_t *f)
+{
+	int wsync = wsync_file_kind(f) == WSYNC_KIND_WSYNC;
+	json_t *doc = json_object(), *meta = json_object(), *tree = json_array();
+
+	json_object_set_new(doc, "file", s_jstr(wsync_file_name(f)));
+	json_object_set_new(doc, "kind", json_string(wsync ? "wsync" : "safetensors"));
+	json_object_set_new(doc, "model", wsync ? json_string(wsync_file_model(f)) : json_null());
+	json_object_set_new(doc, "version", json_integer((json_int_t)wsync_file_version(f)));
+	json_object_set_new(doc, "format", json_integer(wsync_file_format(f)));
+	json_object_set_new(doc, "content_id", wsync ? s_jhex(wsync_file_content_id(f)) :
+	    json_null());
+	json_object_set_new(doc, "tensors", json_integer((json_int_t)wsync_file_count(f)));
+	json_object_set_new(doc, "params", json_integer((json_int_t)wsync_file_params(f)));
+	json_object_set_new(doc, "bytes", json_integer((json_int_t)wsync_file_data_bytes(f)));
+	json_object_set_new(doc, "file_bytes", json_integer((json_int_t)wsync_file_size(f)));
+	for (size_t i = 0; i < wsync_file_meta_count(f); i++) {
+		const wsync_meta_t *m = wsync_file_meta(f, i);
+		json_object_set_new(meta, s_safe(m->key), s_jstr(m->value));
+	}
+	json_object_set_new(doc, "meta", meta);
+	for (size_t i = 0; i < wsync_file_count(f); i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(f, i);
+		json_array_append_new(tree, json_pack("{s:o, s:s, s:o, s:I, s:I, s:o}",
+		    "path", s_jstr(t->path), "dtype", wsync_dtype_name(t->dtype),
+		    "shape", s_jshape(t), "bytes", (json_int_t)t->nbytes,
+		    "offset", (json_int_t)t->offset, "hash", wsync ? s_jhex(t->hash) : json_null()));
+	}
+	json_object_set_new(doc, "tree", tree);
+	s_dump_json(doc);
+	return 0;
+}
+
+static int
+s_show_text(const wsync_file_t *f)
+{
+	int wsync = wsync_file_kind(f) == WSYNC_KIND_WSYNC;
+	size_t n = wsync_file_count(f), wpath = 4, wdtype = 5, wshape = 5, wbytes = 5;
+	char shape[256], num[32];
+
+	printf("file      %s\n", s_safe(wsync_file_name(f)));
+	printf("kind      %s\n", wsync ? "wsync" : "safetensors");
+	if (wsync) {
+		printf("model     %s\n", wsync_file_model(f));
+		printf("version   %" PRIu64 "\n", wsync_file_version(f));
+		printf("format    %u\n", wsync_file_format(f));
+		printf("content   %016" PRIx64 "\n", wsync_file_content_id(f));
+	}
+	printf("tensors   %zu\n", n);
+	printf("params    %" PRIu64 "\n", wsync_file_params(f));
+	printf("bytes     %" PRIu64 "\n", wsync_file_data_bytes(f));
+	for (size_t i = 0; i < wsync_file_meta_count(f); i++) {
+		const wsync_meta_t *m = wsync_file_meta(f, i);
+		printf("%-10s%s=", i == 0 ? "meta" : "", s_safe(m->key));
+		printf("%s\n", s_safe(m->value));
+	}
+	for (size_t i = 0; i < n; i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(f, i);
+		size_t w = strlen(s_safe(t->path));
+		wpath = w > wpath ? w : wpath;
+		w = strlen(wsync_dtype_name(t->dtype));
+		wdtype = w > wdtype ? w : wdtype;
+		s_shape(t, shape, sizeof(shape));
+		wshape = strlen(shape) > wshape ? strlen(shape) : wshape;
+		w = (size_t)snprintf(num, sizeof(num), "%" PRIu64, t->nbytes);
+		wbytes = w > wbytes ? w : wbytes;
+	}
+	if (n == 0)
+		return 0;
+	printf("\n%-*s  %-*s  %-*s  %*s  %s\n", (int)wpath, "PATH", (int)wdtype, "DTYPE",
+	    (int)wshape, "SHAPE", (int)wbytes, "BYTES", "HASH");
+	for (size_t i = 0; i < n; i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(f, i);
+		s_shape(t, shape, sizeof(shape));
+		printf("%-*s  %-*s  %-*s  %*" PRIu64 "  ", (int)wpath, s_safe(t->path),
+		    (int)wdtype, wsync_dtype_name(t->dtype), (int)wshape, shape, (int)wbytes,
+		    t->nbytes);
+		if (wsync)
+			printf("%016" PRIx64 "\n", t->hash);
+		else
+			printf("-\n");
+	}
+	return 0;
+}
+
+static void
+s_report_bad(const wsync_tensor_t *t, uint64_t computed, void *arg)
+{
+	cli_warn("%s: tensor %s: hash mismatch: stored %016" PRIx64 ", computed %016" PRIx64,
+	    s_safe((const char *)arg), s_safe(t->path), t->hash, computed);
+}
+
+static int
+s_verify(const wsync_file_t *f)
+{
+	wsync_err_t err;
+	const char *name = wsync_file_name(f);
+
+	if (wsync_file_kind(f) != WSYNC_KIND_WSYNC)
+		cli_die(EX_DATAERR, "%s: a safetensors file has no hashes to verify (convert it "
+		    "with wsync-convert)", s_safe(name));
+	if (wsync_file_verify(f, s_report_bad, (void *)name, &err) < 0) {
+		printf("%s: FAILED\n", s_safe(name));
+		return EX_DATAERR;
+	}
+	printf("%s: OK\n", s_safe(name));
+	return 0;
+}
+
+/* ---- diff ---- */
+
+static int
+s_cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Largest |a - b| over the elements of two tensors of one dtype and shape; NaN if any
+ * element is NaN on one side only. */
+static double
+s_max_abs_diff(const wsync_tensor_t *a, const wsync_tensor_t *b)
+{
+	uint64_t n = a->nbytes / wsync_dtype_size(a->dtype);
+	double max = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		double x = wsync_dtype_get(a->dtype, a->data, i);
+		double y = wsync_dtype_get(b->dtype, b->data, i);
+		if (isnan(x) || isnan(y)) {
+			if (!(isnan(x) && isnan(y)))
+				return NAN;
+			continue;
+		}
+		if (fabs(x - y) > max || isinf(x - y))
+			max = fabs(x - y);
+	}
+	return max;
+}
+
+static void
+s_diff_entry(json_t *list, int json, char sign, const wsync_tensor_t *t)
+{
+	char shape[256];
+
+	s_shape(t, shape, sizeof(shape));
+	if (json)
+		json_array_append_new(list, json_pack("{s:o, s:s, s:o}", "path", s_jstr(t->path),
+		    "dtype", wsync_dtype_name(t->dtype), "shape", s_jshape(t)));
+	else
+		printf("%c %s %s %s\n", sign, s_safe(t->path), wsync_dtype_name(t->dtype), shape);
+}
+
+static int
+s_diff(const char *pa, const char *pb, int json)
+{
+	wsync_err_t err;
+	wsync_file_t *a = wsync_input_open(pa, &err), *b;
+	json_t *added = json_array(), *removed = json_array(), *changed = json_array();
+	size_t na, nb, npaths = 0, unchanged = 0, differ = 0;
+	const char **paths;
+
+	if (a == NULL)
+		cli_die_err(&err);
+	if ((b = wsync_input_open(pb, &err)) == NULL)
+		cli_die_err(&err);
+	na = wsync_file_count(a);
+	nb = wsync_file_count(b);
+	if ((paths = calloc(na + nb + 1, sizeof(*paths))) == NULL)
+		cli_die(EX_OSERR, "out of memory");
+	for (size_t i = 0; i < na; i++)
+		paths[npaths++] = wsync_file_tensor(a, i)->path;
+	for (size_t i = 0; i < nb; i++)
+		if (wsync_file_find(a, wsync_file_tensor(b, i)->path) == NULL)
+			paths[npaths++] = wsync_file_tensor(b, i)->path;
+	qsort(paths, npaths, sizeof(*paths), s_cmp_str);
+
+	for (size_t i = 0; i < npaths; i++) {
+		const wsync_tensor_t *x = wsync_file_find(a, paths[i]);
+		const wsync_tensor_t *y = wsync_file_find(b, paths[i]);
+		char sx[256], sy[256];
+		json_t *c;
+
+		if (y == NULL || x == NULL) {
+			s_diff_entry(y == NULL ? removed : added, json, y == NULL ? '-' : '+',
+			    y == NULL ? x : y);
+			differ++;
+			continue;
+		}
+		s_shape(x, sx, sizeof(sx));
+		s_shape(y, sy, sizeof(sy));
+		if (x->dtype == y->dtype && strcmp(sx, sy) == 0 &&
+		    memcmp(x->data, y->data, x->nbytes) == 0) {
+			unchanged++;
+			continue;
+		}
+		differ++;
+		c = json_pack("{s:o}", "path", s_jstr(x->path));
+		if (x->dtype != y->dtype) {
+			json_object_set_new(c, "dtype", json_pack("[s,s]",
+			    wsync_dtype_name(x->dtype), wsync_dtype_name(y->dtype)));
+			if (!json)
+				printf("~ %s dtype %s -> %s\n", s_safe(x->path),
+				    wsync_dtype_name(x->dtype), wsync_dtype_name(y->dtype));
+		}
+		if (strcmp(sx, sy) != 0) {
+			json_object_set_new(c, "shape", json_pack("[o,o]", s_jshape(x), s_jshape(y)));
+			if (!json)
+				printf("~ %s shape %s -> %s\n", s_safe(x->path), sx, sy);
+		}
+		if (x->dtype == y->dtype && strcmp(sx, sy) == 0) {
+			double d = s_max_abs_diff(x, y);
+			json_object_set_new(c, "max_abs_diff", isnan(d) ? json_string("nan") :
+			    json_real(d));
+			if (!json)
+				printf("~ %s values max_abs_diff=%.9g\n", s_safe(x->path), d);
+		}
+		json_array_append_new(changed, c);
+	}
+	if (json)
+		s_dump_json(json_pack("{s:b, s:o, s:o, s:o, s:I}", "equal", differ == 0,
+		    "added", added, "removed", removed, "changed", changed,
+		    "unchanged", (json_int_t)unchanged));
+	else {
+		printf("= %zu unchanged\n", unchanged);
+		json_decref(added);
+		json_decref(removed);
+		json_decref(changed);
+	}
+	free(paths);
+	wsync_file_close(&a);
+	wsync_file_close(&b);
+	return differ ? 1 : 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "verify", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int json = 0, verify = 0, c, rc;
+	wsync_err_t err;
+	wsync_file_t *f;
+
+	cli_init("wsync-inspect");
+	while ((c = getopt_long(argc, argv, "+hjV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h': s_help(); break;
+		case 'j': json = 1; break;
+		case 'v': verify = 1; break;
+		case 'V': cli_version(); break;
+		default: cli_usage_error("bad option");
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	if (argc >= 1 && strcmp(argv[0], "diff") == 0) {
+		if (verify)
+			cli_usage_error("diff takes no --verify");
+		optind = 1;
+		while ((c = getopt_long(argc, argv, "hjV", opts, NULL)) != -1) {
+			if (c == 'j')
+				json = 1;
+			else
+				cli_usage_error("diff takes only --json");
+		}
+		if (argc - optind != 2)
+			cli_usage_error("diff needs two files");
+		return s_diff(argv[optind], argv[optind + 1], json);
+	}
+	if (argc != 1)
+		cli_usage_error(argc == 0 ? "no file given (use - for stdin)" :
+		    "one file at a time (or: wsync-inspect diff A B)");
+	if ((f = wsync_input_open(argv[0], &err)) == NULL)
+		cli_die_err(&err);
+	rc = verify ? s_verify(f) : json ? s_show_json(f) : s_show_text(f);
+	wsync_file_close(&f);
+	if (fflush(stdout) != 0)
+		cli_die(EX_IOERR, "cannot write output");
+	return rc;
+}

@@ -1,0 +1,45 @@
+/* file_int.h - the reader's state, shared by the .wsync and safetensors parsers. */
+#ifndef WSYNC_FILE_INT_H
+#define WSYNC_FILE_INT_H
+
+#include "wsync.h"
+
+enum wsync_mem {
+	WSYNC_MEM_BORROWED,  /* caller's buffer */
+	WSYNC_MEM_MMAP,      /* mapped regular file */
+	WSYNC_MEM_ANON       /* anonymous mapping holding what a pipe gave */
+};
+
+struct wsync_file {
+	char *name;
+	const unsigned char *base;
+	size_t size;
+	size_t mapped;               /* length to munmap (WSYNC_MEM_ANON may be larger) */
+	enum wsync_mem mem;
+	wsync_kind_t kind;
+	unsigned format;
+	char *model;
+	uint64_t version;
+	uint64_t version_offset;
+	uint64_t content_id;
+	uint64_t params;
+	uint64_t data_bytes;
+	wsync_tensor_t *tensors;     /* path strings owned */
+	size_t ntensors, tensors_cap;
+	size_t *by_path;             /* indices into tensors, sorted by path */
+	wsync_meta_t *meta;          /* key and value strings owned */
+	size_t nmeta, meta_cap;
+};
+
+/* Appends a tensor; takes ownership of t->path (freed on failure too). */
+int wsync_file_push_tensor(wsync_file_t *f, const wsync_tensor_t *t, wsync_err_t *err);
+/* Appends a meta entry; takes ownership of both strings (freed on failure too). */
+int wsync_file_push_meta(wsync_file_t *f, char *key, char *value, wsync_err_t *err);
+/* After parsing: sorts the path index, refuses duplicate paths, sums params and bytes. */
+int wsync_file_index(wsync_file_t *f, wsync_err_t *err);
+/* Parses f->base/f->size as safetensors, filling tensors and meta. */
+int wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err);
+/* 1 when the bytes look like a safetensors file (a sane header length, then '{'). */
+int wsync_safetensors_sniff(const unsigned char *p, size_t len);
+
+#endif

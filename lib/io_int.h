@@ -1,0 +1,22 @@
+/* io_int.h - descriptor I/O the writers and readers share. */
+#ifndef WSYNC_IO_INT_H
+#define WSYNC_IO_INT_H
+
+#include <stddef.h>
+#include "wsync.h"
+
+/* Writes all len bytes to fd, retrying on EINTR and short writes; -1 with errno. */
+int wsync_write_all(int fd, const void *buf, size_t len);
+
+/* Writes something to a descriptor; the shape of both tree writers. */
+typedef int (*wsync_write_fn)(wsync_tree_t *tree, int fd, const char *name,
+    wsync_err_t *err);
+
+/*
+ * Runs write on a temporary file beside path, fsyncs it and renames it into
+ * place, so a reader never sees a half-written file; "-" writes to stdout.
+ */
+int wsync_write_atomic(const char *path, wsync_write_fn write, wsync_tree_t *tree,
+    wsync_err_t *err);
+
+#endif

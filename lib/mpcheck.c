@@ -1,0 +1,127 @@
+/* mpcheck.c - bounds a msgpack document's declared sizes (see mpcheck_int.h). */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mpcheck_int.h"
+
+/* Big-endian unsigned of n (1, 2 or 4) bytes. */
+static uint64_t
+s_be(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/*
+ * Decodes the header at p[off]: *skip is the bytes of header and body to step
+ * over, *children the objects it contains (two per map entry). -1 when the
+ * header itself is cut short or the byte is never used (0xc1).
+ */
+static int
+s_header(const unsigned char *p, size_t len, size_t off, uint64_t *skip,
+    uint64_t *children)
+{
+	unsigned b = p[off];
+	int n;
+
+	*children = 0;
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+		*skip = 1;
+		return 0;
+	}
+	if (b <= 0x8f || (b >= 0x90 && b <= 0x9f)) {
+		*skip = 1;
+		*children = (uint64_t)(b & 0x0f) * (b <= 0x8f ? 2 : 1);
+		return 0;
+	}
+	if (b >= 0xa0 && b <= 0xbf) {
+		*skip = 1 + (b & 0x1f);
+		return 0;
+	}
+	switch (b) {
+	case 0xcc: case 0xd0: *skip = 2; return 0;
+	case 0xcd: case 0xd1: *skip = 3; return 0;
+	case 0xca: case 0xce: case 0xd2: *skip = 5; return 0;
+	case 0xcb: case 0xcf: case 0xd3: *skip = 9; return 0;
+	case 0xd4: *skip = 3; return 0;
+	case 0xd5: *skip = 4; return 0;
+	case 0xd6: *skip = 6; return 0;
+	case 0xd7: *skip = 10; return 0;
+	case 0xd8: *skip = 18; return 0;
+	case 0xc4: case 0xd9: n = 1; break;
+	case 0xc5: case 0xda: n = 2; break;
+	case 0xc6: case 0xdb: n = 4; break;
+	case 0xc7: n = 1; break;
+	case 0xc8: n = 2; break;
+	case 0xc9: n = 4; break;
+	case 0xdc: case 0xde: n = 2; break;
+	case 0xdd: case 0xdf: n = 4; break;
+	default: return -1;
+	}
+	if (len - off < 1 + (size_t)n)
+		return -1;
+	if (b >= 0xdc) {
+		*skip = 1 + (uint64_t)n;
+		*children = s_be(p + off + 1, n) * (b >= 0xde ? 2 : 1);
+	} else {
+		/* str, bin and ext: a length, then (ext only) a type byte, then the body. */
+		*skip = 1 + (uint64_t)n + (b >= 0xc7 && b <= 0xc9) + s_be(p + off + 1, n);
+	}
+	return 0;
+}
+
+int
+wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_depth,
+    size_t max_objects, char *why, size_t whylen)
+{
+	uint64_t left[64];           /* objects still to read at each open level */
+	int depth = 0;
+	size_t off = 0, objects = 0;
+
+	if (max_depth > 63)
+		max_depth = 63;
+	left[0] = 1;
+	while (depth > 0 || left[0] > 0) {
+		uint64_t skip, children;
+
+		if (left[depth] == 0) {
+			depth--;
+			continue;
+		}
+		left[depth]--;
+		if (off >= len || s_header(p, len, off, &skip, &children) < 0) {
+			snprintf(why, whylen, off >= len ? "truncated at byte %zu" :
+			    "bad msgpack header at byte %zu", off);
+			return -1;
+		}
+		if (++objects > max_objects) {
+			snprintf(why, whylen, "more than %zu msgpack objects", max_objects);
+			return -1;
+		}
+		if (skip > len - off) {
+			snprintf(why, whylen, "truncated: the object at byte %zu needs %llu "
+			    "bytes, %zu are left", off, (unsigned long long)skip, len - off);
+			return -1;
+		}
+		off += skip;
+		if (children == 0)
+			continue;
+		if (children > len - off) {
+			snprintf(why, whylen, "truncated: the container at byte %zu declares %llu objects; "
+			    "only %zu bytes are left", off - skip, (unsigned long long)children,
+			    len - off);
+			return -1;
+		}
+		if (depth == max_depth) {
+			snprintf(why, whylen, "nested deeper than %d levels at byte %zu",
+			    max_depth, off - skip);
+			return -1;
+		}
+		left[++depth] = children;
+	}
+	*end = off;
+	return 0;
+}

@@ -1,0 +1,19 @@
+/* mpcheck_int.h - bounding a msgpack document before msgpack-c unpacks it. */
+#ifndef WSYNC_MPCHECK_INT_H
+#define WSYNC_MPCHECK_INT_H
+
+#include <stddef.h>
+
+/*
+ * Walks the one msgpack object at p, reading only type bytes and lengths, and
+ * checks that it is complete, that no container declares more entries than
+ * the bytes left could hold, that nesting stays within max_depth and the
+ * object count within max_objects. msgpack-c's C unpacker allocates a
+ * container's entries from its declared count before reading them, so
+ * without this a 5-byte input can make it ask for 64 GiB.
+ * Returns 0 and sets *end to the offset after the object, or -1 with why set.
+ */
+int wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end,
+    int max_depth, size_t max_objects, char *why, size_t whylen);
+
+#endif
