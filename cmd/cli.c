@@ -1,4 +1,5 @@
 /* cli.c - messages and exits shared by the wsync programs. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,18 @@ cli_usage_error(const char *fmt, ...)
 	va_end(ap);
 	fprintf(stderr, "Try '%s --help'.\n", s_prog);
 	exit(EX_USAGE);
+}
+
+void
+cli_bad_option(char *const *argv, int c)
+{
+	const char *arg = argv[optind - 1];
+
+	if (c == ':')
+		cli_usage_error("option '%s' needs a value", arg);
+	if (optopt != 0)
+		cli_usage_error("unknown option '-%c'", optopt);
+	cli_usage_error("unknown option '%s'", arg);
 }
 
 void

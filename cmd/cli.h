@@ -19,6 +19,11 @@ _Noreturn void cli_die_err(const wsync_err_t *err);
 /* Prints "PROG: message" and "Try 'PROG --help'." and exits 64. */
 _Noreturn void cli_usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
+/*
+ * Reports the option getopt_long just refused (called with opterr = 0 and a
+ * ':' in the option string, c being what it returned) and exits 64.
+ */
+_Noreturn void cli_bad_option(char *const *argv, int c);
 /* Prints "PROG VERSION" on stdout and exits 0. */
 _Noreturn void cli_version(void);
 

@@ -346,13 +346,14 @@ main(int argc, char **argv)
 	wsync_file_t *f;
 
 	cli_init("wsync-inspect");
-	while ((c = getopt_long(argc, argv, "+hjV", opts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:hjV", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h': s_help(); break;
 		case 'j': json = 1; break;
 		case 'v': verify = 1; break;
 		case 'V': cli_version(); break;
-		default: cli_usage_error("bad option");
+		default: cli_bad_option(argv, c);
 		}
 	}
 	argc -= optind;
@@ -361,9 +362,11 @@ main(int argc, char **argv)
 		if (verify)
 			cli_usage_error("diff takes no --verify");
 		optind = 1;
-		while ((c = getopt_long(argc, argv, "hjV", opts, NULL)) != -1) {
+		while ((c = getopt_long(argc, argv, ":j", opts, NULL)) != -1) {
 			if (c == 'j')
 				json = 1;
+			else if (c == ':' || c == '?')
+				cli_bad_option(argv, c);
 			else
 				cli_usage_error("diff takes only --json");
 		}

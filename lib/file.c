@@ -169,22 +169,23 @@ wsync_file_index(wsync_file_t *f, wsync_err_t *err)
 
 /* ---- the .wsync parser: pure, over f->base and f->size ---- */
 
+/* The kind of a msgpack object, with its article, for messages ("an integer"). */
 static const char *
 s_type_name(msgpack_object_type type)
 {
 	switch (type) {
 	case MSGPACK_OBJECT_NIL: return "nil";
-	case MSGPACK_OBJECT_BOOLEAN: return "boolean";
+	case MSGPACK_OBJECT_BOOLEAN: return "a boolean";
 	case MSGPACK_OBJECT_POSITIVE_INTEGER:
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "integer";
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "an integer";
 	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64: return "float";
-	case MSGPACK_OBJECT_STR: return "string";
-	case MSGPACK_OBJECT_ARRAY: return "array";
-	case MSGPACK_OBJECT_MAP: return "map";
-	case MSGPACK_OBJECT_BIN: return "bin";
-	case MSGPACK_OBJECT_EXT: return "ext";
-	default: return "unknown";
+	case MSGPACK_OBJECT_FLOAT64: return "a float";
+	case MSGPACK_OBJECT_STR: return "a string";
+	case MSGPACK_OBJECT_ARRAY: return "an array";
+	case MSGPACK_OBJECT_MAP: return "a map";
+	case MSGPACK_OBJECT_BIN: return "a bin";
+	case MSGPACK_OBJECT_EXT: return "an ext";
+	default: return "an unknown object";
 	}
 }
 
@@ -235,7 +236,7 @@ s_check_keys(const wsync_file_t *f, const msgpack_object_map *m, const char *whe
 	for (uint32_t i = 0; i < m->size; i++) {
 		const msgpack_object *k = &m->ptr[i].key;
 		if (k->type != MSGPACK_OBJECT_STR)
-			return wsync_err_set(err, EX_DATAERR, "%s: %s: a key is a %s, not a string",
+			return wsync_err_set(err, EX_DATAERR, "%s: %s: a key is %s, not a string",
 			    f->name, where, s_type_name(k->type));
 		if (k->via.str.size == 0 || k->via.str.size > WSYNC_MAX_KEY ||
 		    memchr(k->via.str.ptr, '\0', k->via.str.size) != NULL)
@@ -288,7 +289,7 @@ s_parse_tensor(wsync_file_t *f, const msgpack_object_map *m, const char *path,
 			data = v;
 		else if (s_str_is(k, "pad")) {
 			if (v->type != MSGPACK_OBJECT_BIN)
-				return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: pad is a %s, "
+				return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: pad is %s, "
 				    "not a bin", f->name, path, s_type_name(v->type));
 		} else
 			return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: unknown field \"%.*s\"",
@@ -298,7 +299,7 @@ s_parse_tensor(wsync_file_t *f, const msgpack_object_map *m, const char *path,
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: missing field %s", f->name,
 		    path, dtype == NULL ? "dtype" : shape == NULL ? "shape" : "hash");
 	if (dtype->type != MSGPACK_OBJECT_STR)
-		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: dtype is a %s, not a string",
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: dtype is %s, not a string",
 		    f->name, path, s_type_name(dtype->type));
 	snprintf(name, sizeof(name), "%.*s", (int)(dtype->via.str.size < 15 ?
 	    dtype->via.str.size : 15), dtype->via.str.ptr);
@@ -317,7 +318,7 @@ s_parse_tensor(wsync_file_t *f, const msgpack_object_map *m, const char *path,
 		t.shape[d] = dim->via.u64;
 	}
 	if (hash->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: hash is a %s, not an "
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: hash is %s, not an "
 		    "unsigned integer", f->name, path, s_type_name(hash->type));
 	t.hash = hash->via.u64;
 	if (wsync_tensor_nbytes(t.dtype, t.ndim, t.shape, &want) < 0)
@@ -369,7 +370,7 @@ s_parse_tree(wsync_file_t *f, const msgpack_object_map *m, char *path, size_t pl
 		memcpy(path + plen + (plen > 0), k->ptr, k->size);
 		path[n] = '\0';
 		if (v->type != MSGPACK_OBJECT_MAP)
-			return wsync_err_set(err, EX_DATAERR, "%s: %s: a %s, not a tensor or a "
+			return wsync_err_set(err, EX_DATAERR, "%s: %s: %s, not a tensor or a "
 			    "subtree", f->name, path, s_type_name(v->type));
 		if (depth > WSYNC_MAX_DEPTH)
 			return wsync_err_set(err, EX_DATAERR, "%s: %s: nested deeper than %d levels",
@@ -390,7 +391,7 @@ s_parse_meta(wsync_file_t *f, const msgpack_object *o, wsync_err_t *err)
 	const msgpack_object_map *m = &o->via.map;
 
 	if (o->type != MSGPACK_OBJECT_MAP)
-		return wsync_err_set(err, EX_DATAERR, "%s: meta is a %s, not a map", f->name,
+		return wsync_err_set(err, EX_DATAERR, "%s: meta is %s, not a map", f->name,
 		    s_type_name(o->type));
 	if (s_check_keys(f, m, "meta", err) < 0)
 		return -1;
@@ -458,13 +459,13 @@ s_parse_root(wsync_file_t *f, const msgpack_object *root, wsync_err_t *err)
 		return wsync_err_set(err, EX_DATAERR, "%s: model is not a valid model id (1 to %d "
 		    "of A-Z a-z 0-9 . _ -)", f->name, WSYNC_MAX_MODEL);
 	if (field[2]->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-		return wsync_err_set(err, EX_DATAERR, "%s: version is a %s, not an unsigned "
+		return wsync_err_set(err, EX_DATAERR, "%s: version is %s, not an unsigned "
 		    "integer", f->name, s_type_name(field[2]->type));
 	f->version = field[2]->via.u64;
 	if (s_parse_meta(f, field[3], err) < 0)
 		return -1;
 	if (field[4]->type != MSGPACK_OBJECT_MAP)
-		return wsync_err_set(err, EX_DATAERR, "%s: tree is a %s, not a map", f->name,
+		return wsync_err_set(err, EX_DATAERR, "%s: tree is %s, not a map", f->name,
 		    s_type_name(field[4]->type));
 	return s_parse_tree(f, &field[4]->via.map, path, 0, 1, err);
 }
@@ -490,8 +491,8 @@ s_parse_wsync(wsync_file_t *f, wsync_err_t *err)
 	    why, sizeof(why)) < 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: %s", f->name, why);
 	if (end != f->size)
-		return wsync_err_set(err, EX_DATAERR, "%s: %zu bytes of trailing data after the "
-		    "document", f->name, f->size - end);
+		return wsync_err_set(err, EX_DATAERR, "%s: trailing data after the document (%zu "
+		    "bytes)", f->name, f->size - end);
 	msgpack_unpacked_init(&doc);
 	if (msgpack_unpack_next(&doc, (const char *)f->base, f->size, &off) !=
 	    MSGPACK_UNPACK_SUCCESS)

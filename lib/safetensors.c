@@ -19,8 +19,12 @@
 /* A header longer than this is refused: real ones are a few MiB at most. */
 #define ST_MAX_HEADER (100ULL << 20)
 
-/* Bytes of a name or dtype quoted in a message; longer ones end in "...". */
+/*
+ * Bytes of a name or dtype quoted in a message, and of a name quoted because
+ * it is too long; longer ones end in "...".
+ */
 #define ST_QUOTE 256
+#define ST_QUOTE_LONG_NAME 64
 
 static const char *const s_names[WSYNC_DTYPE_COUNT] = {
 	[WSYNC_F64] = "F64",         [WSYNC_F32] = "F32",
@@ -49,18 +53,18 @@ s_put_le64(unsigned char *p, uint64_t v)
 }
 
 /*
- * Copies s into buf for a message: control bytes become \xNN, so that a
- * hostile name cannot drive the terminal, and a long s is cut at a character
- * boundary and ends in "...".
+ * Copies s into buf (size bytes) for a message: control bytes become \xNN,
+ * so that a hostile name cannot drive the terminal, and a long s is cut at a
+ * character boundary and ends in "...".
  */
 static const char *
-s_quote(const char *s, char buf[ST_QUOTE])
+s_quote(const char *s, char *buf, size_t size)
 {
 	size_t o = 0;
 
 	for (; *s != '\0'; s++) {
 		unsigned char c = (unsigned char)*s;
-		if (o + 8 >= ST_QUOTE) {
+		if (o + 8 >= size) {
 			if ((c & 0xc0) == 0x80) {
 				/* Mid-character: drop the bytes of it already copied. */
 				while (o > 0 && ((unsigned char)buf[o - 1] & 0xc0) == 0x80)
@@ -72,7 +76,7 @@ s_quote(const char *s, char buf[ST_QUOTE])
 			return buf;
 		}
 		if (c < 0x20 || c == 0x7f)
-			o += (size_t)snprintf(buf + o, ST_QUOTE - o, "\\x%02x", c);
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
 		else
 			buf[o++] = (char)c;
 	}
@@ -141,7 +145,7 @@ s_parse_tensor(const wsync_file_t *f, const char *name, const json_t *info,
 	uint64_t begin, end, want;
 	size_t i;
 
-	s_quote(name, q);
+	s_quote(name, q, sizeof(q));
 	if (!json_is_object(info))
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: not a JSON object",
 		    f->name, q);
@@ -151,7 +155,7 @@ s_parse_tensor(const wsync_file_t *f, const char *name, const json_t *info,
 		    f->name, q, dtype ? "is not a string" : "missing");
 	if (s_dtype(json_string_value(dtype), &t->dtype) < 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: unsupported dtype \"%s\"",
-		    f->name, q, s_quote(json_string_value(dtype), qd));
+		    f->name, q, s_quote(json_string_value(dtype), qd, sizeof(qd)));
 
 	dims = json_object_get(info, "shape");
 	if (!json_is_array(dims))
@@ -217,7 +221,7 @@ s_parse_meta(wsync_file_t *f, json_t *meta, wsync_err_t *err)
 
 		if (!json_is_string(value))
 			return wsync_err_set(err, EX_DATAERR, "%s: __metadata__ %s: value is "
-			    "not a string", f->name, s_quote(key, q));
+			    "not a string", f->name, s_quote(key, q, sizeof(q)));
 		k = strdup(key);
 		v = strdup(json_string_value(value));
 		if (k == NULL || v == NULL) {
@@ -245,7 +249,7 @@ s_cmp_offset(const void *a, const void *b)
 int
 wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err)
 {
-	char q[ST_QUOTE];
+	char q[ST_QUOTE_LONG_NAME];
 	json_error_t jerr;
 	json_t *root = NULL, *info;
 	wsync_tensor_t *t = NULL;
@@ -303,7 +307,7 @@ wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err)
 		}
 		if (len > WSYNC_MAX_PATH) {
 			wsync_err_set(err, EX_DATAERR, "%s: tensor %s: name longer than %d bytes",
-			    f->name, s_quote(name, q), WSYNC_MAX_PATH);
+			    f->name, s_quote(name, q, sizeof(q)), WSYNC_MAX_PATH);
 			goto out;
 		}
 		if (s_parse_tensor(f, name, info, data, f->size - 8 - hlen, &t[n], err) < 0)
@@ -351,7 +355,7 @@ s_header(const wsync_tree_t *tree, const char *name, wsync_err_t *err)
 			if (v == NULL || json_object_set_new(meta, m->key, v) < 0) {
 				wsync_err_set(err, EX_DATAERR, "%s: meta %s: key or value is "
 				    "not UTF-8, which safetensors needs", name,
-				    s_quote(m->key, q));
+				    s_quote(m->key, q, sizeof(q)));
 				goto fail;
 			}
 		}
@@ -366,7 +370,7 @@ s_header(const wsync_tree_t *tree, const char *name, wsync_err_t *err)
 		}
 		if (t->nbytes > (uint64_t)INT64_MAX - off) {
 			wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data ends beyond "
-			    "2^63 bytes", name, s_quote(t->path, q));
+			    "2^63 bytes", name, s_quote(t->path, q, sizeof(q)));
 			goto fail;
 		}
 		if ((shape = json_array()) == NULL)
@@ -386,7 +390,7 @@ s_header(const wsync_tree_t *tree, const char *name, wsync_err_t *err)
 			goto nomem;
 		if (json_object_set_new(root, t->path, info) < 0) {
 			wsync_err_set(err, EX_DATAERR, "%s: tensor %s: name is not UTF-8, "
-			    "which safetensors needs", name, s_quote(t->path, q));
+			    "which safetensors needs", name, s_quote(t->path, q, sizeof(q)));
 			goto fail;
 		}
 		off += t->nbytes;

@@ -1,0 +1,233 @@
+/* wsync-convert - converts weights between safetensors and .wsync files. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "wsync.h"
+
+static const char s_usage[] =
+    "usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors] IN OUT\n";
+
+static const char s_options[] =
+    "\n"
+    "Converts IN, a safetensors or .wsync file (told apart by content), to OUT.\n"
+    "IN and OUT may be - for stdin and stdout.\n"
+    "\n"
+    "  -l, --layout=tree|flat        .wsync output: nest keys at each '.' and '/'\n"
+    "                                (tree, the default) or keep each name as one key\n"
+    "  -m, --model=MODEL             model id of a .wsync output (default: IN's model,\n"
+    "                                else IN's file name without its extension)\n"
+    "  -t, --to=wsync|safetensors    output kind (default: OUT's extension, else the\n"
+    "                                kind IN is not)\n"
+    "  -h, --help                    print this help and exit\n"
+    "  -V, --version                 print the version and exit\n";
+
+enum layout { LAYOUT_TREE, LAYOUT_FLAT };
+
+struct args {
+	enum layout layout;
+	const char *model;           /* NULL: from the input */
+	int to;                      /* a wsync_kind_t, or -1: from OUT or IN */
+	const char *in, *out;
+};
+
+static int
+s_kind(const char *name, int *kind)
+{
+	if (strcmp(name, "wsync") == 0)
+		*kind = WSYNC_KIND_WSYNC;
+	else if (strcmp(name, "safetensors") == 0)
+		*kind = WSYNC_KIND_SAFETENSORS;
+	else
+		return -1;
+	return 0;
+}
+
+/*
+ * Dies on what getopt_long refused. arg is the argument it consumed, or "-"
+ * when it stopped inside a cluster of short options.
+ */
+static _Noreturn void
+s_bad_option(const char *arg)
+{
+	int n = (int)strcspn(arg, "=");
+
+	if (strncmp(arg, "--", 2) != 0 && optopt != 0 && strchr("lmt", optopt) != NULL)
+		cli_usage_error("option -%c needs an argument", optopt);
+	if (strncmp(arg, "--", 2) != 0)
+		cli_usage_error("unknown option -%c", optopt);
+	if (optopt == 0)
+		cli_usage_error("unknown option %.*s", n, arg);
+	if (strchr("lmt", optopt) != NULL)
+		cli_usage_error("option %s needs an argument", arg);
+	cli_usage_error("option %.*s takes no argument", n, arg);
+}
+
+static void
+s_parse_args(int argc, char **argv, struct args *a)
+{
+	static const struct option longopts[] = {
+		{ "help", no_argument, NULL, 'h' },
+		{ "layout", required_argument, NULL, 'l' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "to", required_argument, NULL, 't' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 }
+	};
+	int c, at;
+
+	*a = (struct args){ .layout = LAYOUT_TREE, .to = -1 };
+	opterr = 0;
+	while ((at = optind, c = getopt_long(argc, argv, "hl:m:t:V", longopts,
+	    NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			fputs(s_usage, stdout);
+			fputs(s_options, stdout);
+			exit(0);
+		case 'l':
+			if (strcmp(optarg, "tree") == 0)
+				a->layout = LAYOUT_TREE;
+			else if (strcmp(optarg, "flat") == 0)
+				a->layout = LAYOUT_FLAT;
+			else
+				cli_usage_error("unknown layout \"%s\" (tree or flat)", optarg);
+			break;
+		case 'm':
+			if (wsync_model_id_check(optarg) < 0)
+				cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 "
+				    ". _ - (not starting with '.')", optarg, WSYNC_MAX_MODEL);
+			a->model = optarg;
+			break;
+		case 't':
+			if (s_kind(optarg, &a->to) < 0)
+				cli_usage_error("unknown output kind \"%s\" (wsync or safetensors)",
+				    optarg);
+			break;
+		case 'V':
+			cli_version();
+		default:
+			s_bad_option(optind > at ? argv[optind - 1] : "-");
+		}
+	}
+	if (argc - optind != 2)
+		cli_usage_error(argc - optind < 2 ? "needs IN and OUT" :
+		    "too many arguments: needs IN and OUT");
+	a->in = argv[optind];
+	a->out = argv[optind + 1];
+}
+
+/* The kind named by OUT's extension; -1 for "-" or another extension. */
+static int
+s_kind_of_name(const char *path)
+{
+	const char *dot = strrchr(path, '.');
+	int kind;
+
+	if (dot == NULL || strchr(dot, '/') != NULL || s_kind(dot + 1, &kind) < 0)
+		return -1;
+	return kind;
+}
+
+/*
+ * A model id from the input's file name: no directory, no extension, every
+ * byte a model id may not hold turned into '_'.
+ */
+static void
+s_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1])
+{
+	const char *base = strrchr(path, '/'), *dot;
+	size_t n;
+
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+	if (strcmp(path, "-") == 0 || n == 0) {
+		strcpy(model, "model");
+		return;
+	}
+	if (n > WSYNC_MAX_MODEL)
+		n = WSYNC_MAX_MODEL;
+	for (size_t i = 0; i < n; i++)
+		model[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789._-", base[i]) ? base[i] : '_';
+	if (model[0] == '.')
+		model[0] = '_';
+	model[n] = '\0';
+}
+
+/* A tree borrowing f's tensor data, with f's meta and (for .wsync) version. */
+static wsync_tree_t *
+s_tree(const wsync_file_t *f, const struct args *a, int to)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	wsync_tree_t *tree;
+	wsync_err_t err;
+
+	if (a->model != NULL)
+		snprintf(model, sizeof(model), "%s", a->model);
+	else if (wsync_file_kind(f) == WSYNC_KIND_WSYNC)
+		snprintf(model, sizeof(model), "%s", wsync_file_model(f));
+	else
+		s_model_from_name(a->in, model);
+	if ((tree = wsync_tree_new(model, &err)) == NULL)
+		cli_die_err(&err);
+	if (wsync_file_kind(f) == WSYNC_KIND_WSYNC)
+		wsync_tree_set_version(tree, wsync_file_version(f));
+	for (size_t i = 0; i < wsync_file_meta_count(f); i++) {
+		const wsync_meta_t *m = wsync_file_meta(f, i);
+		if (wsync_tree_set_meta(tree, m->key, m->value, &err) < 0)
+			cli_die(err.code, "%s: %s", wsync_file_name(f), err.msg);
+	}
+	for (size_t i = 0; i < wsync_file_count(f); i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(f, i);
+		int rc;
+
+		/* A safetensors name stays whole whatever the layout. */
+		if (a->layout == LAYOUT_FLAT || to == WSYNC_KIND_SAFETENSORS)
+			rc = wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim,
+			    t->shape, t->data, t->nbytes, &err);
+		else
+			rc = wsync_tree_add(tree, t->path, t->dtype, t->ndim, t->shape,
+			    t->data, t->nbytes, &err);
+		if (rc < 0)
+			cli_die(err.code, "%s: %s%s", wsync_file_name(f), err.msg,
+			    a->layout == LAYOUT_TREE && err.code == EX_DATAERR ?
+			    " (use --layout flat)" : "");
+	}
+	return tree;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct args a;
+	wsync_file_t *f;
+	wsync_tree_t *tree;
+	wsync_err_t err;
+	int to, rc;
+
+	cli_init("wsync-convert");
+	s_parse_args(argc, argv, &a);
+	if ((f = wsync_input_open(a.in, &err)) == NULL)
+		cli_die_err(&err);
+	if ((to = a.to) < 0 && (to = s_kind_of_name(a.out)) < 0)
+		to = wsync_file_kind(f) == WSYNC_KIND_WSYNC ?
+		    WSYNC_KIND_SAFETENSORS : WSYNC_KIND_WSYNC;
+	tree = s_tree(f, &a, to);
+	if (to == WSYNC_KIND_WSYNC)
+		rc = wsync_tree_write_file(tree, a.out, &err);
+	else
+		rc = wsync_tree_write_safetensors_file(tree, a.out, &err);
+	/* Two tensors whose names split the same way are a layout problem. */
+	if (rc < 0 && err.code == EX_DATAERR && to == WSYNC_KIND_WSYNC &&
+	    a.layout == LAYOUT_TREE)
+		cli_die(err.code, "%s: %s (use --layout flat)", wsync_file_name(f), err.msg);
+	if (rc < 0)
+		cli_die_err(&err);
+	wsync_tree_destroy(&tree);
+	wsync_file_close(&f);
+	return 0;
+}

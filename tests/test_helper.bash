@@ -1,0 +1,19 @@
+# test_helper.bash - loaded by every bats file: assertions, a private temp dir,
+# the built programs first on PATH, and the Debian python3 (with msgpack, numpy).
+
+bats_require_minimum_version 1.5.0
+bats_load_library bats-support
+bats_load_library bats-assert
+
+ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
+FIXTURES="$ROOT/tests/fixtures"
+: "${WSYNC_BIN:=$ROOT/build/cc/bin}"
+PATH="$WSYNC_BIN:$PATH"
+# The python3 first on PATH may be another install without msgpack and numpy.
+PY=/usr/bin/python3
+export PY ROOT FIXTURES
+
+setup() {
+	TMP="$BATS_TEST_TMPDIR"
+	cd "$TMP" || return 1
+}
