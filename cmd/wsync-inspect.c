@@ -30,14 +30,19 @@ s_help(void)
 	exit(0);
 }
 
-/* Makes s safe for a terminal: control and non-ASCII bytes as \xNN. Static buffer. */
+/*
+ * Makes s safe for a terminal: control and non-ASCII bytes as \xNN. The result
+ * lives in one of two static buffers, so two may be used in one printf.
+ */
 static const char *
 s_safe(const char *s)
 {
-	static char buf[4 * 1100];
+	static char bufs[2][4 * 1100];
+	static int which;
+	char *buf = bufs[which ^= 1];
 	size_t n = 0;
 
-	for (; *s != '\0' && n < sizeof(buf) - 5; s++) {
+	for (; *s != '\0' && n < sizeof(bufs[0]) - 5; s++) {
 		unsigned char c = (unsigned char)*s;
 		if (c < 0x20 || c >= 0x7f || c == '\\')
 			n += (size_t)snprintf(buf + n, 5, "\\x%02x", c);
