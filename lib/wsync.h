@@ -190,6 +190,38 @@ int wsync_tree_write_safetensors_fd(wsync_tree_t *tree, int fd, const char *name
 int wsync_tree_write_safetensors_file(wsync_tree_t *tree, const char *path,
     wsync_err_t *err);
 
+/* ---- endpoints ---- */
+
+/*
+ * The per-user runtime directory, created 0700 and checked to be private:
+ * $XDG_RUNTIME_DIR/wsync, else /tmp/wsync-UID.
+ */
+int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
+/* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
+int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
+
+/* ---- the hub (wsync-serve) ---- */
+
+typedef struct wsync_hub wsync_hub_t;
+
+/* How a hub runs; every pointer is borrowed for the call to wsync_hub_new only. */
+typedef struct wsync_hub_opts {
+	const char *const *endpoints;   /* at least one; the first also names the PUB socket */
+	int nendpoints;
+	const char *store;              /* NULL: RUNDIR/store */
+	unsigned keep;                  /* versions kept per model, at least 1 */
+	/* Called with one line per event (no newline); may be NULL. */
+	void (*log)(void *arg, const char *line);
+	void *log_arg;
+} wsync_hub_opts_t;
+
+/* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
+wsync_hub_t *wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err);
+/* Serves until *stop becomes non-zero (set it from a signal handler); then aborts uploads. */
+int wsync_hub_run(wsync_hub_t *hub, volatile int *stop, wsync_err_t *err);
+/* Closes the sockets and files and sets *hub to NULL. */
+void wsync_hub_destroy(wsync_hub_t **hub);
+
 /* Sets err: code, then a printf-style message. Returns -1. */
 int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

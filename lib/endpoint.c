@@ -1,0 +1,58 @@
+/* endpoint.c - where a hub listens when nobody says: one per-user local endpoint. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "wsync.h"
+
+int
+wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	struct stat st;
+	int n;
+
+	if (xdg != NULL && xdg[0] == '/')
+		n = snprintf(buf, size, "%s/wsync", xdg);
+	else
+		n = snprintf(buf, size, "/tmp/wsync-%u", (unsigned)getuid());
+	if (n < 0 || (size_t)n >= size)
+		return wsync_err_set(err, EX_USAGE, "runtime directory path too long");
+	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+		return wsync_err_set(err, EX_CANTCREAT, "%s: cannot create: %s", buf,
+		    strerror(errno));
+	/* A directory someone else made in /tmp must not become ours to trust. */
+	if (lstat(buf, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+	    (st.st_mode & 077) != 0)
+		return wsync_err_set(err, EX_NOPERM, "%s: not a private directory of this user "
+		    "(want mode 0700, owner uid %u)", buf, (unsigned)getuid());
+	return 0;
+}
+
+int
+wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err)
+{
+	const char *env = getenv("WSYNC_ENDPOINT");
+	char dir[200];
+	int n;
+
+	if (opt == NULL && env != NULL && env[0] != '\0')
+		opt = env;
+	if (opt != NULL) {
+		if (strncmp(opt, "tcp://", 6) != 0 && strncmp(opt, "ipc://", 6) != 0)
+			return wsync_err_set(err, EX_USAGE, "endpoint \"%s\": use tcp://HOST:PORT "
+			    "or ipc://PATH", opt);
+		n = snprintf(buf, size, "%s", opt);
+	} else {
+		if (wsync_runtime_dir(dir, sizeof(dir), err) < 0)
+			return -1;
+		n = snprintf(buf, size, "ipc://%s/hub", dir);
+	}
+	if (n < 0 || (size_t)n >= size)
+		return wsync_err_set(err, EX_USAGE, "endpoint too long");
+	return 0;
+}

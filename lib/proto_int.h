@@ -1,0 +1,74 @@
+/* proto_int.h - wsync protocol messages: bounded decoding and small encoders (wsync(7)). */
+#ifndef WSYNC_PROTO_INT_H
+#define WSYNC_PROTO_INT_H
+
+#include <msgpack.h>
+#include <stdint.h>
+
+#include "wsync.h"
+
+#define WSYNC_PROTO 1
+#define WSYNC_CHUNK (4u << 20)          /* most data bytes in one get or chunk */
+#define WSYNC_WINDOW 8                  /* requests a client keeps in flight */
+#define WSYNC_HEARTBEAT_MS 1000
+#define WSYNC_ALIVE_MS 5000             /* a worker not seen for this long is not alive */
+#define WSYNC_MAX_MESSAGE (1u << 20)    /* bytes in one msgpack message frame */
+#define WSYNC_MAX_ID 128                /* bytes in a worker id or host name */
+#define WSYNC_MAX_REASON 512            /* bytes in a failure reason */
+
+/* A decoded message: a view over one msgpack map. */
+typedef struct wsync_msg {
+	msgpack_unpacked doc;
+	const msgpack_object *root;     /* a map */
+} wsync_msg_t;
+
+/*
+ * Decodes one message: one msgpack map, bounded in size, depth and object count.
+ * On failure err has code 76 (EX_PROTOCOL). Free with wsync_msg_free either way.
+ */
+int wsync_msg_decode(wsync_msg_t *m, const void *buf, size_t len, wsync_err_t *err);
+/* Releases what wsync_msg_decode allocated. */
+void wsync_msg_free(wsync_msg_t *m);
+
+/* The value of key in map o; NULL when o is not a map or has no such key. */
+const msgpack_object *wsync_obj_get(const msgpack_object *o, const char *key);
+/* Copies a string object into buf (NUL-terminated); -1 when not a string, too long, or with NUL. */
+int wsync_obj_str(const msgpack_object *o, char *buf, size_t size);
+/* An unsigned integer object; -1 when it is not one. */
+int wsync_obj_u64(const msgpack_object *o, uint64_t *v);
+/* A number (integer or float) as a double; -1 when it is not one. */
+int wsync_obj_double(const msgpack_object *o, double *v);
+/* 1 when o is the boolean true. */
+int wsync_obj_true(const msgpack_object *o);
+/* A string field of the message; -1 when absent or not a fitting string. */
+int wsync_msg_str(const wsync_msg_t *m, const char *key, char *buf, size_t size);
+/* An unsigned integer field of the message; -1 when absent or not one. */
+int wsync_msg_u64(const wsync_msg_t *m, const char *key, uint64_t *v);
+/* A field of the message; NULL when absent. */
+const msgpack_object *wsync_msg_get(const wsync_msg_t *m, const char *key);
+
+/* An encoder: msgpack-c's packer over a growing buffer. */
+typedef struct wsync_enc {
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+} wsync_enc_t;
+
+/* Starts an empty encoding. */
+void wsync_enc_init(wsync_enc_t *e);
+/* Frees the buffer. */
+void wsync_enc_free(wsync_enc_t *e);
+/* Packs a string. */
+void wsync_enc_str(wsync_enc_t *e, const char *s);
+/* Packs key then a string value. */
+void wsync_enc_kv_str(wsync_enc_t *e, const char *key, const char *value);
+/* Packs key then an unsigned value. */
+void wsync_enc_kv_u64(wsync_enc_t *e, const char *key, uint64_t value);
+/* Packs key then a boolean. */
+void wsync_enc_kv_bool(wsync_enc_t *e, const char *key, int value);
+/* Packs key then a double. */
+void wsync_enc_kv_double(wsync_enc_t *e, const char *key, double value);
+
+/* 0 when s is a worker id or host name fit for logs: 1..128 printable ASCII bytes, no space. */
+int wsync_id_check(const char *s);
+
+#endif
