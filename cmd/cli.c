@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -77,6 +78,44 @@ cli_bad_option(char *const *argv, int c)
 	if (optopt != 0)
 		cli_usage_error("unknown option '-%c'", optopt);
 	cli_usage_error("unknown option '%s'", arg);
+}
+
+int
+cli_seconds(const char *option, const char *sec)
+{
+	char *end;
+	double v = strtod(sec, &end);
+
+	if (end == sec || *end != '\0' || !(v >= 0) || v > 86400.0 * 365)
+		cli_usage_error("%s wants seconds (like 2.5), not \"%s\"", option, sec);
+	return (int)(v * 1000 + 0.5);
+}
+
+uint64_t
+cli_number(const char *option, const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	if (*s < '0' || *s > '9')
+		cli_usage_error("%s wants a whole number, not \"%s\"", option, s);
+	v = strtoull(s, &end, 10);
+	if (*end != '\0')
+		cli_usage_error("%s wants a whole number, not \"%s\"", option, s);
+	return v;
+}
+
+char **
+cli_split(char *s, int *n)
+{
+	char **v = calloc(strlen(s) / 2 + 2, sizeof(*v));
+
+	if (v == NULL)
+		cli_die(EX_OSERR, "out of memory");
+	*n = 0;
+	for (char *tok = strtok(s, ","); tok != NULL; tok = strtok(NULL, ","))
+		v[(*n)++] = tok;
+	return v;
 }
 
 void

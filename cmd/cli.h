@@ -2,6 +2,7 @@
 #ifndef WSYNC_CLI_H
 #define WSYNC_CLI_H
 
+#include <stdint.h>
 #include <sysexits.h>
 #include "wsync.h"
 
@@ -24,6 +25,12 @@ _Noreturn void cli_usage_error(const char *fmt, ...)
  * ':' in the option string, c being what it returned) and exits 64.
  */
 _Noreturn void cli_bad_option(char *const *argv, int c);
+/* Parses SEC (seconds, a decimal >= 0) as milliseconds; exits 64 naming option if bad. */
+int cli_seconds(const char *option, const char *sec);
+/* Parses a whole number for option; exits 64 if bad. */
+uint64_t cli_number(const char *option, const char *s);
+/* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
+char **cli_split(char *s, int *n);
 /* Prints "PROG VERSION" on stdout and exits 0. */
 _Noreturn void cli_version(void);
 

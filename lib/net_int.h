@@ -36,8 +36,6 @@ void wsync_parts_close(wsync_parts_t *p);
 const void *wsync_part_data(wsync_parts_t *p, int i);
 size_t wsync_part_size(wsync_parts_t *p, int i);
 
-/* Monotonic milliseconds, for deadlines. */
-int64_t wsync_now_ms(void);
 /* Wall-clock seconds since the epoch, for version and worker times. */
 double wsync_wall_time(void);
 

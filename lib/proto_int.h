@@ -13,7 +13,6 @@
 #define WSYNC_HEARTBEAT_MS 1000
 #define WSYNC_ALIVE_MS 5000             /* a worker not seen for this long is not alive */
 #define WSYNC_MAX_MESSAGE (1u << 20)    /* bytes in one msgpack message frame */
-#define WSYNC_MAX_ID 128                /* bytes in a worker id or host name */
 #define WSYNC_MAX_REASON 512            /* bytes in a failure reason */
 
 /* A decoded message: a view over one msgpack map. */
@@ -68,7 +67,5 @@ void wsync_enc_kv_bool(wsync_enc_t *e, const char *key, int value);
 /* Packs key then a double. */
 void wsync_enc_kv_double(wsync_enc_t *e, const char *key, double value);
 
-/* 0 when s is a worker id or host name fit for logs: 1..128 printable ASCII bytes, no space. */
-int wsync_id_check(const char *s);
 
 #endif

@@ -25,6 +25,7 @@
 #define WSYNC_MAX_META 1024         /* entries in meta */
 #define WSYNC_MAX_META_VALUE 65536  /* bytes in one meta value */
 #define WSYNC_ALIGN 64              /* every tensor's data starts at a multiple */
+#define WSYNC_MAX_ID 128            /* bytes in a worker id or host name */
 
 /* An error: code is an exit status from <sysexits.h>, msg says what and where. */
 typedef struct wsync_err {
@@ -190,6 +191,9 @@ int wsync_tree_write_safetensors_fd(wsync_tree_t *tree, int fd, const char *name
 int wsync_tree_write_safetensors_file(wsync_tree_t *tree, const char *path,
     wsync_err_t *err);
 
+/* Monotonic milliseconds, for deadlines. */
+int64_t wsync_now_ms(void);
+
 /* ---- endpoints ---- */
 
 /*
@@ -199,6 +203,112 @@ int wsync_tree_write_safetensors_file(wsync_tree_t *tree, const char *path,
 int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 /* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
 int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
+
+/* ---- clients: push, pull, wait, status (wsync(7) describes the protocol) ---- */
+
+typedef struct wsync_client wsync_client_t;
+
+/* Who a client is; every pointer is borrowed for the call to wsync_client_new only. */
+typedef struct wsync_client_opts {
+	const char *endpoint;           /* NULL: wsync_endpoint_resolve(NULL) */
+	const char *role;               /* "push", "pull", "watch" or "inspect" */
+	const char *worker;             /* a watcher's worker id; NULL otherwise */
+	const char *const *models;      /* the models it works on */
+	int nmodels;
+	int timeout_ms;                 /* how long to wait for the hub's hello */
+} wsync_client_opts_t;
+
+/* A model's version as the hub describes it. */
+typedef struct wsync_head {
+	uint64_t version;               /* 0: the model has no version (for this worker) */
+	uint64_t size;                  /* bytes of the .wsync file */
+	uint64_t content;               /* content id */
+	double time;                    /* commit time, seconds since the epoch */
+} wsync_head_t;
+
+/* One file of a push: model and path (or "-") in; version and content out. */
+typedef struct wsync_push_item {
+	const char *model;
+	const char *path;
+	uint64_t version;
+	uint64_t content;
+} wsync_push_item_t;
+
+/* Connects and says hello; 69 (EX_UNAVAILABLE) when no hub answers within timeout_ms. */
+wsync_client_t *wsync_client_new(const wsync_client_opts_t *opts, wsync_err_t *err);
+/* Closes the connection and sets *client to NULL. */
+void wsync_client_destroy(wsync_client_t **client);
+/* The endpoint in use; borrowed. */
+const char *wsync_client_endpoint(const wsync_client_t *client);
+/* Drops the socket (and anything queued on it), connects anew and says hello again. */
+int wsync_client_reconnect(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
+/*
+ * The head of each of n models, as seen by worker (NULL: any client). With
+ * worker and applied (n versions, 0 for none) it is that worker's heartbeat.
+ */
+int wsync_client_heads(wsync_client_t *client, const char *const *models, int n,
+    const char *worker, const uint64_t *applied, wsync_head_t *heads, int timeout_ms,
+    wsync_err_t *err);
+/*
+ * Fetches version (0: the head) of model, verifies every hash and the content
+ * id, and writes it to path atomically ("-": stdout, only after verifying).
+ */
+int wsync_client_pull(wsync_client_t *client, const char *model, uint64_t version,
+    const char *worker, const char *path, wsync_head_t *got, int timeout_ms,
+    wsync_err_t *err);
+/*
+ * Checks every input (65 before anything is sent), uploads them, and commits
+ * them together as the next version of each model; workers (NULL: all) are
+ * the only ones it is announced to. Fills each item's version and content.
+ */
+int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
+    const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
+/*
+ * Waits until workers have applied version of model (or newer): mode "all",
+ * "count" (count workers) or "ids" (those n ids). On timeout: 75 and
+ * *missing a malloc'd text, one line per missing worker (caller frees).
+ */
+int wsync_client_wait(wsync_client_t *client, const char *model, uint64_t version,
+    const char *mode, unsigned count, const char *const *ids, int nids, int timeout_ms,
+    char **missing, wsync_err_t *err);
+/* Tells the hub a worker applied (reason NULL) or failed to apply (reason) a version. */
+int wsync_client_report(wsync_client_t *client, const char *worker, const char *model,
+    uint64_t version, const char *reason, int timeout_ms, wsync_err_t *err);
+/* Tells the hub a worker leaves. */
+int wsync_client_bye(wsync_client_t *client, const char *worker, int timeout_ms,
+    wsync_err_t *err);
+/* The hub's status (models, versions, workers) as a JSON text; caller frees. */
+char *wsync_client_status_json(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
+
+/* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
+int wsync_id_check(const char *s);
+
+/* ---- the watcher's loop (wsync-watch) ---- */
+
+/*
+ * Called when a model's new version is in place at path, after every model of
+ * the same update is in place too. Returns 0 when applied, or -1 with a reason.
+ */
+typedef int (*wsync_apply_fn)(void *arg, const char *model, uint64_t version,
+    const char *path, char *reason, size_t reason_len);
+
+typedef struct wsync_watch_opts {
+	const char *endpoint;           /* NULL: the default */
+	const char *worker;             /* the worker id */
+	const char *const *models;
+	const char *const *paths;       /* where each model's file goes */
+	int nmodels;
+	int connect_timeout_ms;         /* 0: wait for a hub for ever */
+	int once;                       /* return after the first update of every model */
+	uint64_t max_lag;               /* 0: none; else 75 when further behind the head */
+	wsync_apply_fn apply;
+	void *arg;
+	void (*log)(void *arg, const char *line);  /* what a person should know; may be NULL */
+	volatile int *stop;             /* set non-zero (from a signal handler) to return 0 */
+} wsync_watch_opts_t;
+
+/* Follows the hub: initial weights at once, then every new version, latest wins. */
+int wsync_watch_run(const wsync_watch_opts_t *opts, wsync_err_t *err);
 
 /* ---- the hub (wsync-serve) ---- */
 

@@ -228,7 +228,7 @@ test_reader_refuses_structure(void)
 	msgpack_pack_map(&pk, 1);
 	msgpack_pack_int(&pk, 7);
 	s_tensor(&pk, NULL);
-	s_refuse(sb.data, sb.size, EX_DATAERR, "tree: a key is a integer, not a string",
+	s_refuse(sb.data, sb.size, EX_DATAERR, "tree: a key is an integer, not a string",
 	    "a non-string key");
 
 	msgpack_sbuffer_clear(&sb);
@@ -278,7 +278,7 @@ test_reader_refuses_structure(void)
 	s_refuse("\x81\xa1x\xc6\x7f\xff\xff\xff", 8, EX_DATAERR, "truncated",
 	    "a bin that claims 2 GiB");
 	s_refuse("[1,2]", 5, EX_DATAERR, "does not start with a msgpack map", "JSON");
-	s_refuse("\x80\x80", 2, EX_DATAERR, "1 bytes of trailing data", "trailing bytes");
+	s_refuse("\x80\x80", 2, EX_DATAERR, "trailing data after the document (1 bytes)", "trailing bytes");
 	s_refuse("\x80", 1, EX_DATAERR, "missing top-level field \"wsync\"", "an empty map");
 }
 

@@ -1,0 +1,125 @@
+/* wsync-pull - fetch a version of a model, verified, written atomically. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define S_CONNECT_MS 5000
+
+static const char s_usage[] =
+    "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V] [-t SEC] "
+    "-m MODEL\n";
+
+static void
+s_help(void)
+{
+	printf("%s\n"
+	    "Fetch a version of a model from the hub (the newest by default), verify every\n"
+	    "tensor's hash, write it atomically, and print its version number.\n"
+	    "\n"
+	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub)\n"
+	    "  -m, --model MODEL        the model to fetch\n"
+	    "  -o, --output FILE|-      where to write it (default MODEL.wsync; - is stdout,\n"
+	    "                           written only once verified, and no number is printed)\n"
+	    "  -v, --pull-version V     fetch version V instead of the newest\n"
+	    "      --if-newer V         exit 1 without fetching unless the newest is above V\n"
+	    "  -t, --timeout SEC        bound on the whole pull (default 30)\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
+	    "\n"
+	    "Exit status: 0 ok, 1 nothing newer, 64 usage, 65 bad data, 66 no such model or\n"
+	    "version, 69 hub unavailable, 74 I/O error, 75 timed out, 76 protocol error.\n"
+	    "See wsync-pull(1).\n", s_usage);
+	exit(0);
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { OPT_IF_NEWER = 256 };
+	static const struct option opts[] = {
+		{ "endpoint", required_argument, NULL, 'e' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
+		{ "model", required_argument, NULL, 'm' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "pull-version", required_argument, NULL, 'v' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *endpoint = NULL, *model = NULL, *out = NULL;
+	char defout[WSYNC_MAX_MODEL + 8];
+	uint64_t version = 0, if_newer = 0;
+	int have_if_newer = 0, timeout_ms = 30000, c;
+	int64_t deadline;
+	wsync_client_t *client;
+	wsync_head_t got;
+	wsync_err_t err;
+
+	cli_init("wsync-pull");
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":e:hm:o:t:v:V", opts, NULL)) != -1) {
+		switch (c) {
+		case 'e': endpoint = optarg; break;
+		case 'h': s_help(); break;
+		case 'm': model = optarg; break;
+		case 'o': out = optarg; break;
+		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
+		case 'v':
+			if ((version = cli_number("-v", optarg)) == 0)
+				cli_usage_error("-v wants a version of 1 or more");
+			break;
+		case 'V': cli_version(); break;
+		case OPT_IF_NEWER:
+			if_newer = cli_number("--if-newer", optarg);
+			have_if_newer = 1;
+			break;
+		default: cli_bad_option(argv, c);
+		}
+	}
+	if (optind != argc)
+		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
+	if (model == NULL)
+		cli_usage_error("no model given (-m MODEL)");
+	if (wsync_model_id_check(model) < 0)
+		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
+		    "starting with '.')", model, WSYNC_MAX_MODEL);
+	if (out == NULL) {
+		snprintf(defout, sizeof(defout), "%s.wsync", model);
+		out = defout;
+	}
+
+	deadline = wsync_now_ms() + timeout_ms;
+	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
+	    .models = &model, .nmodels = 1,
+	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
+	if (client == NULL)
+		cli_die_err(&err);
+	if (have_if_newer) {
+		wsync_head_t head;
+		int64_t left = deadline - wsync_now_ms();
+		if (wsync_client_heads(client, &model, 1, NULL, NULL, &head,
+		    left > 0 ? (int)left : 0, &err) < 0)
+			cli_die_err(&err);
+		if (head.version == 0)
+			cli_die(EX_NOINPUT, "model \"%s\" has no version", model);
+		if (head.version <= if_newer) {
+			wsync_client_destroy(&client);
+			return 1;
+		}
+	}
+	int64_t left = deadline - wsync_now_ms();
+	if (wsync_client_pull(client, model, version, NULL, out, &got,
+	    left > 0 ? (int)left : 0, &err) < 0)
+		cli_die_err(&err);
+	if (strcmp(out, "-") != 0)
+		printf("%" PRIu64 "\n", got.version);
+	wsync_client_destroy(&client);
+	if (fflush(stdout) != 0)
+		cli_die(EX_IOERR, "cannot write to stdout");
+	return 0;
+}

@@ -1,0 +1,206 @@
+/* wsync-watch - follow a hub: initial weights at once, then every new version. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char s_usage[] =
+    "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--once] [--max-lag N] [-t SEC]\n"
+    "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
+
+static volatile int s_stop;
+
+static void
+s_help(void)
+{
+	printf("%s\n"
+	    "Stay connected to a hub: write the current version of each model at once, then\n"
+	    "every newer one (skipping to the newest when behind), each atomically; run the\n"
+	    "hook; tell the hub it was applied; print \"MODEL VERSION PATH\" per update.\n"
+	    "\n"
+	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub)\n"
+	    "  -m, --model MODEL,...    the models to follow (applied together when pushed\n"
+	    "                           together)\n"
+	    "  -o, --output PATH|DIR    the file (one model) or directory (DIR/MODEL.wsync)\n"
+	    "      --id ID              this worker's id (default HOST:PID)\n"
+	    "  -x, --exec CMD           run CMD with sh after each update, with WSYNC_MODEL,\n"
+	    "                           WSYNC_VERSION, WSYNC_PATH, WSYNC_WORKER set; a non-zero\n"
+	    "                           exit is reported to the hub as a failure, not applied\n"
+	    "      --once               exit 0 after the first update of every model\n"
+	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
+	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
+	    "\n"
+	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 64 usage, 66 no output\n"
+	    "directory, 69 hub unavailable, 74 I/O error, 75 too far behind.\n"
+	    "See wsync-watch(1).\n", s_usage);
+	exit(0);
+}
+
+struct s_hook {
+	const char *cmd;
+	const char *worker;
+};
+
+/* Prints the update; runs the hook first when there is one. */
+static int
+s_apply(void *arg, const char *model, uint64_t version, const char *path, char *reason,
+    size_t len)
+{
+	struct s_hook *h = arg;
+	char v[32];
+	pid_t pid;
+	int status;
+
+	if (h->cmd != NULL) {
+		snprintf(v, sizeof(v), "%" PRIu64, version);
+		fflush(stdout);
+		if ((pid = fork()) < 0) {
+			snprintf(reason, len, "cannot run the hook: %s", strerror(errno));
+			return -1;
+		}
+		if (pid == 0) {
+			/* The hook's own output must not mix with our lines on stdout. */
+			dup2(STDERR_FILENO, STDOUT_FILENO);
+			setenv("WSYNC_MODEL", model, 1);
+			setenv("WSYNC_VERSION", v, 1);
+			setenv("WSYNC_PATH", path, 1);
+			setenv("WSYNC_WORKER", h->worker, 1);
+			execl("/bin/sh", "sh", "-c", h->cmd, (char *)NULL);
+			_exit(127);
+		}
+		while (waitpid(pid, &status, 0) < 0) {
+			if (errno != EINTR) {
+				snprintf(reason, len, "cannot wait for the hook: %s", strerror(errno));
+				return -1;
+			}
+		}
+		if (WIFSIGNALED(status)) {
+			snprintf(reason, len, "hook killed by signal %d", WTERMSIG(status));
+			cli_warn("%s version %" PRIu64 ": %s", model, version, reason);
+			return -1;
+		}
+		if (WEXITSTATUS(status) != 0) {
+			snprintf(reason, len, "hook exited with status %d", WEXITSTATUS(status));
+			cli_warn("%s version %" PRIu64 ": %s", model, version, reason);
+			return -1;
+		}
+	}
+	printf("%s %" PRIu64 " %s\n", model, version, path);
+	if (fflush(stdout) != 0)
+		cli_die(EX_IOERR, "cannot write to stdout");
+	return 0;
+}
+
+static void
+s_log(void *arg, const char *line)
+{
+	(void)arg;
+	cli_warn("%s", line);
+}
+
+static void
+s_on_signal(int sig)
+{
+	(void)sig;
+	s_stop = 1;
+}
+
+int
+main(int argc, char **argv)
+{
+	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG };
+	static const struct option opts[] = {
+		{ "endpoint", required_argument, NULL, 'e' },
+		{ "exec", required_argument, NULL, 'x' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "id", required_argument, NULL, OPT_ID },
+		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
+		{ "model", required_argument, NULL, 'm' },
+		{ "once", no_argument, NULL, OPT_ONCE },
+		{ "output", required_argument, NULL, 'o' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	wsync_watch_opts_t w = { .apply = s_apply, .log = s_log, .stop = &s_stop };
+	struct s_hook hook = { 0 };
+	char worker[WSYNC_MAX_ID + 1], host[100] = "localhost", **models = NULL, **paths;
+	const char *out = NULL;
+	struct sigaction sa = { .sa_handler = s_on_signal };
+	struct stat st;
+	int nmodels = 0, c, is_dir;
+	wsync_err_t err;
+
+	cli_init("wsync-watch");
+	gethostname(host, sizeof(host) - 1);
+	snprintf(worker, sizeof(worker), "%s:%ld", host, (long)getpid());
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":e:hm:o:t:Vx:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'e': w.endpoint = optarg; break;
+		case 'h': s_help(); break;
+		case 'm': models = cli_split(optarg, &nmodels); break;
+		case 'o': out = optarg; break;
+		case 't': w.connect_timeout_ms = cli_seconds("--timeout", optarg); break;
+		case 'V': cli_version(); break;
+		case 'x': hook.cmd = optarg; break;
+		case OPT_ID: snprintf(worker, sizeof(worker), "%s", optarg); break;
+		case OPT_ONCE: w.once = 1; break;
+		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
+		default: cli_bad_option(argv, c);
+		}
+	}
+	if (optind != argc)
+		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
+	if (nmodels == 0)
+		cli_usage_error("no model given (-m MODEL)");
+	if (out == NULL)
+		cli_usage_error("no output given (-o PATH or DIR)");
+	if (wsync_id_check(worker) < 0)
+		cli_usage_error("bad worker id \"%s\": use 1 to %d printable characters, no "
+		    "spaces", worker, WSYNC_MAX_ID);
+	for (int i = 0; i < nmodels; i++)
+		if (wsync_model_id_check(models[i]) < 0)
+			cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
+			    "starting with '.')", models[i], WSYNC_MAX_MODEL);
+	is_dir = stat(out, &st) == 0 && S_ISDIR(st.st_mode);
+	if (nmodels > 1 && !is_dir)
+		cli_die(EX_NOINPUT, "%s: not a directory (several models need one)", out);
+	if ((paths = calloc((size_t)nmodels, sizeof(*paths))) == NULL)
+		cli_die(EX_OSERR, "out of memory");
+	for (int i = 0; i < nmodels; i++) {
+		if (!is_dir) {
+			paths[i] = strdup(out);
+		} else if (asprintf(&paths[i], "%s/%s.wsync", out, models[i]) < 0)
+			paths[i] = NULL;
+		if (paths[i] == NULL)
+			cli_die(EX_OSERR, "out of memory");
+	}
+	hook.worker = worker;
+	w.worker = worker;
+	w.models = (const char *const *)models;
+	w.paths = (const char *const *)paths;
+	w.nmodels = nmodels;
+	w.arg = &hook;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (wsync_watch_run(&w, &err) < 0)
+		cli_die_err(&err);
+	for (int i = 0; i < nmodels; i++)
+		free(paths[i]);
+	free(paths);
+	free(models);
+	return 0;
+}

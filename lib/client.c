@@ -1,0 +1,924 @@
+/* client.c - a DEALER connection to a hub: hello, requests with bounded waits, transfers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "file_int.h"
+#include "io_int.h"
+#include "tree_int.h"
+
+static void
+s_close_socket(wsync_client_t *c)
+{
+	if (c->sock != NULL)
+		zmq_close(c->sock);
+	c->sock = NULL;
+}
+
+static int
+s_open_socket(wsync_client_t *c, wsync_err_t *err)
+{
+	int zero = 0;
+
+	if ((c->sock = zmq_socket(wsync_zmq_context(), ZMQ_DEALER)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",
+		    zmq_strerror(errno));
+	zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	if (zmq_connect(c->sock, c->endpoint) < 0) {
+		wsync_err_set(err, EX_USAGE, "endpoint %s: %s", c->endpoint, zmq_strerror(errno));
+		s_close_socket(c);
+		return -1;
+	}
+	return 0;
+}
+
+/* Starts request op with nfields more fields; returns its id. */
+static uint64_t
+s_request(wsync_client_t *c, wsync_enc_t *e, const char *op, size_t nfields)
+{
+	uint64_t id = ++c->next_id;
+
+	wsync_enc_init(e);
+	msgpack_pack_map(&e->pk, nfields + 2);
+	wsync_enc_kv_str(e, "op", op);
+	wsync_enc_kv_u64(e, "id", id);
+	return id;
+}
+
+static int
+s_send(wsync_client_t *c, const wsync_enc_t *e, const void *data, size_t dlen,
+    wsync_err_t *err)
+{
+	if (wsync_send(c->sock, NULL, 0, e, data, dlen, ZMQ_DONTWAIT) < 0)
+		return wsync_err_set(err, EX_UNAVAILABLE, "cannot send to %s: %s", c->endpoint,
+		    zmq_strerror(errno));
+	return 0;
+}
+
+static void
+s_release(wsync_msg_t *m, wsync_parts_t *p)
+{
+	wsync_msg_free(m);
+	wsync_parts_close(p);
+}
+
+/*
+ * Receives the next reply before deadline (monotonic ms). Returns 0 with the
+ * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
+ * and nothing to free: a malformed reply (*id 0) or a refusal (*id its id),
+ * which keep_refusal leaves in m and p for the caller to read and free.
+ */
+static int
+s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
+    wsync_parts_t *p, int keep_refusal, wsync_err_t *err)
+{
+	zmq_pollitem_t item = { c->sock, 0, ZMQ_POLLIN, 0 };
+	int64_t left = deadline - wsync_now_ms();
+	uint64_t code = EX_PROTOCOL;
+	char text[600] = "the hub refused the request";
+	int rc;
+
+	*id = 0;
+	rc = zmq_poll(&item, 1, (long)(left > 0 ? left : 0));
+	if (rc < 0 && errno == EINTR)
+		return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
+	if (rc <= 0)
+		return 1;
+	if (wsync_recv(c->sock, p, 0) < 0)
+		return wsync_err_set(err, EX_IOERR, "receive from %s: %s", c->endpoint,
+		    zmq_strerror(errno));
+	if (p->n < 2 || wsync_part_size(p, 0) != 0) {
+		wsync_parts_close(p);
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply that is not wsync protocol",
+		    c->endpoint);
+	}
+	if (wsync_msg_decode(m, wsync_part_data(p, 1), wsync_part_size(p, 1), err) < 0 ||
+	    wsync_msg_u64(m, "id", id) < 0) {
+		*id = 0;
+		s_release(m, p);
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply that is not wsync protocol",
+		    c->endpoint);
+	}
+	if (wsync_obj_true(wsync_msg_get(m, "ok")))
+		return 0;
+	wsync_msg_u64(m, "code", &code);
+	wsync_msg_str(m, "error", text, sizeof(text));
+	if (!keep_refusal)
+		s_release(m, p);
+	return wsync_err_set(err, code > 0 && code < 128 ? (int)code : EX_PROTOCOL, "%s", text);
+}
+
+/*
+ * Sends a request and waits for the reply with its id; replies to earlier
+ * requests are dropped. On success m and p hold the reply: the caller frees both.
+ */
+static int
+s_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data, size_t dlen,
+    int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	int rc = s_send(c, e, data, dlen, err);
+
+	wsync_enc_free(e);
+	if (rc < 0)
+		return -1;
+	for (;;) {
+		uint64_t got;
+		rc = s_recv(c, deadline, &got, m, p, 0, err);
+		if (rc == 1)
+			return wsync_err_set(err, EX_TEMPFAIL, "%s: no answer from %s after %.1f s",
+			    what, c->endpoint, timeout_ms / 1000.0);
+		if (got == id || (rc < 0 && got == 0))
+			return rc;
+		if (rc == 0)
+			s_release(m, p);
+	}
+}
+
+/* The PUB endpoint as this client reaches it: a tcp host the client used itself. */
+static void
+s_pub_endpoint(wsync_client_t *c, const char *pub)
+{
+	const char *host_end, *port;
+
+	snprintf(c->pub, sizeof(c->pub), "%s", pub);
+	if (strncmp(c->endpoint, "tcp://", 6) != 0 || strncmp(pub, "tcp://", 6) != 0)
+		return;
+	host_end = strrchr(c->endpoint + 6, ':');
+	port = strrchr(pub + 6, ':');
+	if (host_end != NULL && port != NULL)
+		snprintf(c->pub, sizeof(c->pub), "%.*s%s", (int)(host_end - c->endpoint),
+		    c->endpoint, port);
+}
+
+static int
+s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
+{
+	char host[256] = "unknown", pub[512];
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id, v;
+
+	gethostname(host, sizeof(host) - 1);
+	id = s_request(c, &e, "hello", c->worker[0] ? 6 : 5);
+	wsync_enc_kv_u64(&e, "proto", WSYNC_PROTO);
+	wsync_enc_kv_str(&e, "role", c->role);
+	if (c->worker[0])
+		wsync_enc_kv_str(&e, "worker", c->worker);
+	wsync_enc_kv_str(&e, "host", host);
+	wsync_enc_kv_u64(&e, "pid", (uint64_t)getpid());
+	wsync_enc_str(&e, "models");
+	msgpack_pack_array(&e.pk, (size_t)c->nmodels);
+	for (int i = 0; i < c->nmodels; i++)
+		wsync_enc_str(&e, c->models[i]);
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "hello", &m, &p, err) < 0) {
+		if (err->code == EX_TEMPFAIL)
+			wsync_err_set(err, EX_UNAVAILABLE, "cannot reach %s after %.1f s (is "
+			    "wsync-serve running?)", c->endpoint, timeout_ms / 1000.0);
+		return -1;
+	}
+	if (wsync_msg_str(&m, "pub", pub, sizeof(pub)) < 0 ||
+	    wsync_msg_str(&m, "hub", c->hub, sizeof(c->hub)) < 0) {
+		s_release(&m, &p);
+		return wsync_err_set(err, EX_PROTOCOL, "%s: hello reply lacks pub or hub",
+		    c->endpoint);
+	}
+	s_pub_endpoint(c, pub);
+	c->chunk = wsync_msg_u64(&m, "chunk", &v) == 0 && v > 0 && v <= WSYNC_CHUNK ?
+	    (uint32_t)v : WSYNC_CHUNK;
+	c->window = wsync_msg_u64(&m, "window", &v) == 0 && v > 0 && v <= 64 ?
+	    (uint32_t)v : WSYNC_WINDOW;
+	c->heartbeat_ms = wsync_msg_u64(&m, "heartbeat_ms", &v) == 0 && v >= 10 &&
+	    v <= 60000 ? (uint32_t)v : WSYNC_HEARTBEAT_MS;
+	s_release(&m, &p);
+	return 0;
+}
+
+wsync_client_t *
+wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
+{
+	wsync_client_t *c = calloc(1, sizeof(*c));
+
+	if (c == NULL) {
+		wsync_err_set(err, EX_OSERR, "out of memory");
+		return NULL;
+	}
+	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0)
+		goto fail;
+	snprintf(c->role, sizeof(c->role), "%s", o->role);
+	if (o->worker != NULL)
+		snprintf(c->worker, sizeof(c->worker), "%s", o->worker);
+	if ((c->models = calloc((size_t)o->nmodels + 1, sizeof(*c->models))) == NULL) {
+		wsync_err_set(err, EX_OSERR, "out of memory");
+		goto fail;
+	}
+	for (c->nmodels = 0; c->nmodels < o->nmodels; c->nmodels++) {
+		if ((c->models[c->nmodels] = strdup(o->models[c->nmodels])) == NULL) {
+			wsync_err_set(err, EX_OSERR, "out of memory");
+			goto fail;
+		}
+	}
+	if (s_open_socket(c, err) < 0 || s_hello(c, o->timeout_ms, err) < 0)
+		goto fail;
+	return c;
+fail:
+	wsync_client_destroy(&c);
+	return NULL;
+}
+
+void
+wsync_client_destroy(wsync_client_t **cp)
+{
+	wsync_client_t *c = *cp;
+
+	if (c == NULL)
+		return;
+	s_close_socket(c);
+	for (int i = 0; i < c->nmodels; i++)
+		free(c->models[i]);
+	free(c->models);
+	free(c);
+	*cp = NULL;
+}
+
+const char *
+wsync_client_endpoint(const wsync_client_t *c)
+{
+	return c->endpoint;
+}
+
+int
+wsync_client_reconnect(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
+{
+	s_close_socket(c);
+	if (s_open_socket(c, err) < 0)
+		return -1;
+	return s_hello(c, timeout_ms, err);
+}
+
+/* Reads {version, size, content, time} from a map object into h. */
+static int
+s_head_from(const msgpack_object *o, wsync_head_t *h)
+{
+	memset(h, 0, sizeof(*h));
+	if (wsync_obj_u64(wsync_obj_get(o, "version"), &h->version) < 0 ||
+	    wsync_obj_u64(wsync_obj_get(o, "size"), &h->size) < 0 ||
+	    wsync_obj_u64(wsync_obj_get(o, "content"), &h->content) < 0)
+		return -1;
+	wsync_obj_double(wsync_obj_get(o, "time"), &h->time);
+	return 0;
+}
+
+int
+wsync_client_heads(wsync_client_t *c, const char *const *models, int n, const char *worker,
+    const uint64_t *applied, wsync_head_t *heads, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	const msgpack_object *all;
+	uint64_t id = s_request(c, &e, "heads", worker ? 3 : 1);
+
+	wsync_enc_str(&e, "models");
+	msgpack_pack_array(&e.pk, (size_t)n);
+	for (int i = 0; i < n; i++)
+		wsync_enc_str(&e, models[i]);
+	if (worker != NULL) {
+		wsync_enc_kv_str(&e, "worker", worker);
+		wsync_enc_str(&e, "applied");
+		msgpack_pack_map(&e.pk, (size_t)n);
+		for (int i = 0; i < n; i++)
+			wsync_enc_kv_u64(&e, models[i], applied[i]);
+	}
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "heads", &m, &p, err) < 0)
+		return -1;
+	all = wsync_msg_get(&m, "heads");
+	for (int i = 0; i < n; i++) {
+		const msgpack_object *h = wsync_obj_get(all, models[i]);
+		if (h == NULL)
+			memset(&heads[i], 0, sizeof(heads[i]));
+		else if (s_head_from(h, &heads[i]) < 0) {
+			s_release(&m, &p);
+			return wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply for %s without "
+			    "version, size or content", c->endpoint, models[i]);
+		}
+	}
+	s_release(&m, &p);
+	return 0;
+}
+
+static int
+s_stat(wsync_client_t *c, const char *model, uint64_t version, const char *worker,
+    wsync_head_t *h, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = s_request(c, &e, "stat", worker ? 3 : 2);
+	int rc;
+
+	wsync_enc_kv_str(&e, "model", model);
+	wsync_enc_kv_u64(&e, "version", version);
+	if (worker != NULL)
+		wsync_enc_kv_str(&e, "worker", worker);
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "stat", &m, &p, err) < 0)
+		return -1;
+	rc = s_head_from(m.root, h);
+	s_release(&m, &p);
+	if (rc < 0 || h->version == 0)
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a stat reply without version, size "
+		    "or content", c->endpoint);
+	return 0;
+}
+
+/*
+ * Gets bytes [0, h->size) of a version into fd with up to window gets in
+ * flight, writing each chunk at its offset as it arrives.
+ */
+static int
+s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
+    int timeout_ms, wsync_err_t *err)
+{
+	uint64_t ids[64], offs[64], next_off = 0, done = 0;
+	unsigned inflight = 0;
+
+	while (done < h->size) {
+		wsync_msg_t m;
+		wsync_parts_t p = { .n = 0 };
+		uint64_t id = 0, off, len;
+		unsigned slot;
+		int rc;
+
+		while (inflight < c->window && next_off < h->size) {
+			wsync_enc_t e;
+			uint64_t n = h->size - next_off < c->chunk ? h->size - next_off : c->chunk;
+			ids[inflight] = s_request(c, &e, "get", 4);
+			offs[inflight] = next_off;
+			wsync_enc_kv_str(&e, "model", model);
+			wsync_enc_kv_u64(&e, "version", h->version);
+			wsync_enc_kv_u64(&e, "off", next_off);
+			wsync_enc_kv_u64(&e, "len", n);
+			rc = s_send(c, &e, NULL, 0, err);
+			wsync_enc_free(&e);
+			if (rc < 0)
+				return -1;
+			inflight++;
+			next_off += n;
+		}
+		rc = s_recv(c, wsync_now_ms() + timeout_ms, &id, &m, &p, 0, err);
+		if (rc == 1)
+			return wsync_err_set(err, EX_TEMPFAIL, "%s version %" PRIu64 ": no data "
+			    "from %s for %.1f s", model, h->version, c->endpoint, timeout_ms / 1000.0);
+		for (slot = 0; slot < inflight && ids[slot] != id; slot++)
+			;
+		if (rc < 0) {
+			if (slot < inflight || id == 0)
+				return -1;
+			continue;
+		}
+		if (slot == inflight) {
+			s_release(&m, &p);
+			continue;
+		}
+		if (wsync_msg_u64(&m, "off", &off) < 0 || wsync_msg_u64(&m, "len", &len) < 0 ||
+		    off != offs[slot] || p.n != 3 || wsync_part_size(&p, 2) != len ||
+		    len == 0 || off + len > h->size) {
+			s_release(&m, &p);
+			return wsync_err_set(err, EX_PROTOCOL, "%s: a get reply that does not "
+			    "match its request", c->endpoint);
+		}
+		if (pwrite(fd, wsync_part_data(&p, 2), len, (off_t)off) != (ssize_t)len) {
+			s_release(&m, &p);
+			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
+		}
+		done += len;
+		s_release(&m, &p);
+		ids[slot] = ids[inflight - 1];
+		offs[slot] = offs[inflight - 1];
+		inflight--;
+	}
+	return 0;
+}
+
+int
+wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
+    const char *worker, const char *path, char **tmp, wsync_head_t *got, int timeout_ms,
+    wsync_err_t *err)
+{
+	char buf[PATH_MAX];
+	wsync_file_t *f = NULL;
+	int fd = -1;
+
+	*tmp = NULL;
+	if (s_stat(c, model, version, worker, got, timeout_ms, err) < 0)
+		return -1;
+	if (snprintf(buf, sizeof(buf), "%s.tmp.XXXXXX", path) >= (int)sizeof(buf))
+		return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
+	if ((fd = mkstemp(buf)) < 0)
+		return wsync_err_set(err, EX_CANTCREAT, "%s: cannot create a temporary file: %s",
+		    path, strerror(errno));
+	if (ftruncate(fd, (off_t)got->size) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+		goto fail;
+	}
+	if (s_get_all(c, model, got, fd, timeout_ms, err) < 0)
+		goto fail;
+	if ((f = wsync_file_open_fd(fd, model, err)) == NULL ||
+	    wsync_file_verify(f, NULL, NULL, err) < 0)
+		goto fail;
+	if (wsync_file_content_id(f) != got->content || wsync_file_version(f) != got->version) {
+		wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": received content "
+		    "%016" PRIx64 " version %" PRIu64 ", the hub announced %016" PRIx64, model,
+		    got->version, wsync_file_content_id(f), wsync_file_version(f), got->content);
+		goto fail;
+	}
+	wsync_file_close(&f);
+	if (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || close(fd) < 0) {
+		fd = -1;
+		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+		goto fail;
+	}
+	if ((*tmp = strdup(buf)) == NULL) {
+		unlink(buf);
+		return wsync_err_set(err, EX_OSERR, "out of memory");
+	}
+	return 0;
+fail:
+	wsync_file_close(&f);
+	if (fd >= 0)
+		close(fd);
+	unlink(buf);
+	return -1;
+}
+
+/* Copies all of fd (from its start) to stdout. */
+static int
+s_copy_out(int fd, wsync_err_t *err)
+{
+	char buf[1 << 16];
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		if (wsync_write_all(STDOUT_FILENO, buf, (size_t)n) < 0)
+			return wsync_err_set(err, EX_IOERR, "stdout: %s", strerror(errno));
+	return n < 0 ? wsync_err_set(err, EX_IOERR, "read: %s", strerror(errno)) : 0;
+}
+
+int
+wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
+    const char *worker, const char *path, wsync_head_t *got, int timeout_ms,
+    wsync_err_t *err)
+{
+	char dir[PATH_MAX], *tmp = NULL;
+	int rc, fd;
+
+	if (strcmp(path, "-") != 0) {
+		if (wsync_client_fetch_temp(c, model, version, worker, path, &tmp, got,
+		    timeout_ms, err) < 0)
+			return -1;
+		rc = rename(tmp, path);
+		if (rc < 0) {
+			wsync_err_set(err, EX_CANTCREAT, "%s: cannot rename into place: %s", path,
+			    strerror(errno));
+			unlink(tmp);
+		}
+		free(tmp);
+		return rc;
+	}
+	/* Standard output gets nothing until the whole version is verified. */
+	const char *td = getenv("TMPDIR");
+	snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
+	if (wsync_client_fetch_temp(c, model, version, worker, dir, &tmp, got, timeout_ms,
+	    err) < 0)
+		return -1;
+	fd = open(tmp, O_RDONLY | O_CLOEXEC);
+	unlink(tmp);
+	free(tmp);
+	if (fd < 0)
+		return wsync_err_set(err, EX_IOERR, "temporary file: %s", strerror(errno));
+	rc = s_copy_out(fd, err);
+	close(fd);
+	return rc;
+}
+
+/* What a push sends for one item: the bytes of a .wsync file, mapped. */
+struct s_source {
+	wsync_file_t *file;             /* the input, when sent as it is */
+	void *map;                      /* or a re-written copy in a memfd */
+	size_t maplen;
+	const unsigned char *base;
+	size_t size;
+};
+
+static void
+s_source_free(struct s_source *src)
+{
+	wsync_file_close(&src->file);
+	if (src->map != NULL)
+		munmap(src->map, src->maplen);
+	memset(src, 0, sizeof(*src));
+}
+
+/*
+ * Makes the bytes to upload for item: a .wsync input of the same model as it
+ * is (after verifying its hashes); anything else re-written as .wsync of
+ * item->model into memory (tensors split into a tree at '.').
+ */
+static int
+s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *err)
+{
+	wsync_file_t *in = wsync_input_open(item->path, err);
+	wsync_tree_t *tree = NULL;
+	int fd = -1, rc = -1;
+	struct stat st;
+
+	memset(src, 0, sizeof(*src));
+	if (in == NULL)
+		return -1;
+	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC) {
+		if (wsync_file_verify(in, NULL, NULL, err) < 0)
+			goto out;
+		if (strcmp(wsync_file_model(in), item->model) == 0) {
+			src->file = in;
+			src->base = wsync_file_bytes(in);
+			src->size = wsync_file_size(in);
+			return 0;
+		}
+	}
+	if ((tree = wsync_tree_new(item->model, err)) == NULL)
+		goto out;
+	for (size_t i = 0; i < wsync_file_meta_count(in); i++) {
+		const wsync_meta_t *m = wsync_file_meta(in, i);
+		if (wsync_tree_set_meta(tree, m->key, m->value, err) < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < wsync_file_count(in); i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(in, i);
+		if (wsync_tree_add(tree, t->path, t->dtype, t->ndim, t->shape, t->data,
+		    t->nbytes, err) < 0 &&
+		    wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim, t->shape, t->data,
+		    t->nbytes, err) < 0)
+			goto out;
+	}
+	if ((fd = memfd_create("wsync-push", MFD_CLOEXEC)) < 0) {
+		wsync_err_set(err, EX_OSERR, "memfd_create: %s", strerror(errno));
+		goto out;
+	}
+	if (wsync_tree_write_fd(tree, fd, item->path, err) < 0)
+		goto out;
+	if (fstat(fd, &st) < 0 || (src->map = mmap(NULL, (size_t)st.st_size, PROT_READ,
+	    MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		src->map = NULL;
+		wsync_err_set(err, EX_OSERR, "%s: cannot map the re-written file: %s", item->path,
+		    strerror(errno));
+		goto out;
+	}
+	src->maplen = src->size = (size_t)st.st_size;
+	src->base = src->map;
+	rc = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	wsync_tree_destroy(&tree);
+	wsync_file_close(&in);
+	return rc;
+}
+
+static void
+s_abort(wsync_client_t *c, uint64_t upload)
+{
+	wsync_enc_t e;
+	wsync_err_t ignored;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = s_request(c, &e, "abort", 1);
+
+	wsync_enc_kv_u64(&e, "upload", upload);
+	if (s_call(c, &e, id, NULL, 0, 1000, "abort", &m, &p, &ignored) == 0)
+		s_release(&m, &p);
+}
+
+/* Sends every chunk of every source (none is empty) with up to window in flight. */
+static int
+s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
+    int timeout_ms, wsync_err_t *err)
+{
+	uint64_t ids[64];
+	unsigned inflight = 0;
+	int file = 0;
+	size_t off = 0;
+
+	for (;;) {
+		wsync_msg_t m;
+		wsync_parts_t p = { .n = 0 };
+		uint64_t id;
+		unsigned slot;
+		int rc;
+
+		while (inflight < c->window && file < n) {
+			wsync_enc_t e;
+			size_t len = src[file].size - off < c->chunk ? src[file].size - off : c->chunk;
+			ids[inflight++] = s_request(c, &e, "chunk", 3);
+			wsync_enc_kv_u64(&e, "upload", upload);
+			wsync_enc_kv_u64(&e, "file", (uint64_t)file);
+			wsync_enc_kv_u64(&e, "off", off);
+			rc = s_send(c, &e, src[file].base + off, len, err);
+			wsync_enc_free(&e);
+			if (rc < 0)
+				return -1;
+			off += len;
+			if (off >= src[file].size) {
+				file++;
+				off = 0;
+			}
+		}
+		if (inflight == 0)
+			return 0;
+		rc = s_recv(c, wsync_now_ms() + timeout_ms, &id, &m, &p, 0, err);
+		if (rc == 1)
+			return wsync_err_set(err, EX_TEMPFAIL, "upload: no answer from %s after "
+			    "%.1f s", c->endpoint, timeout_ms / 1000.0);
+		for (slot = 0; slot < inflight && ids[slot] != id; slot++)
+			;
+		if (rc < 0) {
+			if (slot < inflight || id == 0)
+				return -1;
+			continue;
+		}
+		s_release(&m, &p);
+		if (slot < inflight)
+			ids[slot] = ids[--inflight];
+	}
+}
+
+int
+wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
+    const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
+{
+	struct s_source *src = calloc((size_t)n + 1, sizeof(*src));
+	char host[200] = "unknown", pusher[256];
+	const msgpack_object *versions;
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id, upload = 0;
+	int rc = -1, i;
+
+	if (src == NULL)
+		return wsync_err_set(err, EX_OSERR, "out of memory");
+	for (i = 0; i < n; i++)
+		if (s_source_make(&items[i], &src[i], err) < 0)
+			goto out;
+	gethostname(host, sizeof(host) - 1);
+	snprintf(pusher, sizeof(pusher), "%s:%ld", host, (long)getpid());
+	id = s_request(c, &e, "begin", workers != NULL ? 3 : 2);
+	wsync_enc_str(&e, "files");
+	msgpack_pack_array(&e.pk, (size_t)n);
+	for (i = 0; i < n; i++) {
+		msgpack_pack_map(&e.pk, 2);
+		wsync_enc_kv_str(&e, "model", items[i].model);
+		wsync_enc_kv_u64(&e, "size", src[i].size);
+	}
+	wsync_enc_kv_str(&e, "pusher", pusher);
+	if (workers != NULL) {
+		wsync_enc_str(&e, "workers");
+		msgpack_pack_array(&e.pk, (size_t)nworkers);
+		for (i = 0; i < nworkers; i++)
+			wsync_enc_str(&e, workers[i]);
+	}
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "begin", &m, &p, err) < 0)
+		goto out;
+	rc = wsync_msg_u64(&m, "upload", &upload);
+	s_release(&m, &p);
+	if (rc < 0) {
+		wsync_err_set(err, EX_PROTOCOL, "%s: begin reply without upload", c->endpoint);
+		goto out;
+	}
+	rc = -1;
+	if (s_upload(c, upload, src, n, timeout_ms, err) < 0) {
+		s_abort(c, upload);
+		goto out;
+	}
+	id = s_request(c, &e, "commit", 1);
+	wsync_enc_kv_u64(&e, "upload", upload);
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "commit", &m, &p, err) < 0)
+		goto out;
+	versions = wsync_msg_get(&m, "versions");
+	if (versions == NULL || versions->type != MSGPACK_OBJECT_ARRAY ||
+	    versions->via.array.size != (uint32_t)n) {
+		s_release(&m, &p);
+		wsync_err_set(err, EX_PROTOCOL, "%s: commit reply without versions", c->endpoint);
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		const msgpack_object *v = &versions->via.array.ptr[i];
+		wsync_obj_u64(wsync_obj_get(v, "version"), &items[i].version);
+		wsync_obj_u64(wsync_obj_get(v, "content"), &items[i].content);
+	}
+	s_release(&m, &p);
+	rc = 0;
+out:
+	for (i = 0; i < n; i++)
+		s_source_free(&src[i]);
+	free(src);
+	return rc;
+}
+
+/* Appends text to a growing malloc'd string; control bytes become '?'. */
+static void
+s_append(char **buf, size_t *len, const char *text)
+{
+	size_t n = strlen(text);
+	char *nb = realloc(*buf, *len + n + 1);
+
+	if (nb == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		nb[*len + i] = (unsigned char)text[i] < 0x20 && text[i] != '\n' ? '?' : text[i];
+	*len += n;
+	nb[*len] = '\0';
+	*buf = nb;
+}
+
+/* One line per missing worker of a wait that timed out. */
+static char *
+s_missing_text(const msgpack_object *list)
+{
+	char *buf = NULL, line[1024], worker[WSYNC_MAX_ID + 1], reason[WSYNC_MAX_REASON + 1];
+	size_t len = 0;
+
+	if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY)
+		return NULL;
+	for (uint32_t i = 0; i < list->via.array.size; i++) {
+		const msgpack_object *w = &list->via.array.ptr[i];
+		uint64_t v = 0;
+		double seen = -1;
+		if (wsync_obj_str(wsync_obj_get(w, "worker"), worker, sizeof(worker)) < 0)
+			continue;
+		wsync_obj_u64(wsync_obj_get(w, "version"), &v);
+		wsync_obj_double(wsync_obj_get(w, "seen"), &seen);
+		snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", last seen %.1f s ago", worker,
+		    v ? "has version " : "has no version", v, seen);
+		s_append(&buf, &len, line);
+		if (wsync_obj_str(wsync_obj_get(w, "failure"), reason, sizeof(reason)) == 0) {
+			s_append(&buf, &len, ", last failure: ");
+			s_append(&buf, &len, reason);
+		}
+		s_append(&buf, &len, "\n");
+	}
+	return buf;
+}
+
+int
+wsync_client_wait(wsync_client_t *c, const char *model, uint64_t version,
+    const char *mode, unsigned count, const char *const *ids, int nids, int timeout_ms,
+    char **missing, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + timeout_ms + 2000;
+	int extra = strcmp(mode, "count") == 0 || strcmp(mode, "ids") == 0;
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = s_request(c, &e, "wait", 4 + extra), got;
+	int rc;
+
+	*missing = NULL;
+	wsync_enc_kv_str(&e, "model", model);
+	wsync_enc_kv_u64(&e, "version", version);
+	wsync_enc_kv_str(&e, "mode", mode);
+	wsync_enc_kv_u64(&e, "timeout_ms", (uint64_t)timeout_ms);
+	if (strcmp(mode, "count") == 0)
+		wsync_enc_kv_u64(&e, "count", count);
+	else if (strcmp(mode, "ids") == 0) {
+		wsync_enc_str(&e, "ids");
+		msgpack_pack_array(&e.pk, (size_t)nids);
+		for (int i = 0; i < nids; i++)
+			wsync_enc_str(&e, ids[i]);
+	}
+	rc = s_send(c, &e, NULL, 0, err);
+	wsync_enc_free(&e);
+	while (rc == 0) {
+		rc = s_recv(c, deadline, &got, &m, &p, 1, err);
+		if (rc == 1)
+			return wsync_err_set(err, EX_TEMPFAIL, "wait: no answer from %s",
+			    c->endpoint);
+		if (got == id) {
+			if (rc < 0)
+				*missing = s_missing_text(wsync_msg_get(&m, "missing"));
+			s_release(&m, &p);
+			return rc;
+		}
+		if (got != 0)
+			s_release(&m, &p);
+		else if (rc < 0)
+			return -1;
+		rc = 0;
+	}
+	return -1;
+}
+
+/* Sends a small request whose reply carries nothing the caller needs. */
+static int
+s_simple(wsync_client_t *c, wsync_enc_t *e, uint64_t id, int timeout_ms, const char *what,
+    wsync_err_t *err)
+{
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+
+	if (s_call(c, e, id, NULL, 0, timeout_ms, what, &m, &p, err) < 0)
+		return -1;
+	s_release(&m, &p);
+	return 0;
+}
+
+int
+wsync_client_report(wsync_client_t *c, const char *worker, const char *model,
+    uint64_t version, const char *reason, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	uint64_t id = s_request(c, &e, reason ? "fail" : "ack", reason ? 4 : 3);
+
+	wsync_enc_kv_str(&e, "worker", worker);
+	wsync_enc_kv_str(&e, "model", model);
+	wsync_enc_kv_u64(&e, "version", version);
+	if (reason != NULL)
+		wsync_enc_kv_str(&e, "reason", reason);
+	return s_simple(c, &e, id, timeout_ms, reason ? "fail" : "ack", err);
+}
+
+int
+wsync_client_bye(wsync_client_t *c, const char *worker, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	uint64_t id = s_request(c, &e, "bye", 1);
+
+	wsync_enc_kv_str(&e, "worker", worker);
+	return s_simple(c, &e, id, timeout_ms, "bye", err);
+}
+
+/* A msgpack object as JSON; map keys that are not strings are skipped. */
+static json_t *
+s_to_json(const msgpack_object *o)
+{
+	json_t *j;
+
+	switch (o->type) {
+	case MSGPACK_OBJECT_NIL: return json_null();
+	case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: return json_integer((json_int_t)o->via.u64);
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer((json_int_t)o->via.i64);
+	case MSGPACK_OBJECT_FLOAT32:
+	case MSGPACK_OBJECT_FLOAT64: return json_real(o->via.f64);
+	case MSGPACK_OBJECT_STR: return json_stringn(o->via.str.ptr, o->via.str.size);
+	case MSGPACK_OBJECT_ARRAY:
+		j = json_array();
+		for (uint32_t i = 0; i < o->via.array.size; i++)
+			json_array_append_new(j, s_to_json(&o->via.array.ptr[i]));
+		return j;
+	case MSGPACK_OBJECT_MAP:
+		j = json_object();
+		for (uint32_t i = 0; i < o->via.map.size; i++) {
+			char key[256];
+			if (wsync_obj_str(&o->via.map.ptr[i].key, key, sizeof(key)) == 0)
+				json_object_set_new(j, key, s_to_json(&o->via.map.ptr[i].val));
+		}
+		return j;
+	default:
+		return json_null();
+	}
+}
+
+char *
+wsync_client_status_json(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = s_request(c, &e, "status", 0);
+	json_t *j;
+	char *text;
+
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "status", &m, &p, err) < 0)
+		return NULL;
+	j = s_to_json(m.root);
+	json_object_del(j, "id");
+	json_object_del(j, "ok");
+	text = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	s_release(&m, &p);
+	if (text == NULL)
+		wsync_err_set(err, EX_PROTOCOL, "%s: a status that is not valid UTF-8",
+		    c->endpoint);
+	return text;
+}

@@ -1,0 +1,31 @@
+/* client_int.h - the client's state and the fetch steps the watcher shares with pull. */
+#ifndef WSYNC_CLIENT_INT_H
+#define WSYNC_CLIENT_INT_H
+
+#include "net_int.h"
+#include "wsync.h"
+
+struct wsync_client {
+	void *sock;
+	char endpoint[512];
+	char pub[512];                  /* the hub's PUB endpoint, as this client reaches it */
+	char hub[256];                  /* the hub's identity */
+	char role[16];
+	char worker[WSYNC_MAX_ID + 1];
+	char **models;
+	int nmodels;
+	uint64_t next_id;
+	uint32_t chunk;
+	uint32_t window;
+	uint32_t heartbeat_ms;
+};
+
+/*
+ * Fetches version (0: head) of model into a new temporary file beside path,
+ * verified; *tmp (caller frees) names it. The caller renames or unlinks it.
+ */
+int wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
+    const char *worker, const char *path, char **tmp, wsync_head_t *got, int timeout_ms,
+    wsync_err_t *err);
+
+#endif

@@ -1,0 +1,288 @@
+/* watch.c - the watcher's loop: initial weights, then every new version, latest wins. */
+#include <errno.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_int.h"
+
+#define S_CALL_MS 3000          /* bound on one request while connected */
+#define S_RETRY_MS 1000         /* between attempts to reach a hub */
+
+struct s_watch {
+	const wsync_watch_opts_t *o;
+	wsync_client_t *client;
+	void *sub;
+	uint64_t *applied;      /* per model: the last version applied (0: none) */
+	uint64_t *failed;       /* per model: the last version whose apply failed */
+	wsync_head_t *heads;
+	char **tmp;             /* per model: a fetched version not yet in place */
+	char endpoint[512];
+};
+
+__attribute__((format(printf, 2, 3)))
+static void
+s_log(struct s_watch *w, const char *fmt, ...)
+{
+	char line[1200];
+	va_list ap;
+
+	if (w->o->log == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	w->o->log(w->o->arg, line);
+}
+
+static void
+s_disconnect(struct s_watch *w)
+{
+	if (w->sub != NULL)
+		zmq_close(w->sub);
+	w->sub = NULL;
+	wsync_client_destroy(&w->client);
+}
+
+static int
+s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
+{
+	const wsync_watch_opts_t *o = w->o;
+	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
+	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
+	    .timeout_ms = timeout_ms };
+	int zero = 0;
+
+	if ((w->client = wsync_client_new(&co, err)) == NULL)
+		return -1;
+	w->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB);
+	if (w->sub == NULL) {
+		wsync_client_destroy(&w->client);
+		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",
+		    zmq_strerror(errno));
+	}
+	zmq_setsockopt(w->sub, ZMQ_LINGER, &zero, sizeof(zero));
+	for (int i = 0; i < o->nmodels; i++)
+		zmq_setsockopt(w->sub, ZMQ_SUBSCRIBE, o->models[i], strlen(o->models[i]));
+	/* Announcements only cut latency: without them, heartbeats still find the head. */
+	if (zmq_connect(w->sub, w->client->pub) < 0)
+		s_log(w, "cannot subscribe at %s: %s", w->client->pub, zmq_strerror(errno));
+	return 0;
+}
+
+/* Removes temporary files a killed watcher left beside its outputs. */
+static void
+s_remove_leftovers(const wsync_watch_opts_t *o)
+{
+	for (int i = 0; i < o->nmodels; i++) {
+		char pattern[4200];
+		glob_t g;
+		snprintf(pattern, sizeof(pattern), "%s.tmp.??????", o->paths[i]);
+		if (glob(pattern, GLOB_NOSORT, NULL, &g) != 0)
+			continue;
+		for (size_t j = 0; j < g.gl_pathc; j++)
+			unlink(g.gl_pathv[j]);
+		globfree(&g);
+	}
+}
+
+static void
+s_drop_temps(struct s_watch *w)
+{
+	for (int i = 0; i < w->o->nmodels; i++) {
+		if (w->tmp[i] != NULL)
+			unlink(w->tmp[i]);
+		free(w->tmp[i]);
+		w->tmp[i] = NULL;
+	}
+}
+
+/*
+ * One round: learn the heads (and beat), fetch every model that moved, put
+ * them all in place, then apply and report each. -1 with err when the hub was
+ * lost (reconnect) or the watcher must stop (err->code tells).
+ */
+static int
+s_sync(struct s_watch *w, wsync_err_t *err)
+{
+	const wsync_watch_opts_t *o = w->o;
+	int moved = 0;
+
+	if (wsync_client_heads(w->client, o->models, o->nmodels, o->worker, w->applied,
+	    w->heads, S_CALL_MS, err) < 0)
+		return -1;
+	for (int i = 0; i < o->nmodels; i++) {
+		uint64_t v = w->heads[i].version;
+		wsync_head_t got;
+		if (v <= w->applied[i] || v == w->failed[i])
+			continue;
+		if (wsync_client_fetch_temp(w->client, o->models[i], v, o->worker, o->paths[i],
+		    &w->tmp[i], &got, S_CALL_MS, err) < 0) {
+			s_drop_temps(w);
+			/* A version retired while we fetched it: the next round finds the newer one. */
+			return err->code == EX_NOINPUT ? 0 : -1;
+		}
+		w->heads[i] = got;
+		moved = 1;
+	}
+	if (!moved)
+		return 0;
+	for (int i = 0; i < o->nmodels; i++) {
+		if (w->tmp[i] != NULL && rename(w->tmp[i], o->paths[i]) < 0) {
+			wsync_err_set(err, EX_CANTCREAT, "%s: cannot rename into place: %s",
+			    o->paths[i], strerror(errno));
+			s_drop_temps(w);
+			return -1;
+		}
+	}
+	for (int i = 0; i < o->nmodels; i++) {
+		char reason[WSYNC_MAX_REASON] = "";
+		uint64_t v = w->heads[i].version;
+		wsync_err_t rerr;
+		int rc;
+
+		if (w->tmp[i] == NULL)
+			continue;
+		free(w->tmp[i]);
+		w->tmp[i] = NULL;
+		rc = o->apply(o->arg, o->models[i], v, o->paths[i], reason, sizeof(reason));
+		if (rc == 0)
+			w->applied[i] = v;
+		else
+			w->failed[i] = v;
+		if (wsync_client_report(w->client, o->worker, o->models[i], v,
+		    rc == 0 ? NULL : reason, S_CALL_MS, &rerr) < 0)
+			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], v,
+			    rerr.msg);
+	}
+	return 0;
+}
+
+/* Waits up to ms for an announcement of a model newer than applied; 1 when one came. */
+static int
+s_wait_announcement(struct s_watch *w, int ms)
+{
+	const wsync_watch_opts_t *o = w->o;
+	int64_t deadline = wsync_now_ms() + ms;
+	int64_t left;
+
+	while ((left = deadline - wsync_now_ms()) > 0 && !*o->stop) {
+		zmq_pollitem_t item = { w->sub, 0, ZMQ_POLLIN, 0 };
+		wsync_parts_t p;
+		int news = 0;
+
+		if (zmq_poll(&item, 1, (long)left) <= 0)
+			continue;
+		while (wsync_recv(w->sub, &p, ZMQ_DONTWAIT) == 0) {
+			for (int i = 0; p.n == 2 && i < o->nmodels; i++) {
+				wsync_msg_t m;
+				wsync_err_t ignored;
+				uint64_t v;
+				if (wsync_part_size(&p, 0) != strlen(o->models[i]) ||
+				    memcmp(wsync_part_data(&p, 0), o->models[i],
+				    strlen(o->models[i])) != 0)
+					continue;
+				if (wsync_msg_decode(&m, wsync_part_data(&p, 1), wsync_part_size(&p, 1),
+				    &ignored) == 0 && wsync_msg_u64(&m, "version", &v) == 0 &&
+				    v > w->applied[i])
+					news = 1;
+				wsync_msg_free(&m);
+			}
+			wsync_parts_close(&p);
+		}
+		if (news)
+			return 1;
+	}
+	return 0;
+}
+
+static int
+s_run(struct s_watch *w, wsync_err_t *err)
+{
+	const wsync_watch_opts_t *o = w->o;
+	int64_t start = wsync_now_ms();
+	int waiting_said = 0;
+
+	while (!*o->stop) {
+		if (w->client == NULL) {
+			int64_t left = o->connect_timeout_ms ?
+			    start + o->connect_timeout_ms - wsync_now_ms() : S_RETRY_MS;
+			if (left <= 0)
+				return wsync_err_set(err, EX_UNAVAILABLE, "cannot reach %s after "
+				    "%.1f s (is wsync-serve running?)", w->endpoint,
+				    o->connect_timeout_ms / 1000.0);
+			if (s_connect(w, (int)(left < S_RETRY_MS ? left : S_RETRY_MS), err) < 0) {
+				if (err->code != EX_UNAVAILABLE && err->code != EX_TEMPFAIL)
+					return -1;
+				if (!waiting_said++)
+					s_log(w, "waiting for a hub at %s", w->endpoint);
+				continue;
+			}
+			s_log(w, "connected to hub %s at %s", w->client->hub, w->client->endpoint);
+			waiting_said = 0;
+		}
+		if (s_sync(w, err) < 0) {
+			if (err->code != EX_TEMPFAIL && err->code != EX_UNAVAILABLE &&
+			    err->code != EX_PROTOCOL && err->code != EX_IOERR)
+				return -1;
+			s_log(w, "lost the hub (%s); reconnecting", err->msg);
+			s_disconnect(w);
+			start = wsync_now_ms();
+			continue;
+		}
+		for (int i = 0; i < o->nmodels; i++) {
+			if (o->max_lag && w->heads[i].version > w->applied[i] + o->max_lag)
+				return wsync_err_set(err, EX_TEMPFAIL, "%s: applied version %" PRIu64
+				    " is %" PRIu64 " behind the head %" PRIu64 " (--max-lag %" PRIu64 ")",
+				    o->models[i], w->applied[i], w->heads[i].version - w->applied[i],
+				    w->heads[i].version, o->max_lag);
+		}
+		if (o->once) {
+			int all = 1;
+			for (int i = 0; i < o->nmodels; i++)
+				all &= w->applied[i] > 0;
+			if (all)
+				return 0;
+		}
+		s_wait_announcement(w, (int)w->client->heartbeat_ms);
+	}
+	return 0;
+}
+
+int
+wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
+{
+	struct s_watch w = { .o = o };
+	size_t n = (size_t)o->nmodels;
+	int rc = -1;
+
+	w.applied = calloc(n, sizeof(*w.applied));
+	w.failed = calloc(n, sizeof(*w.failed));
+	w.heads = calloc(n, sizeof(*w.heads));
+	w.tmp = calloc(n, sizeof(*w.tmp));
+	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL) {
+		wsync_err_set(err, EX_OSERR, "out of memory");
+		goto out;
+	}
+	s_remove_leftovers(o);
+	if (wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
+		rc = s_run(&w, err);
+	if (w.client != NULL) {
+		wsync_err_t ignored;
+		wsync_client_bye(w.client, o->worker, 500, &ignored);
+	}
+out:
+	s_disconnect(&w);
+	if (w.tmp != NULL)
+		s_drop_temps(&w);
+	free(w.applied);
+	free(w.failed);
+	free(w.heads);
+	free(w.tmp);
+	return rc;
+}
