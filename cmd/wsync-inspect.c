@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
 static const char s_usage[] =
     "usage: wsync-inspect [--json] [--verify] FILE|-\n"
-    "       wsync-inspect diff [--json] A B\n";
+    "       wsync-inspect diff [--json] A B\n"
+    "       wsync-inspect [--json] [-t SEC] -e ENDPOINT | --hub\n";
 
 static void
 s_help(void)
@@ -19,14 +21,20 @@ s_help(void)
 	printf("%s\n"
 	    "Show a weight file (.wsync or safetensors): its header, then every tensor.\n"
 	    "\n"
-	    "  -j, --json      print one JSON document instead of columns\n"
-	    "      --verify    recompute every tensor's hash; print FILE: OK or FAILED\n"
-	    "  -h, --help      show this help\n"
-	    "  -V, --version   show the version\n"
+	    "With -e or --hub, show a live hub: models, versions, workers and what each\n"
+	    "has applied.\n"
+	    "\n"
+	    "  -e, --endpoint ENDPOINT  the hub to show\n"
+	    "      --hub                the hub at $WSYNC_ENDPOINT, else the local one\n"
+	    "  -j, --json               print one JSON document instead of columns\n"
+	    "  -t, --timeout SEC        bound on reaching the hub (default 5)\n"
+	    "      --verify             recompute every tensor's hash; print FILE: OK or FAILED\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
 	    "\n"
 	    "diff compares the tensors of A and B; exit 0 when equal, 1 when not.\n"
 	    "Exit status: 0 ok, 1 files differ, 64 usage, 65 bad file, 66 no input,\n"
-	    "74 I/O error. See wsync-inspect(1).\n", s_usage);
+	    "69 hub unavailable, 74 I/O error, 75 timed out. See wsync-inspect(1).\n", s_usage);
 	exit(0);
 }
 
@@ -336,24 +344,149 @@ s_diff(const char *pa, const char *pb, int json)
 	return differ ? 1 : 0;
 }
 
+/* ---- a live hub ---- */
+
+/* A string member of o, "" when absent. */
+static const char *
+s_jraw(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s : "";
+}
+
+static const char *
+s_jtext(json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s != NULL ? s_safe(s) : "-";
+}
+
+static void
+s_time(double t, char *buf, size_t len)
+{
+	time_t secs = (time_t)t;
+	struct tm tm;
+
+	if (t <= 0 || gmtime_r(&secs, &tm) == NULL)
+		snprintf(buf, len, "-");
+	else
+		strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The hub's head of model, from the status document. */
+static json_int_t
+s_head_of(json_t *models, const char *model)
+{
+	size_t i;
+	json_t *m;
+
+	json_array_foreach(models, i, m)
+		if (strcmp(s_jraw(m, "model"), model) == 0)
+			return json_integer_value(json_object_get(m, "head"));
+	return 0;
+}
+
+static void
+s_show_hub_text(json_t *st, const char *endpoint)
+{
+	json_t *models = json_object_get(st, "models"), *workers = json_object_get(st, "workers");
+	json_t *m, *v, *w, *name;
+	size_t i, j;
+	char when[32];
+
+	printf("hub %s at %s\n\n", s_jtext(st, "hub"), s_safe(endpoint));
+	printf("%-20s %9s %12s  %-20s  %-16s  %s\n", "MODEL", "VERSION", "BYTES", "COMMITTED",
+	    "CONTENT", "PUSHER");
+	json_array_foreach(models, i, m) {
+		json_int_t head = json_integer_value(json_object_get(m, "head"));
+		json_array_foreach(json_object_get(m, "versions"), j, v) {
+			json_int_t version = json_integer_value(json_object_get(v, "version"));
+			s_time(json_number_value(json_object_get(v, "time")), when, sizeof(when));
+			printf("%-20s %8lld%s %12lld  %-20s  %-16s  %s\n", s_jtext(m, "model"),
+			    (long long)version, version == head ? "*" : " ",
+			    (long long)json_integer_value(json_object_get(v, "size")), when,
+			    s_jtext(v, "content"), s_jtext(v, "pusher"));
+		}
+	}
+	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %s\n", "WORKER", "MODEL", "APPLIED", "LAG",
+	    "SEEN", "STATE", "LAST FAILURE");
+	json_array_foreach(workers, i, w) {
+		json_t *applied = json_object_get(w, "applied"), *fail = json_object_get(w, "failure");
+		json_array_foreach(json_object_get(w, "models"), j, name) {
+			const char *model = json_is_string(name) ? json_string_value(name) : "";
+			json_int_t a = json_integer_value(json_object_get(applied, model));
+			json_int_t head = s_head_of(models, model);
+			char failure[700] = "-";
+			if (json_is_object(fail) && strcmp(s_jraw(fail, "model"), model) == 0)
+				snprintf(failure, sizeof(failure), "version %lld: %s",
+				    (long long)json_integer_value(json_object_get(fail, "version")),
+				    s_jtext(fail, "reason"));
+			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %s\n", s_jtext(w, "worker"),
+			    s_safe(model), (long long)a, (long long)(head > a ? head - a : 0),
+			    json_number_value(json_object_get(w, "seen")),
+			    json_is_true(json_object_get(w, "alive")) ? "alive" : "gone", failure);
+		}
+	}
+}
+
+static int
+s_show_hub(const char *endpoint, int json, int timeout_ms)
+{
+	wsync_client_opts_t o = { .endpoint = endpoint, .role = "inspect",
+	    .timeout_ms = timeout_ms };
+	wsync_err_t err;
+	wsync_client_t *c = wsync_client_new(&o, &err);
+	json_error_t jerr;
+	json_t *st;
+	char *text;
+
+	if (c == NULL)
+		cli_die_err(&err);
+	if ((text = wsync_client_status_json(c, timeout_ms, &err)) == NULL)
+		cli_die_err(&err);
+	if ((st = json_loads(text, 0, &jerr)) == NULL)
+		cli_die(EX_PROTOCOL, "%s: unreadable status: %s", wsync_client_endpoint(c),
+		    jerr.text);
+	free(text);
+	if (json) {
+		json_object_set_new(st, "endpoint", json_string(wsync_client_endpoint(c)));
+		s_dump_json(st);
+	} else {
+		s_show_hub_text(st, wsync_client_endpoint(c));
+		json_decref(st);
+	}
+	wsync_client_destroy(&c);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
+	enum { OPT_HUB = 256 };
 	static const struct option opts[] = {
+		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "hub", no_argument, NULL, OPT_HUB },
 		{ "json", no_argument, NULL, 'j' },
+		{ "timeout", required_argument, NULL, 't' },
 		{ "verify", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, verify = 0, c, rc;
+	int json = 0, verify = 0, hub = 0, timeout_ms = 5000, c, rc;
+	const char *endpoint = NULL;
 	wsync_err_t err;
 	wsync_file_t *f;
 
 	cli_init("wsync-inspect");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:hjV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:e:hjt:V", opts, NULL)) != -1) {
 		switch (c) {
+		case 'e': endpoint = optarg; hub = 1; break;
+		case OPT_HUB: hub = 1; break;
+		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'h': s_help(); break;
 		case 'j': json = 1; break;
 		case 'v': verify = 1; break;
@@ -363,6 +496,11 @@ main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	if (hub) {
+		if (argc != 0 || verify)
+			cli_usage_error("a hub is shown alone: no file, no --verify");
+		return s_show_hub(endpoint, json, timeout_ms);
+	}
 	if (argc >= 1 && strcmp(argv[0], "diff") == 0) {
 		if (verify)
 			cli_usage_error("diff takes no --verify");

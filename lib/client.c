@@ -565,8 +565,8 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	}
 	for (size_t i = 0; i < wsync_file_count(in); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(in, i);
-		if (wsync_tree_add(tree, t->path, t->dtype, t->ndim, t->shape, t->data,
-		    t->nbytes, err) < 0 &&
+		if (wsync_tree_add_split(tree, t->path, ".", t->dtype, t->ndim, t->shape,
+		    t->data, t->nbytes, err) < 0 &&
 		    wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim, t->shape, t->data,
 		    t->nbytes, err) < 0)
 			goto out;
@@ -867,7 +867,7 @@ wsync_client_bye(wsync_client_t *c, const char *worker, int timeout_ms, wsync_er
 	return s_simple(c, &e, id, timeout_ms, "bye", err);
 }
 
-/* A msgpack object as JSON; map keys that are not strings are skipped. */
+/* A msgpack object as JSON; map keys that are not strings are skipped, content ids are hex. */
 static json_t *
 s_to_json(const msgpack_object *o)
 {
@@ -889,9 +889,16 @@ s_to_json(const msgpack_object *o)
 	case MSGPACK_OBJECT_MAP:
 		j = json_object();
 		for (uint32_t i = 0; i < o->via.map.size; i++) {
-			char key[256];
-			if (wsync_obj_str(&o->via.map.ptr[i].key, key, sizeof(key)) == 0)
-				json_object_set_new(j, key, s_to_json(&o->via.map.ptr[i].val));
+			const msgpack_object *v = &o->via.map.ptr[i].val;
+			char key[256], hex[17];
+			if (wsync_obj_str(&o->via.map.ptr[i].key, key, sizeof(key)) < 0)
+				continue;
+			/* Content ids use all 64 bits: JSON integers would lose them. */
+			if (strcmp(key, "content") == 0 && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+				snprintf(hex, sizeof(hex), "%016" PRIx64, v->via.u64);
+				json_object_set_new(j, key, json_string(hex));
+			} else
+				json_object_set_new(j, key, s_to_json(v));
 		}
 		return j;
 	default:

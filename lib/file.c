@@ -679,17 +679,12 @@ wsync_file_meta(const wsync_file_t *f, size_t i)
 	return i < f->nmeta ? &f->meta[i] : NULL;
 }
 
-const wsync_tensor_t *
-wsync_file_find(const wsync_file_t *f, const char *path)
+/* Binary search of the path index. */
+static const wsync_tensor_t *
+s_find(const wsync_file_t *f, const char *want)
 {
-	char want[WSYNC_MAX_PATH + 1];
 	size_t lo = 0, hi = f->ntensors;
 
-	if (strlen(path) > WSYNC_MAX_PATH)
-		return NULL;
-	strcpy(want, path);
-	for (char *p = want; (p = strchr(p, '/')) != NULL; p++)
-		*p = '.';
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 		const wsync_tensor_t *t = &f->tensors[f->by_path[mid]];
@@ -702,6 +697,20 @@ wsync_file_find(const wsync_file_t *f, const char *path)
 			lo = mid + 1;
 	}
 	return NULL;
+}
+
+const wsync_tensor_t *
+wsync_file_find(const wsync_file_t *f, const char *path)
+{
+	char want[WSYNC_MAX_PATH + 1];
+	const wsync_tensor_t *t = s_find(f, path);
+
+	if (t != NULL || strchr(path, '/') == NULL || strlen(path) > WSYNC_MAX_PATH)
+		return t;
+	strcpy(want, path);
+	for (char *p = want; (p = strchr(p, '/')) != NULL; p++)
+		*p = '.';
+	return s_find(f, want);
 }
 
 int

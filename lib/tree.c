@@ -181,6 +181,14 @@ int
 wsync_tree_add(wsync_tree_t *tree, const char *path, wsync_dtype_t dtype, int ndim,
     const uint64_t *shape, const void *data, uint64_t nbytes, wsync_err_t *err)
 {
+	return wsync_tree_add_split(tree, path, "./", dtype, ndim, shape, data, nbytes, err);
+}
+
+int
+wsync_tree_add_split(wsync_tree_t *tree, const char *path, const char *seps,
+    wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data,
+    uint64_t nbytes, wsync_err_t *err)
+{
 	const char *keys[WSYNC_MAX_DEPTH];
 	char buf[WSYNC_MAX_PATH + 1], *p, *next;
 	int nkeys = 0;
@@ -190,7 +198,7 @@ wsync_tree_add(wsync_tree_t *tree, const char *path, wsync_dtype_t dtype, int nd
 		    path, WSYNC_MAX_PATH);
 	strcpy(buf, path);
 	for (p = buf; p != NULL; p = next) {
-		next = strpbrk(p, "./");
+		next = strpbrk(p, seps);
 		if (next != NULL)
 			*next++ = '\0';
 		if (*p == '\0')

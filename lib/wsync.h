@@ -99,6 +99,10 @@ int wsync_tree_set_meta(wsync_tree_t *tree, const char *key, const char *value,
 int wsync_tree_add(wsync_tree_t *tree, const char *path, wsync_dtype_t dtype,
     int ndim, const uint64_t *shape, const void *data, uint64_t nbytes,
     wsync_err_t *err);
+/* As wsync_tree_add, splitting path only at the characters in seps (".": PyTorch names). */
+int wsync_tree_add_split(wsync_tree_t *tree, const char *path, const char *seps,
+    wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data,
+    uint64_t nbytes, wsync_err_t *err);
 /* As wsync_tree_add, with the keys given one by one (a key may contain '.'). */
 int wsync_tree_add_keys(wsync_tree_t *tree, const char *const *keys, int nkeys,
     wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data,
@@ -162,7 +166,7 @@ const void *wsync_file_bytes(const wsync_file_t *file);
 size_t wsync_file_count(const wsync_file_t *file);
 /* Tensor i (0 <= i < count), borrowed until close. */
 const wsync_tensor_t *wsync_file_tensor(const wsync_file_t *file, size_t i);
-/* The tensor at path ('.' or '/' separated); NULL when absent. */
+/* The tensor at path ('.' separated, or '/' when no key holds one); NULL when absent. */
 const wsync_tensor_t *wsync_file_find(const wsync_file_t *file, const char *path);
 /* Number of meta entries. */
 size_t wsync_file_meta_count(const wsync_file_t *file);

@@ -1,0 +1,892 @@
+/* store.c - the hub's version store: numbering, committing, retention (see store_int.h). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "io_int.h"
+#include "proto_int.h"
+#include "store_int.h"
+
+#define S_SIDECAR_MAX (1 << 20)         /* bytes a sidecar may have */
+
+struct wsync_store {
+	char *dir;
+	char *uploads;                  /* STORE/.uploads */
+	int lock;                       /* STORE/.lock, flocked while open */
+	unsigned keep;
+	wsync_log_fn log;
+	void *log_arg;
+	wsync_model_t **models;         /* sorted by id */
+	size_t nmodels, cap;
+};
+
+__attribute__((format(printf, 2, 3)))
+static void
+s_log(const wsync_store_t *s, const char *fmt, ...)
+{
+	char line[2048];
+	va_list ap;
+
+	if (s->log == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	s->log(s->log_arg, line);
+}
+
+/* A message fit for a log's quoted value: '"' and '\' become '\''. */
+static const char *
+s_quotable(char *msg)
+{
+	for (char *p = msg; *p != '\0'; p++)
+		if (*p == '"' || *p == '\\' || (unsigned char)*p < ' ')
+			*p = '\'';
+	return msg;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int
+s_path(char *buf, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, size, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return 0;
+}
+
+/* Creates directory path 0700 unless it is one already. */
+static int
+s_mkdir(const char *path, wsync_err_t *err)
+{
+	struct stat st;
+
+	if (mkdir(path, 0700) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return wsync_err_set(err, EX_CANTCREAT, "%s: cannot create: %s", path,
+		    strerror(errno));
+	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+		return wsync_err_set(err, EX_CANTCREAT, "%s: not a directory", path);
+	return 0;
+}
+
+static int
+s_sync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+
+	if (fd < 0)
+		return -1;
+	rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
+/* ---- pure helpers ---- */
+
+int
+wsync_store_parse_name(const char *name, uint64_t *version, int *sidecar)
+{
+	uint64_t v = 0;
+	const char *p = name;
+
+	if (*p < '1' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			return -1;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (strcmp(p, ".wsync") == 0)
+		*sidecar = 0;
+	else if (strcmp(p, ".json") == 0)
+		*sidecar = 1;
+	else
+		return -1;
+	*version = v;
+	return 0;
+}
+
+size_t
+wsync_store_retention(const wsync_version_t *versions, size_t n, unsigned keep,
+    unsigned char *retire)
+{
+	size_t untargeted = n, count = 0;
+
+	if (keep == 0)
+		keep = 1;
+	for (size_t i = n; i-- > 0;)
+		if (versions[i].targets == NULL) {
+			untargeted = i;
+			break;
+		}
+	for (size_t i = 0; i < n; i++) {
+		retire[i] = i + keep < n && i != untargeted;
+		count += retire[i];
+	}
+	return count;
+}
+
+int
+wsync_version_visible(const wsync_version_t *v, const char *worker)
+{
+	if (v->targets == NULL)
+		return 1;
+	if (worker == NULL)
+		return 0;
+	for (size_t i = 0; i < v->ntargets; i++)
+		if (strcmp(v->targets[i], worker) == 0)
+			return 1;
+	return 0;
+}
+
+const wsync_version_t *
+wsync_model_version(const wsync_model_t *m, uint64_t version)
+{
+	size_t lo = 0, hi = m->nversions;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (m->versions[mid].version == version)
+			return &m->versions[mid];
+		if (m->versions[mid].version < version)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+const wsync_version_t *
+wsync_model_newest(const wsync_model_t *m)
+{
+	return m->nversions > 0 ? &m->versions[m->nversions - 1] : NULL;
+}
+
+const wsync_version_t *
+wsync_model_head(const wsync_model_t *m, const char *worker)
+{
+	for (size_t i = m->nversions; i-- > 0;)
+		if (wsync_version_visible(&m->versions[i], worker))
+			return &m->versions[i];
+	return NULL;
+}
+
+/* ---- models and versions in memory ---- */
+
+/* Frees what a version's sidecar gave it. */
+static void
+s_sidecar_free(wsync_version_t *v)
+{
+	free(v->pusher);
+	for (size_t i = 0; i < v->ntargets; i++)
+		free(v->targets[i]);
+	free(v->targets);
+	v->pusher = NULL;
+	v->targets = NULL;
+	v->ntargets = 0;
+}
+
+static void
+s_version_free(wsync_version_t *v)
+{
+	if (v->fd >= 0)
+		close(v->fd);
+	v->fd = -1;
+	s_sidecar_free(v);
+}
+
+/* Copies a target list (NULL stays NULL); -1 when out of memory. */
+static int
+s_targets_copy(wsync_version_t *v, const char *const *targets, size_t n)
+{
+	v->targets = NULL;
+	v->ntargets = 0;
+	if (targets == NULL)
+		return 0;
+	if ((v->targets = calloc(n > 0 ? n : 1, sizeof(*v->targets))) == NULL)
+		return -1;
+	for (; v->ntargets < n; v->ntargets++)
+		if ((v->targets[v->ntargets] = strdup(targets[v->ntargets])) == NULL)
+			return -1;
+	return 0;
+}
+
+static size_t
+s_model_index(const wsync_store_t *s, const char *id, int *found)
+{
+	size_t lo = 0, hi = s->nmodels;
+
+	*found = 0;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(id, s->models[mid]->id);
+		if (c == 0) {
+			*found = 1;
+			return mid;
+		}
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/* The model with this id, added (empty, next = 1) when missing; NULL when out of memory. */
+static wsync_model_t *
+s_model_get(wsync_store_t *s, const char *id)
+{
+	int found;
+	size_t at = s_model_index(s, id, &found);
+	wsync_model_t *m;
+
+	if (found)
+		return s->models[at];
+	if (s->nmodels == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 8;
+		wsync_model_t **nm = realloc(s->models, cap * sizeof(*nm));
+		if (nm == NULL)
+			return NULL;
+		s->models = nm;
+		s->cap = cap;
+	}
+	if ((m = calloc(1, sizeof(*m))) == NULL)
+		return NULL;
+	snprintf(m->id, sizeof(m->id), "%s", id);
+	m->next = 1;
+	memmove(&s->models[at + 1], &s->models[at], (s->nmodels - at) * sizeof(*s->models));
+	s->models[at] = m;
+	s->nmodels++;
+	return m;
+}
+
+/* Appends v (newer than every version of m); m owns it afterwards, even on failure. */
+static int
+s_model_append(wsync_model_t *m, wsync_version_t *v)
+{
+	if (m->nversions == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 4;
+		wsync_version_t *nv = realloc(m->versions, cap * sizeof(*nv));
+		if (nv == NULL) {
+			s_version_free(v);
+			return -1;
+		}
+		m->versions = nv;
+		m->cap = cap;
+	}
+	m->versions[m->nversions++] = *v;
+	return 0;
+}
+
+/* Unlinks and forgets the versions of m that retention drops. */
+static void
+s_retain(wsync_store_t *s, wsync_model_t *m)
+{
+	unsigned char *retire = calloc(m->nversions ? m->nversions : 1, 1);
+	size_t kept = 0;
+	char path[PATH_MAX];
+
+	if (retire == NULL ||
+	    wsync_store_retention(m->versions, m->nversions, s->keep, retire) == 0) {
+		free(retire);
+		return;
+	}
+	for (size_t i = 0; i < m->nversions; i++) {
+		wsync_version_t *v = &m->versions[i];
+		if (!retire[i]) {
+			m->versions[kept++] = *v;
+			continue;
+		}
+		if (s_path(path, sizeof(path), "%s/%s/%" PRIu64 ".wsync", s->dir, m->id,
+		    v->version) == 0)
+			unlink(path);
+		if (s_path(path, sizeof(path), "%s/%s/%" PRIu64 ".json", s->dir, m->id,
+		    v->version) == 0)
+			unlink(path);
+		s_log(s, "event=retire model=%s version=%" PRIu64, m->id, v->version);
+		s_version_free(v);
+	}
+	m->nversions = kept;
+	free(retire);
+}
+
+/* ---- sidecars ---- */
+
+static int
+s_sidecar_write(const wsync_store_t *s, const char *path, const wsync_commit_info_t *info,
+    wsync_err_t *err)
+{
+	json_t *doc = json_object(), *targets = info->targets ? json_array() : json_null();
+	char tmp[PATH_MAX], *text = NULL;
+	int fd = -1, rc = -1;
+
+	for (size_t i = 0; info->targets != NULL && i < info->ntargets; i++)
+		json_array_append_new(targets, json_string(info->targets[i]));
+	json_object_set_new(doc, "pusher", json_string(info->pusher));
+	json_object_set_new(doc, "time", json_real(info->time));
+	json_object_set_new(doc, "targets", targets);
+	if ((text = json_dumps(doc, JSON_COMPACT)) == NULL) {
+		wsync_err_set(err, EX_OSERR, "out of memory");
+		goto done;
+	}
+	if (s_path(tmp, sizeof(tmp), "%s/sidecar.XXXXXX", s->uploads) < 0 ||
+	    (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
+		    s->uploads, strerror(errno));
+		goto done;
+	}
+	if (wsync_write_all(fd, text, strlen(text)) < 0 || wsync_write_all(fd, "\n", 1) < 0 ||
+	    fsync(fd) < 0 || rename(tmp, path) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
+		unlink(tmp);
+		goto done;
+	}
+	rc = 0;
+done:
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	json_decref(doc);
+	return rc;
+}
+
+/* Fills pusher, time and targets of v from its sidecar; -1 with why when it is unusable. */
+static int
+s_sidecar_read(const char *path, wsync_version_t *v, char *why, size_t whylen)
+{
+	json_error_t jerr;
+	json_t *doc = NULL, *pusher, *time, *targets;
+	struct stat st;
+	int rc = -1;
+
+	if (stat(path, &st) < 0 || st.st_size > S_SIDECAR_MAX) {
+		snprintf(why, whylen, "%s", errno == ENOENT ? "missing" : "unreadable or too large");
+		return -1;
+	}
+	if ((doc = json_load_file(path, 0, &jerr)) == NULL) {
+		snprintf(why, whylen, "%s", jerr.text);
+		return -1;
+	}
+	pusher = json_object_get(doc, "pusher");
+	time = json_object_get(doc, "time");
+	targets = json_object_get(doc, "targets");
+	if (!json_is_string(pusher) || !json_is_number(time) ||
+	    !(json_is_null(targets) || json_is_array(targets))) {
+		snprintf(why, whylen, "fields pusher, time or targets missing or mistyped");
+		goto done;
+	}
+	if ((v->pusher = strdup(json_string_value(pusher))) == NULL)
+		goto done;
+	v->time = json_number_value(time);
+	if (json_is_array(targets)) {
+		size_t n = json_array_size(targets);
+		if ((v->targets = calloc(n > 0 ? n : 1, sizeof(*v->targets))) == NULL)
+			goto done;
+		for (; v->ntargets < n; v->ntargets++) {
+			const char *t = json_string_value(json_array_get(targets, v->ntargets));
+			if (t == NULL || wsync_id_check(t) < 0) {
+				snprintf(why, whylen, "target %zu is not a worker id", v->ntargets);
+				goto done;
+			}
+			if ((v->targets[v->ntargets] = strdup(t)) == NULL)
+				goto done;
+		}
+	}
+	rc = 0;
+done:
+	json_decref(doc);
+	return rc;
+}
+
+/* ---- opening ---- */
+
+/* Removes what a crashed hub left in STORE/.uploads. */
+static int
+s_clean_uploads(wsync_store_t *s, wsync_err_t *err)
+{
+	DIR *d = opendir(s->uploads);
+	struct dirent *e;
+	size_t removed = 0;
+
+	if (d == NULL)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot read: %s", s->uploads,
+		    strerror(errno));
+	while ((e = readdir(d)) != NULL)
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+		    unlinkat(dirfd(d), e->d_name, 0) == 0)
+			removed++;
+	closedir(d);
+	if (removed > 0)
+		s_log(s, "event=cleanup dir=%s removed=%zu", s->uploads, removed);
+	return 0;
+}
+
+static int
+s_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Opens version number of model m from its file and sidecar and appends it;
+ * a file that does not fit is logged and skipped. -1 only when out of memory.
+ */
+static int
+s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
+{
+	char path[PATH_MAX], why[300];
+	wsync_version_t v = { .version = number, .fd = -1 };
+	wsync_file_t *f = NULL;
+	struct stat st;
+	wsync_err_t err;
+
+	if (s_path(path, sizeof(path), "%s/%s/%" PRIu64 ".wsync", s->dir, m->id, number) < 0)
+		return 0;
+	if ((v.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(v.fd, &st) < 0) {
+		snprintf(err.msg, sizeof(err.msg), "%s", strerror(errno));
+		goto skip;
+	}
+	if ((f = wsync_file_open_fd(v.fd, path, &err)) == NULL)
+		goto skip;
+	if (wsync_file_version(f) != number) {
+		snprintf(err.msg, sizeof(err.msg), "stamped version %" PRIu64 " differs from its "
+		    "name", wsync_file_version(f));
+		goto skip;
+	}
+	v.size = wsync_file_size(f);
+	v.content = wsync_file_content_id(f);
+	wsync_file_close(&f);
+	if (s_path(path, sizeof(path), "%s/%s/%" PRIu64 ".json", s->dir, m->id, number) < 0 ||
+	    s_sidecar_read(path, &v, why, sizeof(why)) < 0) {
+		s_log(s, "event=sidecar path=%s error=\"%s\" (using the file's time, no pusher, "
+		    "no targets)", path, s_quotable(why));
+		s_sidecar_free(&v);
+		v.time = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
+		if ((v.pusher = strdup("")) == NULL) {
+			s_version_free(&v);
+			return -1;
+		}
+	}
+	return s_model_append(m, &v);
+skip:
+	s_log(s, "event=skip path=%s error=\"%s\"", path, s_quotable(err.msg));
+	wsync_file_close(&f);
+	s_version_free(&v);
+	return 0;
+}
+
+/* Reads one model directory: its versions, oldest first, and its next number. */
+static int
+s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	uint64_t *numbers = NULL, *sidecars = NULL, number;
+	size_t n = 0, nside = 0, cap = 0, capside = 0;
+	wsync_model_t *m;
+	struct dirent *e;
+	DIR *d = NULL;
+	int rc = -1, sidecar;
+
+	if (s_path(dir, sizeof(dir), "%s/%s", s->dir, id) < 0 || (d = opendir(dir)) == NULL)
+		return wsync_err_set(err, EX_IOERR, "%s/%s: cannot read: %s", s->dir, id,
+		    strerror(errno));
+	while ((e = readdir(d)) != NULL) {
+		uint64_t **list;
+		size_t *len, *lcap;
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (wsync_store_parse_name(e->d_name, &number, &sidecar) < 0) {
+			s_log(s, "event=skip path=%s/%s error=\"not VERSION.wsync or VERSION.json\"",
+			    dir, e->d_name);
+			continue;
+		}
+		list = sidecar ? &sidecars : &numbers;
+		len = sidecar ? &nside : &n;
+		lcap = sidecar ? &capside : &cap;
+		if (*len == *lcap) {
+			size_t c = *lcap ? *lcap * 2 : 16;
+			uint64_t *nl = realloc(*list, c * sizeof(*nl));
+			if (nl == NULL)
+				goto oom;
+			*list = nl;
+			*lcap = c;
+		}
+		(*list)[(*len)++] = number;
+	}
+	if ((m = s_model_get(s, id)) == NULL)
+		goto oom;
+	qsort(numbers, n, sizeof(*numbers), s_cmp_u64);
+	for (size_t i = 0; i < n; i++)
+		if (s_load_version(s, m, numbers[i]) < 0)
+			goto oom;
+	/* Numbers are never reused, even those of files that did not load. */
+	if (n > 0)
+		m->next = numbers[n - 1] == UINT64_MAX ? UINT64_MAX : numbers[n - 1] + 1;
+	/* A sidecar without its file is what a crash between the two renames leaves. */
+	for (size_t i = 0; i < nside; i++)
+		if (bsearch(&sidecars[i], numbers, n, sizeof(*numbers), s_cmp_u64) == NULL &&
+		    s_path(path, sizeof(path), "%s/%" PRIu64 ".json", dir, sidecars[i]) == 0 &&
+		    unlink(path) == 0)
+			s_log(s, "event=cleanup path=%s", path);
+	rc = 0;
+	goto done;
+oom:
+	wsync_err_set(err, EX_OSERR, "out of memory");
+done:
+	closedir(d);
+	free(numbers);
+	free(sidecars);
+	return rc;
+}
+
+static int
+s_scan(wsync_store_t *s, wsync_err_t *err)
+{
+	DIR *d = opendir(s->dir);
+	struct dirent *e;
+	struct stat st;
+	int rc = 0;
+
+	if (d == NULL)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot read: %s", s->dir, strerror(errno));
+	while (rc == 0 && (e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
+		    strcmp(e->d_name, ".uploads") == 0 || strcmp(e->d_name, ".lock") == 0)
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode) || wsync_model_id_check(e->d_name) < 0) {
+			s_log(s, "event=skip path=%s/%s error=\"not a model directory\"", s->dir,
+			    e->d_name);
+			continue;
+		}
+		rc = s_load_model(s, e->d_name, err);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* Takes STORE/.lock, so that two hubs never number versions in one store. */
+static int
+s_lock(wsync_store_t *s, wsync_err_t *err)
+{
+	char path[PATH_MAX];
+
+	if (s_path(path, sizeof(path), "%s/.lock", s->dir) < 0 ||
+	    (s->lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
+		return wsync_err_set(err, EX_CANTCREAT, "%s/.lock: cannot create: %s", s->dir,
+		    strerror(errno));
+	if (flock(s->lock, LOCK_EX | LOCK_NB) < 0)
+		return wsync_err_set(err, errno == EWOULDBLOCK ? EX_UNAVAILABLE : EX_IOERR,
+		    "store %s is in use by another hub", s->dir);
+	return 0;
+}
+
+wsync_store_t *
+wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg,
+    wsync_err_t *err)
+{
+	char rundir[PATH_MAX - 16], path[PATH_MAX];
+	wsync_store_t *s;
+
+	if (dir == NULL) {
+		if (wsync_runtime_dir(rundir, sizeof(rundir), err) < 0)
+			return NULL;
+		snprintf(path, sizeof(path), "%s/store", rundir);
+		dir = path;
+	}
+	if ((s = calloc(1, sizeof(*s))) == NULL) {
+		wsync_err_set(err, EX_OSERR, "out of memory");
+		return NULL;
+	}
+	s->lock = -1;
+	s->keep = keep > 0 ? keep : 1;
+	s->log = log;
+	s->log_arg = log_arg;
+	if ((s->dir = strdup(dir)) == NULL || asprintf(&s->uploads, "%s/.uploads", dir) < 0) {
+		s->uploads = NULL;
+		wsync_err_set(err, EX_OSERR, "out of memory");
+		goto fail;
+	}
+	if (s_mkdir(s->dir, err) < 0 || s_lock(s, err) < 0 || s_mkdir(s->uploads, err) < 0 ||
+	    s_clean_uploads(s, err) < 0 || s_scan(s, err) < 0)
+		goto fail;
+	for (size_t i = 0; i < s->nmodels; i++)
+		s_retain(s, s->models[i]);
+	return s;
+fail:
+	wsync_store_close(&s);
+	return NULL;
+}
+
+void
+wsync_store_close(wsync_store_t **sp)
+{
+	wsync_store_t *s = *sp;
+
+	if (s == NULL)
+		return;
+	for (size_t i = 0; i < s->nmodels; i++) {
+		wsync_model_t *m = s->models[i];
+		for (size_t j = 0; j < m->nversions; j++)
+			s_version_free(&m->versions[j]);
+		free(m->versions);
+		free(m);
+	}
+	if (s->lock >= 0)
+		close(s->lock);
+	free(s->models);
+	free(s->uploads);
+	free(s->dir);
+	free(s);
+	*sp = NULL;
+}
+
+const char *
+wsync_store_dir(const wsync_store_t *s)
+{
+	return s->dir;
+}
+
+size_t
+wsync_store_count(const wsync_store_t *s)
+{
+	return s->nmodels;
+}
+
+const wsync_model_t *
+wsync_store_model(const wsync_store_t *s, size_t i)
+{
+	return i < s->nmodels ? s->models[i] : NULL;
+}
+
+const wsync_model_t *
+wsync_store_find(const wsync_store_t *s, const char *model)
+{
+	int found;
+	size_t at = s_model_index(s, model, &found);
+
+	return found ? s->models[at] : NULL;
+}
+
+/* ---- uploads and commits ---- */
+
+int
+wsync_store_temp_open(wsync_store_t *s, const char *model, wsync_store_temp_t *t,
+    wsync_err_t *err)
+{
+	snprintf(t->model, sizeof(t->model), "%s", model);
+	t->fd = -1;
+	if (s_path(t->path, sizeof(t->path), "%s/upload.XXXXXX", s->uploads) < 0 ||
+	    (t->fd = mkostemp(t->path, O_CLOEXEC)) < 0) {
+		t->path[0] = '\0';
+		return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
+		    s->uploads, strerror(errno));
+	}
+	return 0;
+}
+
+void
+wsync_store_temp_remove(wsync_store_temp_t *t)
+{
+	if (t->fd >= 0)
+		close(t->fd);
+	if (t->path[0] != '\0')
+		unlink(t->path);
+	t->fd = -1;
+	t->path[0] = '\0';
+}
+
+/* One file of a commit, between its checks and its rename. */
+struct s_staged {
+	uint64_t version, size, content, offset;
+	char final[PATH_MAX];           /* STORE/MODEL/VERSION.wsync */
+	char sidecar[PATH_MAX];         /* STORE/MODEL/VERSION.json */
+	int sidecar_written, renamed;
+};
+
+/* Checks an uploaded file the way a commit needs: parses, verifies, can be stamped. */
+static int
+s_check(const wsync_store_temp_t *t, struct s_staged *st, wsync_err_t *err)
+{
+	char name[WSYNC_MAX_MODEL + 16];
+	wsync_file_t *f;
+	int rc = -1;
+
+	snprintf(name, sizeof(name), "model \"%s\"", t->model);
+	if ((f = wsync_file_open_fd(t->fd, name, err)) == NULL)
+		return -1;
+	if (wsync_file_verify(f, NULL, NULL, err) < 0)
+		goto done;
+	if (wsync_file_version_offset(f) == 0) {
+		wsync_err_set(err, EX_DATAERR, "%s: not written with a fixed-width version field "
+		    "(rewrite it with wsync-convert)", name);
+		goto done;
+	}
+	st->size = wsync_file_size(f);
+	st->content = wsync_file_content_id(f);
+	st->offset = wsync_file_version_offset(f);
+	rc = 0;
+done:
+	wsync_file_close(&f);
+	return rc;
+}
+
+/* Writes version into the file as 8 big-endian bytes at offset, and syncs it. */
+static int
+s_stamp(int fd, uint64_t offset, uint64_t version)
+{
+	unsigned char be[8];
+
+	for (int i = 0; i < 8; i++)
+		be[i] = (unsigned char)(version >> (56 - 8 * i));
+	if (pwrite(fd, be, sizeof(be), (off_t)offset) != (ssize_t)sizeof(be)) {
+		if (errno == 0)
+			errno = EIO;
+		return -1;
+	}
+	return fsync(fd);
+}
+
+/* Numbers the staged files: each gets the next number of its model, in order. */
+static int
+s_number(wsync_store_t *s, const wsync_store_temp_t *files, size_t n, struct s_staged *st,
+    wsync_err_t *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		const wsync_model_t *m = wsync_store_find(s, files[i].model);
+		uint64_t v = m != NULL ? m->next : 1;
+		for (size_t j = 0; j < i; j++)
+			v += strcmp(files[j].model, files[i].model) == 0;
+		if (v == UINT64_MAX || v < (m != NULL ? m->next : 1))
+			return wsync_err_set(err, EX_DATAERR, "model \"%s\" has no version numbers "
+			    "left", files[i].model);
+		st[i].version = v;
+		if (s_path(st[i].final, sizeof(st[i].final), "%s/%s/%" PRIu64 ".wsync", s->dir,
+		    files[i].model, v) < 0 || s_path(st[i].sidecar, sizeof(st[i].sidecar),
+		    "%s/%s/%" PRIu64 ".json", s->dir, files[i].model, v) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: path too long", s->dir);
+	}
+	return 0;
+}
+
+/* Makes what a commit put on disk disappear again, after a failure. */
+static void
+s_unstage(wsync_store_temp_t *files, size_t n, struct s_staged *st)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (st[i].renamed && rename(st[i].final, files[i].path) < 0)
+			unlink(st[i].final);
+		if (st[i].sidecar_written)
+			unlink(st[i].sidecar);
+	}
+}
+
+/* Puts committed files in memory; they own the temporary files' descriptors afterwards. */
+static int
+s_publish(wsync_store_t *s, wsync_store_temp_t *files, size_t n, struct s_staged *st,
+    const wsync_commit_info_t *info, wsync_committed_t *out)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		wsync_version_t v = { .version = st[i].version, .size = st[i].size,
+		    .content = st[i].content, .time = info->time, .fd = files[i].fd };
+		wsync_model_t *m = s_model_get(s, files[i].model);
+		files[i].fd = -1;
+		files[i].path[0] = '\0';
+		snprintf(out[i].model, sizeof(out[i].model), "%s", files[i].model);
+		out[i].version = st[i].version;
+		out[i].size = st[i].size;
+		out[i].content = st[i].content;
+		if (m == NULL || (v.pusher = strdup(info->pusher)) == NULL ||
+		    s_targets_copy(&v, info->targets, info->ntargets) < 0) {
+			/* On disk already: the next open of the store finds it. */
+			s_version_free(&v);
+			rc = -1;
+			continue;
+		}
+		m->next = st[i].version + 1;
+		if (s_model_append(m, &v) < 0)
+			rc = -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		wsync_model_t *m = s_model_get(s, files[i].model);
+		if (m != NULL)
+			s_retain(s, m);
+	}
+	return rc;
+}
+
+int
+wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
+    const wsync_commit_info_t *info, wsync_committed_t *out, wsync_err_t *err)
+{
+	struct s_staged *st = calloc(n > 0 ? n : 1, sizeof(*st));
+	char dir[PATH_MAX];
+	int rc = -1;
+
+	if (st == NULL)
+		return wsync_err_set(err, EX_OSERR, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (s_check(&files[i], &st[i], err) < 0)
+			goto done;
+	if (s_number(s, files, n, st, err) < 0)
+		goto done;
+	for (size_t i = 0; i < n; i++) {
+		if (s_path(dir, sizeof(dir), "%s/%s", s->dir, files[i].model) < 0 ||
+		    s_mkdir(dir, err) < 0)
+			goto fail;
+		if (s_stamp(files[i].fd, st[i].offset, st[i].version) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: cannot stamp version %" PRIu64 ": %s",
+			    files[i].path, st[i].version, strerror(errno));
+			goto fail;
+		}
+		if (s_sidecar_write(s, st[i].sidecar, info, err) < 0)
+			goto fail;
+		st[i].sidecar_written = 1;
+	}
+	/* Renames last: until then, a failure leaves nothing visible. */
+	for (size_t i = 0; i < n; i++) {
+		if (rename(files[i].path, st[i].final) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s",
+			    st[i].final, strerror(errno));
+			goto fail;
+		}
+		st[i].renamed = 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (s_path(dir, sizeof(dir), "%s/%s", s->dir, files[i].model) == 0)
+			s_sync_dir(dir);
+	s_sync_dir(s->dir);
+	if (s_publish(s, files, n, st, info, out) < 0)
+		wsync_err_set(err, EX_OSERR, "out of memory after committing");
+	else
+		rc = 0;
+	goto done;
+fail:
+	s_unstage(files, n, st);
+done:
+	free(st);
+	return rc;
+}

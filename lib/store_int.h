@@ -1,0 +1,136 @@
+/*
+ * store_int.h - the hub's version store: immutable, numbered .wsync files.
+ *
+ * Layout (see wsync-serve(1)):
+ *   STORE/MODEL/VERSION.wsync   a committed version, stamped with its number
+ *   STORE/MODEL/VERSION.json    its sidecar: {"pusher", "time", "targets"}
+ *   STORE/.uploads/             uploads in progress; emptied when the store opens
+ * Directories are 0700, files 0600. A committed file is never written again;
+ * retiring a version unlinks it, so a reader holding a descriptor or a link
+ * keeps its bytes.
+ */
+#ifndef WSYNC_STORE_INT_H
+#define WSYNC_STORE_INT_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wsync.h"
+
+#define WSYNC_KEEP_DEFAULT 3
+
+/* Receives one log line (no newline), key=value style. */
+typedef void (*wsync_log_fn)(void *arg, const char *line);
+
+/* One retained version of a model. */
+typedef struct wsync_version {
+	uint64_t version;
+	uint64_t size;                  /* bytes in the file */
+	uint64_t content;               /* content id */
+	double time;                    /* unix seconds of the commit */
+	char *pusher;                   /* who pushed it; "" when unknown */
+	char **targets;                 /* the only workers who see it; NULL: everyone */
+	size_t ntargets;
+	int fd;                         /* read-only, for serving byte ranges */
+} wsync_version_t;
+
+/* One model: its retained versions, oldest first. */
+typedef struct wsync_model {
+	char id[WSYNC_MAX_MODEL + 1];
+	uint64_t next;                  /* the number the next commit gets; never reused */
+	wsync_version_t *versions;
+	size_t nversions, cap;
+} wsync_model_t;
+
+typedef struct wsync_store wsync_store_t;
+
+/*
+ * Opens (creating it 0700 when missing) the store at dir, or RUNDIR/store when
+ * dir is NULL: empties STORE/.uploads, then reads every model's versions,
+ * checking that each parses and carries the number of its name. What does not
+ * fit is skipped and logged, never deleted. Retention with keep (>= 1) runs
+ * once. log may be NULL. Caller closes with wsync_store_close.
+ */
+wsync_store_t *wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log,
+    void *log_arg, wsync_err_t *err);
+/* Closes every version's descriptor, frees the store and sets *store to NULL. */
+void wsync_store_close(wsync_store_t **store);
+/* The store's directory; borrowed. */
+const char *wsync_store_dir(const wsync_store_t *store);
+/* Number of models. */
+size_t wsync_store_count(const wsync_store_t *store);
+/* Model i, sorted by id; borrowed until the next commit or close. */
+const wsync_model_t *wsync_store_model(const wsync_store_t *store, size_t i);
+/* The model with this id; NULL when the store has none. Borrowed as above. */
+const wsync_model_t *wsync_store_find(const wsync_store_t *store, const char *model);
+
+/* The retained version number version of m; NULL when absent or retired. */
+const wsync_version_t *wsync_model_version(const wsync_model_t *m, uint64_t version);
+/* The newest version of m, whoever it targets; NULL when m has none. */
+const wsync_version_t *wsync_model_newest(const wsync_model_t *m);
+/*
+ * The newest version of m that worker sees: an untargeted one or one that
+ * names worker. worker NULL sees only untargeted versions. NULL when none.
+ */
+const wsync_version_t *wsync_model_head(const wsync_model_t *m, const char *worker);
+/* 1 when worker (may be NULL) sees version v. */
+int wsync_version_visible(const wsync_version_t *v, const char *worker);
+
+/*
+ * Retention, a pure function over versions sorted oldest first: sets
+ * retire[i] to 1 for each version a store keeping keep versions drops, 0 for
+ * the others. The newest version and the newest untargeted one (what a
+ * worker no push named sees) are always kept. Returns how many retire.
+ */
+size_t wsync_store_retention(const wsync_version_t *versions, size_t n, unsigned keep,
+    unsigned char *retire);
+/*
+ * Parses a store file name, "VERSION.wsync" or "VERSION.json" (decimal,
+ * non-zero, no leading zero): 0 with *version and *sidecar set, -1 otherwise.
+ */
+int wsync_store_parse_name(const char *name, uint64_t *version, int *sidecar);
+
+/* A file being uploaded: a temporary file in STORE/.uploads. */
+typedef struct wsync_store_temp {
+	char model[WSYNC_MAX_MODEL + 1];
+	char path[PATH_MAX];
+	int fd;                         /* read-write; -1 when closed */
+} wsync_store_temp_t;
+
+/* Creates an empty temporary file for an upload of model (a checked id). */
+int wsync_store_temp_open(wsync_store_t *store, const char *model, wsync_store_temp_t *t,
+    wsync_err_t *err);
+/* Closes and unlinks a temporary file; nothing when already consumed. */
+void wsync_store_temp_remove(wsync_store_temp_t *t);
+
+/* What one committed file became. */
+typedef struct wsync_committed {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;
+	uint64_t size;
+	uint64_t content;
+} wsync_committed_t;
+
+/* Who pushed an upload, when, and to whom it is announced. */
+typedef struct wsync_commit_info {
+	const char *pusher;             /* "" when unknown */
+	double time;
+	const char *const *targets;     /* NULL: every worker */
+	size_t ntargets;
+} wsync_commit_info_t;
+
+/*
+ * Commits n uploaded files together. Each must parse as .wsync, verify (every
+ * tensor hash) and have a fixed-width version field; the first that fails
+ * fails the commit (code 65, the message naming the model and the tensor) and
+ * nothing becomes visible. Otherwise each gets the next version of its model,
+ * stamped in place, synced, its sidecar written, and is renamed into the
+ * store; then retention runs. On success the temporary files are consumed and
+ * out[i] (n entries, caller's) says what file i became; on failure the caller
+ * still owns them.
+ */
+int wsync_store_commit(wsync_store_t *store, wsync_store_temp_t *files, size_t n,
+    const wsync_commit_info_t *info, wsync_committed_t *out, wsync_err_t *err);
+
+#endif
