@@ -575,14 +575,20 @@ s_load(wsync_file_t *f, int fd, wsync_err_t *err)
 static int
 s_parse(wsync_file_t *f, int any_kind, wsync_err_t *err)
 {
-	if (f->size > 0 && !s_is_map_header(f->base[0]) &&
-	    wsync_safetensors_sniff(f->base, f->size)) {
+	if (f->size == 0)
+		return wsync_err_set(err, EX_DATAERR, "%s: not a weight file (it is empty)",
+		    f->name);
+	/* A .wsync file cannot pass the sniff: bytes 4 to 7 would have to be NUL. */
+	if (wsync_safetensors_sniff(f->base, f->size)) {
 		if (!any_kind)
 			return wsync_err_set(err, EX_DATAERR, "%s: a safetensors file, not .wsync "
 			    "(convert it with wsync-convert)", f->name);
 		f->kind = WSYNC_KIND_SAFETENSORS;
 		if (wsync_safetensors_parse(f, err) < 0)
 			return -1;
+	} else if (any_kind && !s_is_map_header(f->base[0])) {
+		return wsync_err_set(err, EX_DATAERR, "%s: not a weight file (neither .wsync nor "
+		    "safetensors)", f->name);
 	} else if (s_parse_wsync(f, err) < 0)
 		return -1;
 	return wsync_file_index(f, err);

@@ -236,7 +236,8 @@ wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err)
 	char **paths;
 	int rc = 0;
 
-	qsort(tree->t, tree->n, sizeof(*tree->t), s_cmp_keys);
+	if (tree->n > 1)
+		qsort(tree->t, tree->n, sizeof(*tree->t), s_cmp_keys);
 	for (size_t i = 1; i < tree->n; i++) {
 		const struct wsync_tree_tensor *a = &tree->t[i - 1], *b = &tree->t[i];
 		int k = 0;
@@ -252,7 +253,8 @@ wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err)
 		return wsync_err_set(err, EX_OSERR, "out of memory");
 	for (size_t i = 0; i < tree->n; i++)
 		paths[i] = tree->t[i].path;
-	qsort(paths, tree->n, sizeof(*paths), s_cmp_paths);
+	if (tree->n > 1)
+		qsort(paths, tree->n, sizeof(*paths), s_cmp_paths);
 	for (size_t i = 1; i < tree->n && rc == 0; i++)
 		if (strcmp(paths[i - 1], paths[i]) == 0)
 			rc = wsync_err_set(err, EX_DATAERR, "tensor %s: two tensors have this path",

@@ -185,8 +185,8 @@ hostile() {
 @test "bytes after the document are refused" {
 	hostile trailing "trailing data after the document (1 bytes)"
 }
-@test "a text file is refused as not .wsync" {
-	hostile not-msgpack "not a .wsync file (it does not start with a msgpack map)"
+@test "a text file is refused as no weight file" {
+	hostile not-msgpack "not a weight file (neither .wsync nor safetensors)"
 }
 
 @test "no file is a usage error, exit 64" {
