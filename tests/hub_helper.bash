@@ -1,0 +1,106 @@
+# hub_helper.bash - real hubs and watchers for the sync tests: each test gets its
+# own ipc endpoint and store in its temp dir, and every process it starts is
+# killed by PID in teardown. Waits poll a condition with a bound, never sleep blindly.
+
+PIDS=()
+
+hub_setup() {
+	export WSYNC_ENDPOINT="ipc://$TMP/hub"
+	STORE="$TMP/store"
+}
+
+# Runs "$@" until it succeeds, at most $WAIT_S seconds (default 10); fails after.
+wait_until() {
+	local deadline=$((SECONDS + ${WAIT_S:-10}))
+	until "$@"; do
+		if ((SECONDS >= deadline)); then
+			echo "timed out waiting for: $*" >&2
+			return 1
+		fi
+		sleep 0.05
+	done
+}
+
+# Starts a hub on $WSYNC_ENDPOINT with the store $STORE; HUB_PID is its PID.
+start_hub() {
+	wsync-serve --store "$STORE" "$@" 2>>"$TMP/hub.log" &
+	HUB_PID=$!
+	PIDS+=("$HUB_PID")
+	wait_until hub_answers
+}
+
+hub_answers() {
+	wsync-inspect --hub -t 0.5 >/dev/null 2>&1
+}
+
+stop_hub() {
+	kill -TERM "$HUB_PID" 2>/dev/null
+	wait "$HUB_PID" 2>/dev/null || true
+}
+
+# start_watcher ID [wsync-watch options...]: follows "policy" into $TMP/ID.wsync,
+# its stdout in $TMP/ID.out; ${WPID[ID]} is its PID.
+declare -A WPID
+start_watcher() {
+	local id=$1
+	shift
+	wsync-watch --id "$id" -m policy -o "$TMP/$id.wsync" "$@" \
+		>"$TMP/$id.out" 2>"$TMP/$id.err" &
+	WPID[$id]=$!
+	PIDS+=("$!")
+}
+
+# The last version a watcher printed (0 if none).
+last_version() {
+	local v
+	v=$(tail -n 1 "$TMP/$1.out" 2>/dev/null | awk '{print $2}')
+	echo "${v:-0}"
+}
+
+watcher_at() {
+	[ "$(last_version "$1")" -ge "$2" ]
+}
+
+# Makes $TMP/vN.wsync for N in 1..$1: model "policy", tensor values depend on N.
+make_versions() {
+	"$PY" - "$TMP" "$1" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+d, n = sys.argv[1], int(sys.argv[2])
+for v in range(1, n + 1):
+    w = (np.arange(64 * 8, dtype="<f4") * v).tobytes()
+    b = np.full(8, v, dtype="<f4").tobytes()
+    h = {"__metadata__": {"step": str(v)},
+         "actor.0.weight": {"dtype": "F32", "shape": [64, 8], "data_offsets": [0, len(w)]},
+         "actor.0.bias": {"dtype": "F32", "shape": [8], "data_offsets": [len(w), len(w) + len(b)]}}
+    t = json.dumps(h).encode()
+    t += b" " * (-len(t) % 8)
+    with open(f"{d}/v{v}.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(t)) + t + w + b)
+PYEOF
+	for ((v = 1; v <= $1; v++)); do
+		wsync-convert -m policy "$TMP/v$v.safetensors" "$TMP/v$v.wsync"
+	done
+}
+
+# The content id of a file.
+content_of() {
+	wsync-inspect --json "$1" | jq -r .content_id
+}
+
+# Fails if a watcher's printed versions ever went down or repeated.
+versions_increase() {
+	awk '{ if ($2 <= last) { print "version " $2 " after " last; bad = 1 } last = $2 }
+	     END { exit bad }' "$TMP/$1.out"
+}
+
+hub_teardown() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill -CONT "$pid" 2>/dev/null
+		kill -TERM "$pid" 2>/dev/null
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+}
