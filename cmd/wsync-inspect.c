@@ -40,14 +40,14 @@ s_help(void)
 
 /*
  * Makes s safe for a terminal: control and non-ASCII bytes as \xNN. The result
- * lives in one of two static buffers, so two may be used in one printf.
+ * lives in one of four static buffers, so four may be used in one printf.
  */
 static const char *
 s_safe(const char *s)
 {
-	static char bufs[2][4 * 1100];
-	static int which;
-	char *buf = bufs[which ^= 1];
+	static char bufs[4][4 * 1100];
+	static unsigned which;
+	char *buf = bufs[which++ % 4];
 	size_t n = 0;
 
 	for (; *s != '\0' && n < sizeof(bufs[0]) - 5; s++) {
