@@ -16,8 +16,11 @@ wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err)
 	struct stat st;
 	int n;
 
+	/* Memory-backed when possible, so the default store delivers at memory speed. */
 	if (xdg != NULL && xdg[0] == '/')
 		n = snprintf(buf, size, "%s/wsync", xdg);
+	else if (access("/dev/shm", W_OK | X_OK) == 0)
+		n = snprintf(buf, size, "/dev/shm/wsync-%u", (unsigned)getuid());
 	else
 		n = snprintf(buf, size, "/tmp/wsync-%u", (unsigned)getuid());
 	if (n < 0 || (size_t)n >= size)

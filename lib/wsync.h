@@ -202,7 +202,7 @@ int64_t wsync_now_ms(void);
 
 /*
  * The per-user runtime directory, created 0700 and checked to be private:
- * $XDG_RUNTIME_DIR/wsync, else /tmp/wsync-UID.
+ * $XDG_RUNTIME_DIR/wsync, else /dev/shm/wsync-UID (tmpfs), else /tmp/wsync-UID.
  */
 int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 /* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
