@@ -768,8 +768,12 @@ s_missing_text(const msgpack_object *list)
 			continue;
 		wsync_obj_u64(wsync_obj_get(w, "version"), &v);
 		wsync_obj_double(wsync_obj_get(w, "seen"), &seen);
-		snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", last seen %.1f s ago", worker,
-		    v ? "has version " : "has no version", v, seen);
+		if (seen < 0)
+			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", never seen", worker,
+			    v ? "has version " : "has no version", v);
+		else
+			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", last seen %.1f s ago",
+			    worker, v ? "has version " : "has no version", v, seen);
 		s_append(&buf, &len, line);
 		if (wsync_obj_str(wsync_obj_get(w, "failure"), reason, sizeof(reason)) == 0) {
 			s_append(&buf, &len, ", last failure: ");

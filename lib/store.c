@@ -30,29 +30,51 @@ struct wsync_store {
 	size_t nmodels, cap;
 };
 
-__attribute__((format(printf, 2, 3)))
-static void
-s_log(const wsync_store_t *s, const char *fmt, ...)
+void
+wsync_logf(wsync_log_fn log, void *arg, const char *fmt, ...)
 {
 	char line[2048];
 	va_list ap;
 
-	if (s->log == NULL)
+	if (log == NULL)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	s->log(s->log_arg, line);
+	log(arg, line);
 }
 
-/* A message fit for a log's quoted value: '"' and '\' become '\''. */
-static const char *
-s_quotable(char *msg)
+#define s_log(s, ...) wsync_logf((s)->log, (s)->log_arg, __VA_ARGS__)
+
+const char *
+wsync_log_quote(const char *s, char *buf, size_t size)
 {
-	for (char *p = msg; *p != '\0'; p++)
-		if (*p == '"' || *p == '\\' || (unsigned char)*p < ' ')
-			*p = '\'';
-	return msg;
+	size_t n = 0;
+
+	for (; *s != '\0' && n + 5 < size; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\') {
+			buf[n++] = '\\';
+			buf[n++] = (char)c;
+		} else if (c < ' ' || c >= 0x7f)
+			n += (size_t)snprintf(buf + n, size - n, "\\x%02x", c);
+		else
+			buf[n++] = (char)c;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+/* Logs that path (dir/name, name may be NULL) was skipped, and why. */
+static void
+s_log_skip(const wsync_store_t *s, const char *event, const char *dir, const char *name,
+    const char *why)
+{
+	char path[PATH_MAX + 256], qpath[4 * sizeof(path)], qwhy[2048];
+
+	snprintf(path, sizeof(path), "%s%s%s", dir, name ? "/" : "", name ? name : "");
+	s_log(s, "event=%s path=\"%s\" error=\"%s\"", event,
+	    wsync_log_quote(path, qpath, sizeof(qpath)), wsync_log_quote(why, qwhy, sizeof(qwhy)));
 }
 
 __attribute__((format(printf, 3, 4)))
@@ -378,6 +400,7 @@ s_sidecar_read(const char *path, wsync_version_t *v, char *why, size_t whylen)
 	struct stat st;
 	int rc = -1;
 
+	snprintf(why, whylen, "out of memory");
 	if (stat(path, &st) < 0 || st.st_size > S_SIDECAR_MAX) {
 		snprintf(why, whylen, "%s", errno == ENOENT ? "missing" : "unreadable or too large");
 		return -1;
@@ -435,8 +458,11 @@ s_clean_uploads(wsync_store_t *s, wsync_err_t *err)
 		    unlinkat(dirfd(d), e->d_name, 0) == 0)
 			removed++;
 	closedir(d);
-	if (removed > 0)
-		s_log(s, "event=cleanup dir=%s removed=%zu", s->uploads, removed);
+	if (removed > 0) {
+		char q[4 * PATH_MAX];
+		s_log(s, "event=cleanup dir=\"%s\" removed=%zu", wsync_log_quote(s->uploads, q,
+		    sizeof(q)), removed);
+	}
 	return 0;
 }
 
@@ -479,8 +505,9 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 	wsync_file_close(&f);
 	if (s_path(path, sizeof(path), "%s/%s/%" PRIu64 ".json", s->dir, m->id, number) < 0 ||
 	    s_sidecar_read(path, &v, why, sizeof(why)) < 0) {
-		s_log(s, "event=sidecar path=%s error=\"%s\" (using the file's time, no pusher, "
-		    "no targets)", path, s_quotable(why));
+		strncat(why, " (using the file's time, no pusher, no targets)",
+		    sizeof(why) - strlen(why) - 1);
+		s_log_skip(s, "sidecar", path, NULL, why);
 		s_sidecar_free(&v);
 		v.time = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec / 1e9;
 		if ((v.pusher = strdup("")) == NULL) {
@@ -490,7 +517,7 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 	}
 	return s_model_append(m, &v);
 skip:
-	s_log(s, "event=skip path=%s error=\"%s\"", path, s_quotable(err.msg));
+	s_log_skip(s, "skip", path, NULL, err.msg);
 	wsync_file_close(&f);
 	s_version_free(&v);
 	return 0;
@@ -517,8 +544,7 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
 			continue;
 		if (wsync_store_parse_name(e->d_name, &number, &sidecar) < 0) {
-			s_log(s, "event=skip path=%s/%s error=\"not VERSION.wsync or VERSION.json\"",
-			    dir, e->d_name);
+			s_log_skip(s, "skip", dir, e->d_name, "not VERSION.wsync or VERSION.json");
 			continue;
 		}
 		list = sidecar ? &sidecars : &numbers;
@@ -548,7 +574,7 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 		if (bsearch(&sidecars[i], numbers, n, sizeof(*numbers), s_cmp_u64) == NULL &&
 		    s_path(path, sizeof(path), "%s/%" PRIu64 ".json", dir, sidecars[i]) == 0 &&
 		    unlink(path) == 0)
-			s_log(s, "event=cleanup path=%s", path);
+			s_log_skip(s, "cleanup", path, NULL, "a sidecar without its version");
 	rc = 0;
 	goto done;
 oom:
@@ -576,8 +602,7 @@ s_scan(wsync_store_t *s, wsync_err_t *err)
 			continue;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISDIR(st.st_mode) || wsync_model_id_check(e->d_name) < 0) {
-			s_log(s, "event=skip path=%s/%s error=\"not a model directory\"", s->dir,
-			    e->d_name);
+			s_log_skip(s, "skip", s->dir, e->d_name, "not a model directory");
 			continue;
 		}
 		rc = s_load_model(s, e->d_name, err);

@@ -318,7 +318,10 @@ int wsync_watch_run(const wsync_watch_opts_t *opts, wsync_err_t *err);
 
 typedef struct wsync_hub wsync_hub_t;
 
-/* How a hub runs; every pointer is borrowed for the call to wsync_hub_new only. */
+/*
+ * How a hub runs. Every pointer is borrowed for the call to wsync_hub_new only,
+ * except log_arg, which is passed to log until wsync_hub_destroy.
+ */
 typedef struct wsync_hub_opts {
 	const char *const *endpoints;   /* at least one; the first also names the PUB socket */
 	int nendpoints;

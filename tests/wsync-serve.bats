@@ -1,0 +1,484 @@
+#!/usr/bin/env bats
+# wsync-serve: the hub as a process, spoken to with the protocol (tests/fixtures/hubclient.py).
+
+load test_helper
+
+# Starts a hub on this test's endpoint and store (more arguments are passed on)
+# and waits until it listens.
+start_hub() {
+	wsync-serve -e "ipc://$TMP/hub" --store "$TMP/store" "$@" 2>>"$TMP/hub.log" &
+	HUB_PID=$!
+	wait_log 'event=listen'
+}
+
+# Waits, at most 5 s, until the hub's log has a line matching the regex $1.
+wait_log() {
+	local i
+	for ((i = 0; i < 500; i++)); do
+		grep -q -- "$1" "$TMP/hub.log" 2>/dev/null && return 0
+		kill -0 "$HUB_PID" 2>/dev/null || break
+		sleep 0.01
+	done
+	grep -q -- "$1" "$TMP/hub.log" 2>/dev/null && return 0
+	echo "the hub's log never showed '$1':" >&2
+	cat "$TMP/hub.log" >&2
+	return 1
+}
+
+# Sends SIGTERM (or $1) to the hub and collects its exit status in HUB_STATUS.
+stop_hub() {
+	kill -"${1:-TERM}" "$HUB_PID"
+	HUB_STATUS=0
+	wait "$HUB_PID" || HUB_STATUS=$?
+	HUB_PID=
+}
+
+teardown() {
+	if [ -n "${HUB_PID:-}" ]; then
+		kill "$HUB_PID" 2>/dev/null
+		wait "$HUB_PID" 2>/dev/null
+	fi
+	return 0
+}
+
+# The test client: hub req JSON, hub push MODEL=FILE..., hub fetch MODEL V OUT...
+hub() {
+	"$PY" "$FIXTURES/hubclient.py" "ipc://$TMP/hub" "$@"
+}
+
+# A valid .wsync of model policy with one tensor enc.w, as $1 (default v.wsync).
+mkfile() {
+	"$PY" "$FIXTURES/mkhostile.py" valid "${1:-v.wsync}"
+}
+
+# Flips the first data byte of tensor enc.w in file $1.
+flip_data_byte() {
+	local off
+	off=$(wsync-inspect --json "$1" | jq '.tree[0].offset')
+	printf '\377' | dd of="$1" bs=1 seek="$off" conv=notrunc status=none
+}
+
+free_port() {
+	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+@test "--help prints the usage and the options on stdout" {
+	run -0 --separate-stderr wsync-serve --help
+	assert_output - <<'EOF'
+usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]
+
+Run a hub: take pushed versions of models, keep them in a store, announce
+them to watchers and serve them. Log lines go to stderr.
+
+  -e, --endpoint=ENDPOINT   listen on tcp://HOST:PORT or ipc://PATH; may be
+                            repeated (default: $WSYNC_ENDPOINT, else
+                            ipc://RUNDIR/hub)
+      --store=DIR           keep versions in DIR (default: RUNDIR/store)
+      --keep=N              versions kept per model (default 3)
+  -h, --help                print this help and exit
+  -V, --version             print the version and exit
+
+SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot
+listen, 73/74 store errors. See wsync-serve(1).
+EOF
+	assert_equal "$stderr" ""
+}
+
+@test "the usage line is the man page's SYNOPSIS" {
+	run -0 wsync-serve --help
+	local synopsis
+	synopsis=$(MANWIDTH=200 man -l "$ROOT/man/wsync-serve.1" 2>/dev/null |
+		sed -n '/^SYNOPSIS/{n;p;}' | sed 's/^ *//')
+	assert_equal "usage: $synopsis" "${lines[0]}"
+}
+
+@test "wsync-serve(1) formats with no groff warning" {
+	run -0 groff -ww -man -z "$ROOT/man/wsync-serve.1"
+	assert_output ""
+}
+
+@test "--version prints the program and its version" {
+	run -0 --separate-stderr wsync-serve --version
+	assert_output "wsync-serve 0.1.0"
+}
+
+@test "an unknown option, an operand or a bad --keep is a usage error" {
+	run -64 wsync-serve --frobnicate
+	assert_output "wsync-serve: unknown option '--frobnicate'
+Try 'wsync-serve --help'."
+	run -64 wsync-serve extra
+	assert_output "wsync-serve: unexpected argument \"extra\"
+Try 'wsync-serve --help'."
+	run -64 wsync-serve --keep 0
+	assert_output "wsync-serve: --keep wants a number of versions, at least 1, not \"0\"
+Try 'wsync-serve --help'."
+	run -64 wsync-serve -e http://x
+	assert_output "wsync-serve: endpoint \"http://x\": use tcp://HOST:PORT or ipc://PATH"
+}
+
+@test "a started hub logs where it listens, after an ISO 8601 UTC timestamp" {
+	start_hub
+	run -0 grep 'event=listen' "$TMP/hub.log"
+	assert_output --regexp "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z event=listen endpoint=ipc://$TMP/hub pub=ipc://$TMP/hub.pub hub=[^ ]+:$HUB_PID\$"
+}
+
+@test "hello tells the PUB endpoint, the hub and its limits" {
+	start_hub
+	run -0 hub req '{"op":"hello","proto":1,"role":"pull","host":"h","pid":7}'
+	run -0 jq -c 'del(.hub)' <<<"$output"
+	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"window\":8}"
+	run -0 grep -c 'event=hello role=pull host=h pid=7' "$TMP/hub.log"
+}
+
+@test "a second hub on the same ipc endpoint exits 69 and the first keeps serving" {
+	start_hub
+	run -69 --separate-stderr wsync-serve -e "ipc://$TMP/hub" --store "$TMP/store2"
+	assert_equal "$stderr" "wsync-serve: ipc://$TMP/hub is in use by another hub"
+	run -0 hub req '{"op":"hello","proto":1,"role":"pull"}'
+}
+
+@test "a second hub on the same tcp port exits 69" {
+	local port
+	port=$(free_port)
+	wsync-serve -e "tcp://127.0.0.1:$port" --store "$TMP/store" 2>>"$TMP/hub.log" &
+	HUB_PID=$!
+	wait_log 'event=listen'
+	run -69 --separate-stderr wsync-serve -e "tcp://127.0.0.1:$port" --store "$TMP/store2"
+	assert_equal "$stderr" "wsync-serve: tcp://127.0.0.1:$port is in use (by another hub?)"
+}
+
+@test "a second hub on the same store exits 69" {
+	start_hub
+	run -69 --separate-stderr wsync-serve -e "ipc://$TMP/other" --store "$TMP/store"
+	assert_equal "$stderr" "wsync-serve: store $TMP/store is in use by another hub"
+	[ ! -e "$TMP/other" ]
+}
+
+@test "SIGTERM stops the hub: exit 0, event=stop, socket files gone" {
+	start_hub
+	stop_hub TERM
+	assert_equal "$HUB_STATUS" 0
+	run -0 tail -n 1 "$TMP/hub.log"
+	assert_output --regexp 'Z event=stop waits_dropped=0$'
+	[ ! -e "$TMP/hub" ] && [ ! -e "$TMP/hub.pub" ]
+}
+
+@test "SIGINT stops the hub too, with exit 0" {
+	start_hub
+	stop_hub INT
+	assert_equal "$HUB_STATUS" 0
+	run -0 grep -c 'event=stop' "$TMP/hub.log"
+}
+
+@test "stopping drops an upload in progress and its temporary file" {
+	mkfile
+	start_hub
+	run -0 hub req '{"op":"begin","files":[{"model":"policy","size":144}],"pusher":"t:1"}'
+	[ "$(ls "$TMP/store/.uploads" | wc -l)" -eq 1 ]
+	stop_hub
+	assert_equal "$HUB_STATUS" 0
+	run -0 grep 'event=abort upload=1 reason="stopping"' "$TMP/hub.log"
+	run -0 ls -A "$TMP/store/.uploads"
+	assert_output ""
+}
+
+@test "the store is a 0700 directory of 0600 files" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -0 stat -c '%a %n' "$TMP/store" "$TMP/store/policy" "$TMP/store/policy/1.wsync" \
+		"$TMP/store/policy/1.json" "$TMP/store/.uploads"
+	assert_output "700 $TMP/store
+700 $TMP/store/policy
+600 $TMP/store/policy/1.wsync
+600 $TMP/store/policy/1.json
+700 $TMP/store/.uploads"
+	run -0 jq -c '[.pusher, .targets]' "$TMP/store/policy/1.json"
+	assert_output '["hubclient:1",null]'
+}
+
+@test "a stale ipc socket file is reclaimed" {
+	"$PY" -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$TMP/hub"
+	[ -S "$TMP/hub" ]
+	start_hub
+	run -0 grep -c "event=reclaim path=\"$TMP/hub\"" "$TMP/hub.log"
+	run -0 hub req '{"op":"hello","proto":1,"role":"pull"}'
+}
+
+@test "a file that is not a socket at the ipc path is refused and left alone" {
+	echo keep >"$TMP/hub"
+	run -69 --separate-stderr wsync-serve -e "ipc://$TMP/hub" --store "$TMP/store"
+	assert_equal "$stderr" "wsync-serve: ipc://$TMP/hub: $TMP/hub exists and is not a socket"
+	run -0 cat "$TMP/hub"
+	assert_output keep
+}
+
+@test "a push becomes version 1, shown by stat and heads" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	assert_output '{"id":3,"ok":true,"versions":[{"content":"e911155f651e4978","model":"policy","size":144,"version":1}]}'
+	run -0 hub req '{"op":"stat","model":"policy","version":0}'
+	run -0 jq -c 'del(.time)' <<<"$output"
+	assert_output '{"content":"e911155f651e4978","id":1,"model":"policy","ok":true,"size":144,"version":1}'
+	run -0 hub req '{"op":"heads","models":["policy","other"]}'
+	run -0 jq -c '.heads | map_values(del(.time))' <<<"$output"
+	assert_output '{"policy":{"content":"e911155f651e4978","size":144,"version":1}}'
+	run -0 grep -c 'event=commit model=policy version=1 size=144 content=e911155f651e4978 pusher=hubclient:1 upload=1$' "$TMP/hub.log"
+}
+
+@test "get returns the pushed bytes, with only the version stamped in" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -0 hub fetch policy 1 got.wsync
+	run -1 cmp -l v.wsync got.wsync
+	assert_output --regexp '^ *38 +0 +1$'
+	run -0 wsync-inspect --verify got.wsync
+	run -0 jq .version < <(wsync-inspect --json got.wsync)
+	assert_output 1
+}
+
+@test "get of a range past the end, or over the chunk size, is refused with 64" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -64 hub req '{"op":"get","model":"policy","version":1,"off":145,"len":1}'
+	assert_output '{"code":64,"error":"offset 145 is beyond the end of model \"policy\" version 1 (144 bytes)","id":1,"ok":false}'
+	run -64 hub req '{"op":"get","model":"policy","version":1,"off":0,"len":4194305}'
+	assert_output '{"code":64,"error":"get of 4194305 bytes is over the chunk size of 4194304","id":1,"ok":false}'
+	run -0 hub req '{"op":"get","model":"policy","version":1,"off":100,"len":1000}'
+	assert_output '{"id":1,"len":44,"off":100,"ok":true}'
+}
+
+@test "numbering continues after a hub restart on the same store" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -0 hub push policy=v.wsync
+	stop_hub
+	start_hub
+	run -0 hub req '{"op":"heads","models":["policy"]}'
+	run -0 jq .heads.policy.version <<<"$output"
+	assert_output 2
+	run -0 hub push policy=v.wsync
+	run -0 jq '.versions[0].version' <<<"$output"
+	assert_output 3
+}
+
+@test "a corrupted upload is refused with 65 naming the tensor, and nothing becomes visible" {
+	mkfile
+	flip_data_byte v.wsync
+	start_hub
+	run -65 hub push policy=v.wsync
+	assert_output '{"code":65,"error":"model \"policy\": tensor enc.w: data does not match its hash","id":3,"ok":false}'
+	run -0 hub req '{"op":"heads","models":["policy"]}'
+	assert_output '{"heads":{},"id":1,"ok":true}'
+	run -66 hub req '{"op":"stat","model":"policy","version":0}'
+	run -0 ls -A "$TMP/store" "$TMP/store/.uploads"
+	assert_output "$TMP/store:
+.lock
+.uploads
+
+$TMP/store/.uploads:"
+}
+
+@test "a multi-model push with one bad file commits neither" {
+	mkfile good.wsync
+	mkfile bad.wsync
+	flip_data_byte bad.wsync
+	start_hub
+	run -0 hub push policy=good.wsync
+	run -65 hub push policy=good.wsync value=bad.wsync
+	assert_output '{"code":65,"error":"model \"value\": tensor enc.w: data does not match its hash","id":4,"ok":false}'
+	run -0 hub req '{"op":"heads","models":["policy","value"]}'
+	run -0 jq -c '.heads | map_values(.version)' <<<"$output"
+	assert_output '{"policy":1}'
+	run -0 hub push policy=good.wsync value=good.wsync
+	run -0 jq -c '[.versions[] | [.model, .version]]' <<<"$output"
+	assert_output '[["policy",2],["value",1]]'
+}
+
+@test "a chunk that leaves a gap or passes the declared size is refused with 64" {
+	mkfile
+	start_hub
+	run -0 hub req '{"op":"begin","files":[{"model":"policy","size":144}],"pusher":"t:1","id":5}'
+	assert_output '{"id":5,"ok":true,"upload":1}'
+	run -64 hub req '{"op":"chunk","upload":1,"file":0,"off":10}' v.wsync
+	assert_output '{"code":64,"error":"upload 1 file 0: a chunk at offset 10 leaves a gap (0 bytes received)","id":1,"ok":false}'
+	head -c 100 v.wsync >part
+	run -0 hub req '{"op":"chunk","upload":1,"file":0,"off":0}' part
+	run -64 hub req '{"op":"chunk","upload":1,"file":0,"off":50}' part
+	assert_output '{"code":64,"error":"upload 1 file 0: a chunk of 100 bytes at offset 50 goes past its size of 144","id":1,"ok":false}'
+	run -64 hub req '{"op":"commit","upload":1}'
+	assert_output '{"code":64,"error":"upload 1 file 0 (model policy) has 100 of its 144 bytes","id":1,"ok":false}'
+	tail -c 44 v.wsync >rest
+	run -0 hub req '{"op":"chunk","upload":1,"file":0,"off":100}' rest
+	run -0 hub req '{"op":"commit","upload":1}'
+	run -0 jq '.versions[0].version' <<<"$output"
+	assert_output 1
+	run -66 hub req '{"op":"chunk","upload":1,"file":0,"off":0}' part
+	assert_output '{"code":66,"error":"upload 1 does not exist (it expired, was aborted or committed)","id":1,"ok":false}'
+}
+
+@test "abort removes the upload's temporary file" {
+	start_hub
+	run -0 hub req '{"op":"begin","files":[{"model":"policy","size":10}]}'
+	[ "$(ls "$TMP/store/.uploads" | wc -l)" -eq 1 ]
+	run -0 hub req '{"op":"abort","upload":1}'
+	run -0 ls -A "$TMP/store/.uploads"
+	assert_output ""
+}
+
+@test "an unknown model, or a version not there, is refused with 66" {
+	mkfile
+	start_hub
+	run -66 hub req '{"op":"stat","model":"nope","version":0}'
+	assert_output '{"code":66,"error":"model \"nope\" has no version","id":1,"ok":false}'
+	run -66 hub req '{"op":"get","model":"nope","version":1,"off":0,"len":10}'
+	assert_output '{"code":66,"error":"model \"nope\" has no version","id":1,"ok":false}'
+	run -0 hub push policy=v.wsync
+	run -66 hub req '{"op":"stat","model":"policy","version":7}'
+	assert_output '{"code":66,"error":"model \"policy\" has no version 7","id":1,"ok":false}'
+	run -66 hub req '{"op":"wait","model":"nope","version":1,"mode":"all","timeout_ms":10}'
+	assert_output '{"code":66,"error":"model \"nope\" has no version","id":1,"ok":false}'
+}
+
+@test "--keep retires old versions: they are gone from the store and refused with 66" {
+	mkfile
+	start_hub --keep 1
+	run -0 hub push policy=v.wsync
+	run -0 hub push policy=v.wsync
+	run -0 grep -c 'event=retire model=policy version=1$' "$TMP/hub.log"
+	run -66 hub req '{"op":"get","model":"policy","version":1,"off":0,"len":10}'
+	assert_output '{"code":66,"error":"model \"policy\" has no version 1 any more (retired: the hub keeps the last 1)","id":1,"ok":false}'
+	run -0 ls "$TMP/store/policy"
+	assert_output "2.json
+2.wsync"
+}
+
+@test "a malformed request with an id is refused with 76; one without is dropped" {
+	start_hub
+	run -76 hub req '{"op":"stat","model":"../x","version":0}'
+	assert_output '{"code":76,"error":"field \"model\" is not a model id (1 to 64 of A-Z a-z 0-9 . _ -)","id":1,"ok":false}'
+	run -76 hub req '{"op":"teleport"}'
+	assert_output '{"code":76,"error":"unknown op \"teleport\"","id":1,"ok":false}'
+	run -76 hub req '{"op":"hello","proto":2,"role":"pull"}'
+	assert_output '{"code":76,"error":"protocol version 2 is not supported (this hub speaks 1)","id":1,"ok":false}'
+	run -76 hub req '{"op":"fail","worker":"w 1","model":"policy","version":1,"reason":"x"}'
+	assert_output '{"code":76,"error":"field \"worker\" is not an id (1 to 128 printable ASCII bytes, no space)","id":1,"ok":false}'
+	run -69 "$PY" "$FIXTURES/hubclient.py" --timeout 0.3 "ipc://$TMP/hub" frames "" dc7fffffff
+	run -0 grep -c 'event=drop error="bad message: ' "$TMP/hub.log"
+	run -0 hub req '{"op":"hello","proto":1,"role":"pull"}'
+}
+
+@test "a reason over 512 bytes is refused with 76" {
+	start_hub
+	local long
+	long=$(printf 'x%.0s' {1..513})
+	run -76 hub req "{\"op\":\"fail\",\"worker\":\"w1\",\"model\":\"policy\",\"version\":1,\"reason\":\"$long\"}"
+	assert_output '{"code":76,"error":"field \"reason\" is not a string of the right size","id":1,"ok":false}'
+}
+
+@test "a version pushed to named workers is their head only" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -0 hub push --workers w1,w2 policy=v.wsync
+	run -0 hub req '{"op":"heads","models":["policy"]}'
+	assert_equal "$(jq .heads.policy.version <<<"$output")" 1
+	run -0 hub req '{"op":"heads","models":["policy"],"worker":"w2"}'
+	assert_equal "$(jq .heads.policy.version <<<"$output")" 2
+	run -0 hub req '{"op":"stat","model":"policy","version":0,"worker":"w3"}'
+	assert_equal "$(jq .version <<<"$output")" 1
+	run -0 jq -c .targets "$TMP/store/policy/2.json"
+	assert_output '["w1","w2"]'
+}
+
+@test "a commit is announced on the PUB socket with topic = model" {
+	mkfile
+	start_hub
+	run -0 hub announce policy=v.wsync
+	local pushes
+	pushes=$(jq .pushes <<<"$output")
+	run -0 jq -c .announcement <<<"$output"
+	assert_output "{\"content\":\"e911155f651e4978\",\"model\":\"policy\",\"size\":144,\"topic\":\"policy\",\"version\":$pushes,\"workers\":null}"
+}
+
+@test "wait times out with 75, naming each missing worker, its version and failure" {
+	mkfile
+	start_hub
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w1","host":"h","pid":1,"models":["policy"]}'
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w2","host":"h","pid":2,"models":["policy"]}'
+	run -0 hub push policy=v.wsync
+	run -0 hub req '{"op":"ack","worker":"w1","model":"policy","version":1}'
+	run -0 hub req '{"op":"fail","worker":"w2","model":"policy","version":1,"reason":"hook exited 3"}'
+	run -75 hub req '{"op":"wait","model":"policy","version":1,"mode":"all","timeout_ms":200}'
+	run -0 jq -c '[.code, .error, [.missing[] | [.worker, .version, .failure, (.seen | type)]]]' <<<"$output"
+	assert_output '[75,"policy version 1: 1 of 2 workers have not applied it after 0.2 s",[["w2",0,"hook exited 3","number"]]]'
+	run -0 grep -c 'event=fail worker=w2 model=policy version=1 reason="hook exited 3"' "$TMP/hub.log"
+}
+
+@test "wait for named ids lists one never seen with a nil seen" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -75 hub req '{"op":"wait","model":"policy","version":1,"mode":"ids","ids":["ghost"],"timeout_ms":50}'
+	run -0 jq -c .missing <<<"$output"
+	assert_output '[{"seen":null,"version":0,"worker":"ghost"}]'
+}
+
+@test "a pending wait is answered when the last worker acks" {
+	mkfile
+	start_hub
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w1","models":["policy"]}'
+	run -0 hub push policy=v.wsync
+	hub req '{"op":"wait","model":"policy","version":1,"mode":"all","timeout_ms":5000}' >wait.out &
+	local waiter=$!
+	wait_log 'event=wait model=policy version=1 mode=all workers=1'
+	run -0 hub req '{"op":"ack","worker":"w1","model":"policy","version":1}'
+	wait "$waiter"
+	run -0 cat wait.out
+	assert_output '{"id":1,"ok":true,"workers":[{"version":1,"worker":"w1"}]}'
+}
+
+@test "wait count is answered by that many distinct workers" {
+	mkfile
+	start_hub
+	run -0 hub push policy=v.wsync
+	run -0 hub req '{"op":"heads","models":["policy"],"worker":"a","applied":{"policy":1}}'
+	run -75 hub req '{"op":"wait","model":"policy","version":1,"mode":"count","count":2,"timeout_ms":100}'
+	assert_equal "$(jq -r .error <<<"$output")" 'policy version 1: 1 of 2 workers have applied it after 0.1 s'
+	run -0 hub req '{"op":"ack","worker":"b","model":"policy","version":1}'
+	run -0 hub req '{"op":"wait","model":"policy","version":1,"mode":"count","count":2,"timeout_ms":100}'
+	assert_output '{"id":1,"ok":true,"workers":[{"version":1,"worker":"a"},{"version":1,"worker":"b"}]}'
+}
+
+@test "status shows models, versions, workers, what they applied and their failures" {
+	mkfile
+	start_hub
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w1","host":"h","pid":9,"models":["policy"]}'
+	run -0 hub push policy=v.wsync
+	run -0 hub push --workers w1 policy=v.wsync
+	run -0 hub req '{"op":"fail","worker":"w1","model":"policy","version":2,"reason":"disk full"}'
+	run -0 hub req '{"op":"ack","worker":"w1","model":"policy","version":1}'
+	run -0 hub req '{"op":"status"}'
+	run -0 jq -c '[.models[] | [.model, .head, [.versions[] | [.version, .pusher, .workers]]]]' <<<"$output"
+	assert_output '[["policy",2,[[1,"hubclient:1",null],[2,"hubclient:1",["w1"]]]]]'
+	run -0 hub req '{"op":"status"}'
+	run -0 jq -c '.workers[] | [.worker, .host, .pid, .models, .applied, .alive, .failure]' <<<"$output"
+	assert_output '["w1","h",9,["policy"],{"policy":1},true,{"model":"policy","reason":"disk full","version":2}]'
+	run -0 hub req '{"op":"ack","worker":"w1","model":"policy","version":2}'
+	run -0 hub req '{"op":"status"}'
+	run -0 jq -c '.workers[0] | [.applied, .failure]' <<<"$output"
+	assert_output '[{"policy":2},null]'
+}
+
+@test "bye marks a worker as no longer alive" {
+	start_hub
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w1","models":["policy"]}'
+	run -0 hub req '{"op":"bye","worker":"w1"}'
+	run -0 hub req '{"op":"status"}'
+	run -0 jq -c '.workers[] | [.worker, .alive]' <<<"$output"
+	assert_output '["w1",false]'
+}
