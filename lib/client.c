@@ -413,15 +413,17 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
 
 int
 wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
-    const char *worker, const char *path, char **tmp, wsync_head_t *got, int timeout_ms,
-    wsync_err_t *err)
+    const wsync_head_t *known, const char *worker, const char *path, char **tmp,
+    wsync_head_t *got, int timeout_ms, wsync_err_t *err)
 {
 	char buf[PATH_MAX];
 	wsync_file_t *f = NULL;
 	int fd = -1;
 
 	*tmp = NULL;
-	if (s_stat(c, model, version, worker, got, timeout_ms, err) < 0)
+	if (known != NULL)
+		*got = *known;
+	else if (s_stat(c, model, version, worker, got, timeout_ms, err) < 0)
 		return -1;
 	if (snprintf(buf, sizeof(buf), "%s.tmp.XXXXXX", path) >= (int)sizeof(buf))
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
@@ -484,7 +486,7 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
 	int rc, fd;
 
 	if (strcmp(path, "-") != 0) {
-		if (wsync_client_fetch_temp(c, model, version, worker, path, &tmp, got,
+		if (wsync_client_fetch_temp(c, model, version, NULL, worker, path, &tmp, got,
 		    timeout_ms, err) < 0)
 			return -1;
 		rc = rename(tmp, path);
@@ -499,8 +501,8 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
 	/* Standard output gets nothing until the whole version is verified. */
 	const char *td = getenv("TMPDIR");
 	snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
-	if (wsync_client_fetch_temp(c, model, version, worker, dir, &tmp, got, timeout_ms,
-	    err) < 0)
+	if (wsync_client_fetch_temp(c, model, version, NULL, worker, dir, &tmp, got,
+	    timeout_ms, err) < 0)
 		return -1;
 	fd = open(tmp, O_RDONLY | O_CLOEXEC);
 	unlink(tmp);

@@ -23,9 +23,11 @@ struct wsync_client {
 /*
  * Fetches version (0: head) of model into a new temporary file beside path,
  * verified; *tmp (caller frees) names it. The caller renames or unlinks it.
+ * When known is not NULL it describes the version (from a heads reply) and
+ * spares the stat round trip.
  */
 int wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
-    const char *worker, const char *path, char **tmp, wsync_head_t *got, int timeout_ms,
-    wsync_err_t *err);
+    const wsync_head_t *known, const char *worker, const char *path, char **tmp,
+    wsync_head_t *got, int timeout_ms, wsync_err_t *err);
 
 #endif

@@ -142,7 +142,8 @@ wsync_tree_add_keys(wsync_tree_t *tree, const char *const *keys, int nkeys,
 		    ndim, WSYNC_MAX_DIMS);
 	if (tree->n == WSYNC_MAX_TENSORS)
 		return wsync_err_set(err, EX_DATAERR, "more than %d tensors", WSYNC_MAX_TENSORS);
-	memcpy(t.shape, shape, (size_t)ndim * sizeof(*shape));
+	if (ndim > 0)
+		memcpy(t.shape, shape, (size_t)ndim * sizeof(*shape));
 	if (wsync_tensor_nbytes(dtype, ndim, shape, &want) < 0 || want != nbytes)
 		return wsync_err_set(err, EX_DATAERR, "tensor %s: shape needs %llu bytes of %s, "
 		    "data has %llu", keys[nkeys - 1], (unsigned long long)want,

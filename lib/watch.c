@@ -121,8 +121,8 @@ s_sync(struct s_watch *w, wsync_err_t *err)
 		wsync_head_t got;
 		if (v <= w->applied[i] || v == w->failed[i])
 			continue;
-		if (wsync_client_fetch_temp(w->client, o->models[i], v, o->worker, o->paths[i],
-		    &w->tmp[i], &got, S_CALL_MS, err) < 0) {
+		if (wsync_client_fetch_temp(w->client, o->models[i], v, &w->heads[i], o->worker,
+		    o->paths[i], &w->tmp[i], &got, S_CALL_MS, err) < 0) {
 			s_drop_temps(w);
 			/* A version retired while we fetched it: the next round finds the newer one. */
 			return err->code == EX_NOINPUT ? 0 : -1;
