@@ -111,7 +111,7 @@ cli_split(char *s, int *n)
 	char **v = calloc(strlen(s) / 2 + 2, sizeof(*v));
 
 	if (v == NULL)
-		cli_die(EX_OSERR, "out of memory");
+		cli_die(EX_SOFTWARE, "out of memory");
 	*n = 0;
 	for (char *tok = strtok(s, ","); tok != NULL; tok = strtok(NULL, ","))
 		v[(*n)++] = tok;

@@ -34,7 +34,8 @@ s_help(void)
 	    "\n"
 	    "diff compares the tensors of A and B; exit 0 when equal, 1 when not.\n"
 	    "Exit status: 0 ok, 1 files differ, 64 usage, 65 bad file, 66 no input,\n"
-	    "69 hub unavailable, 74 I/O error, 75 timed out. See wsync-inspect(1).\n", s_usage);
+	    "69 hub unavailable, 70 internal error, 74 I/O error, 75 timed out,\n"
+	    "76 protocol error, 77 permission denied. See wsync-inspect(1).\n", s_usage);
 	exit(0);
 }
 
@@ -278,7 +279,7 @@ s_diff(const char *pa, const char *pb, int json)
 	na = wsync_file_count(a);
 	nb = wsync_file_count(b);
 	if ((paths = calloc(na + nb + 1, sizeof(*paths))) == NULL)
-		cli_die(EX_OSERR, "out of memory");
+		cli_die(EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; i < na; i++)
 		paths[npaths++] = wsync_file_tensor(a, i)->path;
 	for (size_t i = 0; i < nb; i++)

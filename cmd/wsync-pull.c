@@ -31,8 +31,8 @@ s_help(void)
 	    "  -V, --version            show the version\n"
 	    "\n"
 	    "Exit status: 0 ok, 1 nothing newer, 64 usage, 65 bad data, 66 no such model or\n"
-	    "version, 69 hub unavailable, 74 I/O error, 75 timed out, 76 protocol error.\n"
-	    "See wsync-pull(1).\n", s_usage);
+	    "version, 69 hub unavailable, 70 internal error, 74 I/O error, 75 timed out,\n"
+	    "76 protocol error, 77 permission denied. See wsync-pull(1).\n", s_usage);
 	exit(0);
 }
 

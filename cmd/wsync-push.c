@@ -34,8 +34,8 @@ s_help(void)
 	    "  -V, --version            show the version\n"
 	    "\n"
 	    "Exit status: 0 ok, 64 usage, 65 bad weight file, 66 no input or no such model,\n"
-	    "69 hub unavailable, 74 I/O error, 75 timed out, 76 protocol error.\n"
-	    "See wsync-push(1).\n", s_usage);
+	    "69 hub unavailable, 70 internal error, 74 I/O error, 75 timed out,\n"
+	    "76 protocol error, 77 permission denied. See wsync-push(1).\n", s_usage);
 	exit(0);
 }
 

@@ -32,7 +32,7 @@ s_help(void)
 	    "  -V, --version             print the version and exit\n"
 	    "\n"
 	    "SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot\n"
-	    "listen, 73/74 store errors. See wsync-serve(1).\n", s_usage);
+	    "listen, 74 store errors. See wsync-serve(1).\n", s_usage);
 	exit(0);
 }
 

@@ -41,8 +41,9 @@ s_help(void)
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
-	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 64 usage, 66 no output\n"
-	    "directory, 69 hub unavailable, 74 I/O error, 75 too far behind.\n"
+	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 64 usage, 65 bad data from\n"
+	    "the hub, 66 no output directory, 69 hub unavailable, 70 internal error,\n"
+	    "74 I/O error, 75 too far behind, 76 protocol error, 77 permission denied.\n"
 	    "See wsync-watch(1).\n", s_usage);
 	exit(0);
 }
@@ -178,14 +179,14 @@ main(int argc, char **argv)
 	if (nmodels > 1 && !is_dir)
 		cli_die(EX_NOINPUT, "%s: not a directory (several models need one)", out);
 	if ((paths = calloc((size_t)nmodels, sizeof(*paths))) == NULL)
-		cli_die(EX_OSERR, "out of memory");
+		cli_die(EX_SOFTWARE, "out of memory");
 	for (int i = 0; i < nmodels; i++) {
 		if (!is_dir) {
 			paths[i] = strdup(out);
 		} else if (asprintf(&paths[i], "%s/%s.wsync", out, models[i]) < 0)
 			paths[i] = NULL;
 		if (paths[i] == NULL)
-			cli_die(EX_OSERR, "out of memory");
+			cli_die(EX_SOFTWARE, "out of memory");
 	}
 	hook.worker = worker;
 	w.worker = worker;

@@ -211,7 +211,7 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	wsync_client_t *c = calloc(1, sizeof(*c));
 
 	if (c == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0)
@@ -220,12 +220,12 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	if (o->worker != NULL)
 		snprintf(c->worker, sizeof(c->worker), "%s", o->worker);
 	if ((c->models = calloc((size_t)o->nmodels + 1, sizeof(*c->models))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
 	for (c->nmodels = 0; c->nmodels < o->nmodels; c->nmodels++) {
 		if ((c->models[c->nmodels] = strdup(o->models[c->nmodels])) == NULL) {
-			wsync_err_set(err, EX_OSERR, "out of memory");
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
 			goto fail;
 		}
 	}
@@ -428,7 +428,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 	if (snprintf(buf, sizeof(buf), "%s.tmp.XXXXXX", path) >= (int)sizeof(buf))
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
 	if ((fd = mkstemp(buf)) < 0)
-		return wsync_err_set(err, EX_CANTCREAT, "%s: cannot create a temporary file: %s",
+		return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
 		    path, strerror(errno));
 	if (ftruncate(fd, (off_t)got->size) < 0) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -453,7 +453,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 	}
 	if ((*tmp = strdup(buf)) == NULL) {
 		unlink(buf);
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
 	return 0;
 fail:
@@ -491,7 +491,7 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
 			return -1;
 		rc = rename(tmp, path);
 		if (rc < 0) {
-			wsync_err_set(err, EX_CANTCREAT, "%s: cannot rename into place: %s", path,
+			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
 			    strerror(errno));
 			unlink(tmp);
 		}
@@ -574,7 +574,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 			goto out;
 	}
 	if ((fd = memfd_create("wsync-push", MFD_CLOEXEC)) < 0) {
-		wsync_err_set(err, EX_OSERR, "memfd_create: %s", strerror(errno));
+		wsync_err_set(err, EX_SOFTWARE, "memfd_create: %s", strerror(errno));
 		goto out;
 	}
 	if (wsync_tree_write_fd(tree, fd, item->path, err) < 0)
@@ -582,7 +582,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	if (fstat(fd, &st) < 0 || (src->map = mmap(NULL, (size_t)st.st_size, PROT_READ,
 	    MAP_SHARED, fd, 0)) == MAP_FAILED) {
 		src->map = NULL;
-		wsync_err_set(err, EX_OSERR, "%s: cannot map the re-written file: %s", item->path,
+		wsync_err_set(err, EX_SOFTWARE, "%s: cannot map the re-written file: %s", item->path,
 		    strerror(errno));
 		goto out;
 	}
@@ -678,7 +678,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	int rc = -1, i;
 
 	if (src == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (i = 0; i < n; i++)
 		if (s_source_make(&items[i], &src[i], err) < 0)
 			goto out;

@@ -26,7 +26,7 @@ wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err)
 	if (n < 0 || (size_t)n >= size)
 		return wsync_err_set(err, EX_USAGE, "runtime directory path too long");
 	if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-		return wsync_err_set(err, EX_CANTCREAT, "%s: cannot create: %s", buf,
+		return wsync_err_set(err, EX_IOERR, "%s: cannot create: %s", buf,
 		    strerror(errno));
 	/* A directory someone else made in /tmp must not become ours to trust. */
 	if (lstat(buf, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() ||

@@ -27,7 +27,7 @@ s_new(const char *name, wsync_err_t *err)
 
 	if (f == NULL || (f->name = strdup(name)) == NULL) {
 		free(f);
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	return f;
@@ -70,7 +70,7 @@ wsync_file_push_tensor(wsync_file_t *f, const wsync_tensor_t *t, wsync_err_t *er
 		wsync_tensor_t *nt = realloc(f->tensors, cap * sizeof(*nt));
 		if (nt == NULL) {
 			free((char *)t->path);
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		}
 		f->tensors = nt;
 		f->tensors_cap = cap;
@@ -91,7 +91,7 @@ wsync_file_push_meta(wsync_file_t *f, char *key, char *value, wsync_err_t *err)
 		size_t cap = f->meta_cap ? f->meta_cap * 2 : 8;
 		wsync_meta_t *nm = realloc(f->meta, cap * sizeof(*nm));
 		if (nm == NULL) {
-			wsync_err_set(err, EX_OSERR, "out of memory");
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
 			goto fail;
 		}
 		f->meta = nm;
@@ -145,7 +145,7 @@ int
 wsync_file_index(wsync_file_t *f, wsync_err_t *err)
 {
 	if ((f->by_path = malloc((f->ntensors + 1) * sizeof(*f->by_path))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; i < f->ntensors; i++) {
 		const wsync_tensor_t *t = &f->tensors[i];
 		f->by_path[i] = i;
@@ -248,7 +248,7 @@ s_check_keys(const wsync_file_t *f, const msgpack_object_map *m, const char *whe
 	if (m->size < 2)
 		return 0;
 	if ((idx = malloc(m->size * sizeof(*idx))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (uint32_t i = 0; i < m->size; i++)
 		idx[i] = i;
 	s_dup_sorting = m->ptr;
@@ -336,7 +336,7 @@ s_parse_tensor(wsync_file_t *f, const msgpack_object_map *m, const char *path,
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data at offset %llu is not "
 		    "%d-byte aligned", f->name, path, (unsigned long long)t.offset, WSYNC_ALIGN);
 	if ((t.path = strdup(path)) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	return wsync_file_push_tensor(f, &t, err);
 }
 
@@ -514,14 +514,14 @@ s_slurp(wsync_file_t *f, int fd, wsync_err_t *err)
 	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
 	if (buf == MAP_FAILED)
-		return wsync_err_set(err, EX_OSERR, "%s: out of memory", f->name);
+		return wsync_err_set(err, EX_SOFTWARE, "%s: out of memory", f->name);
 	for (;;) {
 		ssize_t n;
 		if (len == cap) {
 			unsigned char *nb = mremap(buf, cap, cap * 2, MREMAP_MAYMOVE);
 			if (nb == MAP_FAILED) {
 				munmap(buf, cap);
-				return wsync_err_set(err, EX_OSERR, "%s: out of memory after %zu "
+				return wsync_err_set(err, EX_SOFTWARE, "%s: out of memory after %zu "
 				    "bytes", f->name, len);
 			}
 			buf = nb;

@@ -206,7 +206,7 @@ s_list(const msgpack_object *o, const char *key, int required, int (*check)(cons
 		return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is not a list of at most %d "
 		    "strings", key, S_MAX_LIST);
 	if ((*out = calloc(o->via.array.size + 1, sizeof(**out))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
 		if (wsync_obj_str(&o->via.array.ptr[i], buf, sizeof(buf)) < 0 || check(buf) < 0) {
 			wsync_err_set(err, EX_PROTOCOL, "field \"%s\": entry %u is not %s", key, i,
@@ -216,7 +216,7 @@ s_list(const msgpack_object *o, const char *key, int required, int (*check)(cons
 		if (s_strv_has(*out, *n, buf))
 			continue;
 		if (((*out)[*n] = strdup(buf)) == NULL) {
-			wsync_err_set(err, EX_OSERR, "out of memory");
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
 			goto fail;
 		}
 		(*n)++;
@@ -378,13 +378,13 @@ s_worker_touch(wsync_hub_t *h, const char *id, wsync_err_t *err)
 		at = s_worker_index(h, id, &found);
 	}
 	if ((w = calloc(1, sizeof(*w))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	if (h->workers == NULL &&
 	    (h->workers = calloc(S_MAX_WORKERS, sizeof(*h->workers))) == NULL) {
 		free(w);
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	snprintf(w->id, sizeof(w->id), "%s", id);
@@ -421,7 +421,7 @@ s_wmodel_get(struct s_worker *w, const char *model, wsync_err_t *err)
 		size_t cap = w->cap ? w->cap * 2 : 4;
 		struct s_wmodel *nm = realloc(w->models, cap * sizeof(*nm));
 		if (nm == NULL) {
-			wsync_err_set(err, EX_OSERR, "out of memory");
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
 			return NULL;
 		}
 		w->models = nm;
@@ -773,7 +773,7 @@ s_op_heads(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	heads = calloc(cap + 1, sizeof(*heads));
 	ids = calloc(cap + 1, sizeof(*ids));
 	if (heads == NULL || ids == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto done;
 	}
 	for (size_t i = 0; i < cap; i++) {
@@ -892,7 +892,7 @@ s_op_get(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	if (len > v->size - off)
 		len = v->size - off;
 	if (zmq_msg_init_size(&data, len) < 0)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	while (done < len) {
 		ssize_t n = pread(v->fd, (char *)zmq_msg_data(&data) + done, len - done,
 		    (off_t)(off + done));
@@ -924,7 +924,7 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct s_upload *u, wsync
 		    "files", S_UPLOAD_FILES);
 	if ((u->temps = calloc(o->via.array.size, sizeof(*u->temps))) == NULL ||
 	    (u->files = calloc(o->via.array.size, sizeof(*u->files))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
 		const msgpack_object *f = &o->via.array.ptr[i];
 		char model[WSYNC_MAX_MODEL + 1];
@@ -1155,7 +1155,7 @@ s_op_report(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	if (fail) {
 		char *copy = strdup(reason);
 		if (copy == NULL)
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		free(wm->reason);
 		wm->reason = copy;
 		wm->failed = version;
@@ -1188,16 +1188,16 @@ s_wait_all(wsync_hub_t *h, const wsync_model_t *m, struct s_wait *wt, wsync_err_
 			n += wm != NULL && wm->watching && s_alive(h->workers[i], now);
 		}
 	if ((wt->ids = calloc(n + 1, sizeof(*wt->ids))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; v != NULL && v->targets != NULL && i < v->ntargets; i++)
 		if ((wt->ids[wt->nids++] = strdup(v->targets[i])) == NULL)
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; (v == NULL || v->targets == NULL) && i < h->nworkers; i++) {
 		const struct s_wmodel *wm = s_wmodel_find(h->workers[i], wt->model);
 		if (wm == NULL || !wm->watching || !s_alive(h->workers[i], now))
 			continue;
 		if ((wt->ids[wt->nids++] = strdup(h->workers[i]->id)) == NULL)
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
 	return 0;
 }
@@ -1262,7 +1262,7 @@ s_op_wait(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		size_t cap = h->waits_cap ? h->waits_cap * 2 : 8;
 		struct s_wait *nw = realloc(h->waits, cap * sizeof(*nw));
 		if (nw == NULL) {
-			wsync_err_set(err, EX_OSERR, "out of memory");
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
 			goto fail;
 		}
 		h->waits = nw;
@@ -1606,10 +1606,10 @@ s_bind(wsync_hub_t *h, void *sock, const char *endpoint, int probe, wsync_err_t 
 	if (!ipc)
 		return 0;
 	if ((nipc = realloc(h->ipc, (h->nipc + 1) * sizeof(*nipc))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	h->ipc = nipc;
 	if ((h->ipc[h->nipc] = strdup(endpoint + 6)) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	h->nipc++;
 	return 0;
 }
@@ -1665,7 +1665,7 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 		return NULL;
 	}
 	if ((h = calloc(1, sizeof(*h))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	h->log = opts->log;

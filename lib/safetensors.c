@@ -227,7 +227,7 @@ s_parse_meta(wsync_file_t *f, json_t *meta, wsync_err_t *err)
 		if (k == NULL || v == NULL) {
 			free(k);
 			free(v);
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		}
 		if (wsync_file_push_meta(f, k, v, err) < 0)
 			return -1;
@@ -289,7 +289,7 @@ wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err)
 		goto out;
 	}
 	if (cap > 0 && (t = calloc(cap, sizeof(*t))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
 
@@ -313,7 +313,7 @@ wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err)
 		if (s_parse_tensor(f, name, info, data, f->size - 8 - hlen, &t[n], err) < 0)
 			goto out;
 		if ((t[n].path = strdup(name)) == NULL) {
-			wsync_err_set(err, EX_OSERR, "out of memory");
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
 			goto out;
 		}
 		n++;
@@ -397,7 +397,7 @@ s_header(const wsync_tree_t *tree, const char *name, wsync_err_t *err)
 	}
 	return root;
 nomem:
-	wsync_err_set(err, EX_OSERR, "out of memory");
+	wsync_err_set(err, EX_SOFTWARE, "out of memory");
 fail:
 	json_decref(root);
 	return NULL;
@@ -418,14 +418,14 @@ wsync_tree_write_safetensors_fd(wsync_tree_t *tree, int fd, const char *name,
 	if ((root = s_header(tree, name, err)) == NULL)
 		return -1;
 	if ((json = json_dumps(root, JSON_COMPACT)) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
 	/* Spaces pad the header so that the data buffer starts 8-aligned. */
 	len = strlen(json);
 	padded = (len + 7) & ~(size_t)7;
 	if ((head = malloc(8 + padded)) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
 	s_put_le64(head, padded);

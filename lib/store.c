@@ -103,10 +103,10 @@ s_mkdir(const char *path, wsync_err_t *err)
 	if (mkdir(path, 0700) == 0)
 		return 0;
 	if (errno != EEXIST)
-		return wsync_err_set(err, EX_CANTCREAT, "%s: cannot create: %s", path,
+		return wsync_err_set(err, EX_IOERR, "%s: cannot create: %s", path,
 		    strerror(errno));
 	if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-		return wsync_err_set(err, EX_CANTCREAT, "%s: not a directory", path);
+		return wsync_err_set(err, EX_IOERR, "%s: not a directory", path);
 	return 0;
 }
 
@@ -367,7 +367,7 @@ s_sidecar_write(const wsync_store_t *s, const char *path, const wsync_commit_inf
 	json_object_set_new(doc, "time", json_real(info->time));
 	json_object_set_new(doc, "targets", targets);
 	if ((text = json_dumps(doc, JSON_COMPACT)) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto done;
 	}
 	if (s_path(tmp, sizeof(tmp), "%s/sidecar.XXXXXX", s->uploads) < 0 ||
@@ -578,7 +578,7 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 	rc = 0;
 	goto done;
 oom:
-	wsync_err_set(err, EX_OSERR, "out of memory");
+	wsync_err_set(err, EX_SOFTWARE, "out of memory");
 done:
 	closedir(d);
 	free(numbers);
@@ -619,7 +619,7 @@ s_lock(wsync_store_t *s, wsync_err_t *err)
 
 	if (s_path(path, sizeof(path), "%s/.lock", s->dir) < 0 ||
 	    (s->lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0)
-		return wsync_err_set(err, EX_CANTCREAT, "%s/.lock: cannot create: %s", s->dir,
+		return wsync_err_set(err, EX_IOERR, "%s/.lock: cannot create: %s", s->dir,
 		    strerror(errno));
 	if (flock(s->lock, LOCK_EX | LOCK_NB) < 0)
 		return wsync_err_set(err, errno == EWOULDBLOCK ? EX_UNAVAILABLE : EX_IOERR,
@@ -641,7 +641,7 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 		dir = path;
 	}
 	if ((s = calloc(1, sizeof(*s))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	s->lock = -1;
@@ -650,7 +650,7 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 	s->log_arg = log_arg;
 	if ((s->dir = strdup(dir)) == NULL || asprintf(&s->uploads, "%s/.uploads", dir) < 0) {
 		s->uploads = NULL;
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
 	if (s_mkdir(s->dir, err) < 0 || s_lock(s, err) < 0 || s_mkdir(s->uploads, err) < 0 ||
@@ -872,7 +872,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 	int rc = -1;
 
 	if (st == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; i < n; i++)
 		if (s_check(&files[i], &st[i], err) < 0)
 			goto done;
@@ -905,7 +905,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 			s_sync_dir(dir);
 	s_sync_dir(s->dir);
 	if (s_publish(s, files, n, st, info, out) < 0)
-		wsync_err_set(err, EX_OSERR, "out of memory after committing");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory after committing");
 	else
 		rc = 0;
 	goto done;

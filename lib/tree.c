@@ -19,7 +19,7 @@ wsync_tree_new(const char *model, wsync_err_t *err)
 		return NULL;
 	}
 	if ((tree = calloc(1, sizeof(*tree))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
 	strcpy(tree->model, model);
@@ -80,7 +80,7 @@ wsync_tree_set_meta(wsync_tree_t *tree, const char *key, const char *value,
 		return wsync_err_set(err, EX_DATAERR, "meta %s: value of %zu bytes is over %d",
 		    key, vlen, WSYNC_MAX_META_VALUE);
 	if ((v = strdup(value)) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; i < tree->nmeta; i++) {
 		if (strcmp(tree->meta[i].key, key) == 0) {
 			free(tree->meta[i].value);
@@ -98,14 +98,14 @@ wsync_tree_set_meta(wsync_tree_t *tree, const char *key, const char *value,
 		struct wsync_tree_meta *m = realloc(tree->meta, cap * sizeof(*m));
 		if (m == NULL) {
 			free(v);
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		}
 		tree->meta = m;
 		tree->meta_cap = cap;
 	}
 	if ((tree->meta[tree->nmeta].key = strdup(key)) == NULL) {
 		free(v);
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
 	tree->meta[tree->nmeta++].value = v;
 	return 0;
@@ -156,7 +156,7 @@ wsync_tree_add_keys(wsync_tree_t *tree, const char *const *keys, int nkeys,
 		size_t cap = tree->cap ? tree->cap * 2 : 16;
 		struct wsync_tree_tensor *nt = realloc(tree->t, cap * sizeof(*nt));
 		if (nt == NULL)
-			return wsync_err_set(err, EX_OSERR, "out of memory");
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		tree->t = nt;
 		tree->cap = cap;
 	}
@@ -175,7 +175,7 @@ wsync_tree_add_keys(wsync_tree_t *tree, const char *const *keys, int nkeys,
 	return 0;
 nomem:
 	s_tensor_free(&t);
-	return wsync_err_set(err, EX_OSERR, "out of memory");
+	return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 }
 
 int
@@ -251,7 +251,7 @@ wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err)
 	}
 	/* Paths joined with '.' must be unique too: ["a.b"] and ["a","b"] collide. */
 	if ((paths = malloc((tree->n + 1) * sizeof(*paths))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (size_t i = 0; i < tree->n; i++)
 		paths[i] = tree->t[i].path;
 	if (tree->n > 1)
@@ -380,7 +380,7 @@ wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name, wsync_err_t *e
 	if (wsync_tree_sort(tree, err) < 0)
 		return -1;
 	if ((o = calloc(1, sizeof(*o))) == NULL)
-		return wsync_err_set(err, EX_OSERR, "out of memory");
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	o->fd = fd;
 	msgpack_packer_init(&pk, o, s_out_write);
 	msgpack_pack_map(&pk, 5);

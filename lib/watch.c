@@ -134,7 +134,7 @@ s_sync(struct s_watch *w, wsync_err_t *err)
 		return 0;
 	for (int i = 0; i < o->nmodels; i++) {
 		if (w->tmp[i] != NULL && rename(w->tmp[i], o->paths[i]) < 0) {
-			wsync_err_set(err, EX_CANTCREAT, "%s: cannot rename into place: %s",
+			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s",
 			    o->paths[i], strerror(errno));
 			s_drop_temps(w);
 			return -1;
@@ -266,7 +266,7 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.heads = calloc(n, sizeof(*w.heads));
 	w.tmp = calloc(n, sizeof(*w.tmp));
 	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL) {
-		wsync_err_set(err, EX_OSERR, "out of memory");
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
 	s_remove_leftovers(o);

@@ -79,7 +79,7 @@ them to watchers and serve them. Log lines go to stderr.
   -V, --version             print the version and exit
 
 SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot
-listen, 73/74 store errors. See wsync-serve(1).
+listen, 74 store errors. See wsync-serve(1).
 EOF
 	assert_equal "$stderr" ""
 }

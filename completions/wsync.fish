@@ -1,0 +1,150 @@
+# fish completion for the wsync programs. Copy it to
+# ~/.config/fish/completions/ once per program name (wsync-push.fish, ...),
+# or source it from config.fish.
+# Model and worker ids come from a live hub that answers within 0.3 s
+# (wsync-inspect --json, read with jq); without jq or a hub they are skipped.
+
+# Prints the values of field (models or workers) of the hub named by -e or
+# --endpoint on the command line, else of the default hub; quiet and bounded.
+function __wsync_hub -a field
+    command -q jq; or return 0
+    command -q wsync-inspect; or return 0
+    set -l ep
+    set -l args (commandline -opc)
+    for i in (seq 2 (count $args))
+        switch $args[$i]
+            case -e --endpoint
+                set -l next (math $i + 1)
+                test $next -le (count $args); and set ep $args[$next]
+            case '--endpoint=*'
+                set ep (string replace -- --endpoint= '' $args[$i])
+            case '-e?*'
+                set ep (string sub -s 3 -- $args[$i])
+        end
+    end
+    set -l bound
+    command -q timeout; and set bound timeout 2
+    set -l json
+    if test -n "$ep"
+        set json ($bound wsync-inspect --json -t 0.3 -e $ep 2>/dev/null </dev/null)
+    else
+        set json ($bound wsync-inspect --hub --json -t 0.3 2>/dev/null </dev/null)
+    end
+    test -n "$json"; or return 0
+    switch $field
+        case models
+            string join \n -- $json | jq -r '.models[]?.model // empty' 2>/dev/null
+        case workers
+            string join \n -- $json | jq -r '.workers[]?.worker // empty' 2>/dev/null
+    end
+end
+
+# The hub's values of field after the last comma of the token being completed.
+function __wsync_list -a field
+    set -l tok (commandline -ct)
+    set -l head (string match -r -- '^.*,' $tok)
+    for v in (__wsync_hub $field)
+        printf '%s%s\n' "$head" $v
+    end
+end
+
+# Weight files (.wsync and safetensors) and directories when any weight file
+# matches, else every file; after MODEL= for wsync-push -m.
+function __wsync_files
+    set -l tok (commandline -ct)
+    set -l head (string match -r -- '^[^/]*=' $tok)
+    set -l base (string replace -- "$head" '' $tok)
+    set -l all (complete -C"__wsync_nonexistent_command $base" | string replace -r '\t.*' '')
+    set -l weights (string match -r -- '.*\.(wsync|safetensors)$' $all)
+    if test (count $weights) -gt 0
+        set all $weights (string match -r -- '.*/$' $all)
+    end
+    for f in $all
+        printf '%s%s\n' "$head" $f
+    end
+end
+
+function __wsync_endpoints
+    set -q WSYNC_ENDPOINT; and echo $WSYNC_ENDPOINT
+    echo tcp://
+    echo ipc://
+end
+
+# True when wsync-inspect's diff subcommand is on the command line.
+function __wsync_inspect_diff
+    contains -- diff (commandline -opc)
+end
+
+# True while wsync-inspect has no operand yet.
+function __wsync_inspect_first
+    set -l args (commandline -opc)
+    set -e args[1]
+    set -l skip 0
+    for a in $args
+        if test $skip -eq 1
+            set skip 0
+            continue
+        end
+        switch $a
+            case -e --endpoint -t --timeout
+                set skip 1
+            case '-*'
+            case '*'
+                return 1
+        end
+    end
+    return 0
+end
+
+for prog in wsync-serve wsync-push wsync-pull wsync-watch wsync-inspect wsync-convert
+    complete -c $prog -f
+    complete -c $prog -s h -l help -d 'Show the help'
+    complete -c $prog -s V -l version -d 'Show the version'
+end
+
+# wsync-serve
+complete -c wsync-serve -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Listen on this endpoint (repeatable)'
+complete -c wsync-serve -l store -x -a '(__fish_complete_directories)' -d 'Keep versions in this directory'
+complete -c wsync-serve -l keep -x -d 'Versions kept per model (default 3)'
+
+# wsync-push
+complete -c wsync-push -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
+complete -c wsync-push -s m -l model -x -a '(string match -q -- "*=*" (commandline -ct); and __wsync_files; or __wsync_hub models)' -d 'Model to publish (MODEL=FILE: several in one commit)'
+complete -c wsync-push -s t -l timeout -x -d 'Bound on the whole push and wait (seconds)'
+complete -c wsync-push -s w -l wait -x -a 'all (__wsync_list workers)' -d 'Wait until all, N or these workers applied it'
+complete -c wsync-push -s W -l workers -x -a '(__wsync_list workers)' -d 'Announce the version to these workers only'
+complete -c wsync-push -l wait-for -x -d 'Push nothing; wait for this version'
+complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
+
+# wsync-pull
+complete -c wsync-pull -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
+complete -c wsync-pull -s m -l model -x -a '(__wsync_hub models)' -d 'The model to fetch'
+complete -c wsync-pull -s o -l output -r -F -d 'Where to write it (- is stdout)'
+complete -c wsync-pull -s v -l pull-version -x -d 'Fetch this version instead of the newest'
+complete -c wsync-pull -l if-newer -x -d 'Exit 1 unless the newest is above this version'
+complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
+
+# wsync-watch
+complete -c wsync-watch -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
+complete -c wsync-watch -s m -l model -x -a '(__wsync_list models)' -d 'The models to follow, separated by commas'
+complete -c wsync-watch -s o -l output -r -F -d 'The file (one model) or directory'
+complete -c wsync-watch -l id -x -d "This worker's id (default HOST:PID)"
+complete -c wsync-watch -s x -l exec -x -a '(__fish_complete_command)' -d 'Run this command after each update'
+complete -c wsync-watch -l once -d 'Exit after the first update of every model'
+complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
+complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
+
+# wsync-inspect
+complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l verify -d "Recompute every tensor's hash"
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Show this hub'
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l hub -d 'Show the hub at $WSYNC_ENDPOINT or the local one'
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s t -l timeout -x -d 'Bound on reaching the hub (seconds)'
+complete -c wsync-inspect -n '__wsync_inspect_first' -a diff -d 'Compare the tensors of two files'
+complete -c wsync-inspect -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
+
+# wsync-convert
+complete -c wsync-convert -s l -l layout -x -a 'tree\t"Nest keys at each dot and slash" flat\t"Keep each name as one key"' -d 'Layout of a .wsync output'
+complete -c wsync-convert -s m -l model -x -d 'Model id of a .wsync output'
+complete -c wsync-convert -s t -l to -x -a 'wsync safetensors' -d 'Output kind'
+complete -c wsync-convert -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
