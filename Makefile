@@ -74,6 +74,7 @@ deps-ok:
 	@scripts/deps check-or-install
 
 check: all $(UNITS)
+	@scripts/deps check-or-install fuzz
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run
 
 demo: all

@@ -39,7 +39,7 @@ int wsync_file_push_meta(wsync_file_t *f, char *key, char *value, wsync_err_t *e
 int wsync_file_index(wsync_file_t *f, wsync_err_t *err);
 /* Parses f->base/f->size as safetensors, filling tensors and meta. */
 int wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err);
-/* 1 when the bytes look like a safetensors file (a sane header length, then '{'). */
+/* 1 when the bytes look like a safetensors file (a header length below 4 GiB, then '{'). */
 int wsync_safetensors_sniff(const unsigned char *p, size_t len);
 
 #endif

@@ -344,7 +344,7 @@ EOF
 @test "a header length beyond the end of the file is refused" {
 	mkraw "$(tensor)" 4 --hlen 300
 	run -65 wsync-convert x.safetensors x.wsync
-	assert_output "wsync-convert: x.safetensors: not a weight file (neither .wsync nor safetensors)"
+	assert_output "wsync-convert: x.safetensors: truncated: header needs 308 bytes, file has 66"
 }
 
 @test "a header that is not JSON is refused with jansson's position" {
