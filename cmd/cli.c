@@ -1,5 +1,6 @@
 /* cli.c - messages and exits shared by the wsync programs. */
 #include <getopt.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,13 @@ void
 cli_init(const char *prog)
 {
 	s_prog = prog;
+	/*
+	 * ZeroMQ allocates every 4 MiB chunk it receives. glibc would map and
+	 * unmap each one, and fresh pages cost more than the copy into them:
+	 * keep chunk-sized blocks on the heap and let freed ones be reused.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
 const char *

@@ -17,6 +17,9 @@
 #include "io_int.h"
 #include "tree_int.h"
 
+/* How far ahead of the data a fetch allocates its file's pages. */
+#define S_ALLOC_AHEAD (32u << 20)
+
 static void
 s_close_socket(wsync_client_t *c)
 {
@@ -350,7 +353,7 @@ static int
 s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
     int timeout_ms, wsync_err_t *err)
 {
-	uint64_t ids[64], offs[64], next_off = 0, done = 0;
+	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0;
 	unsigned inflight = 0;
 
 	while (done < h->size) {
@@ -375,6 +378,21 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
 				return -1;
 			inflight++;
 			next_off += n;
+		}
+		/*
+		 * While the chunks are on their way, give the file its pages: fresh
+		 * pages cost far less allocated in bulk than faulted in by each write.
+		 */
+		if (allocated < next_off + S_ALLOC_AHEAD && allocated < h->size) {
+			uint64_t end = next_off + 2 * S_ALLOC_AHEAD;
+			if (end > h->size)
+				end = h->size;
+			if (fallocate(fd, 0, (off_t)allocated, (off_t)(end - allocated)) < 0 &&
+			    errno != EOPNOTSUPP)
+				return wsync_err_set(err, EX_IOERR, "%s version %" PRIu64 ": cannot "
+				    "allocate %" PRIu64 " bytes: %s", model, h->version, h->size,
+				    strerror(errno));
+			allocated = end;
 		}
 		rc = s_recv(c, wsync_now_ms() + timeout_ms, &id, &m, &p, 0, err);
 		if (rc == 1)

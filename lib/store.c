@@ -5,10 +5,12 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -227,9 +229,72 @@ s_sidecar_free(wsync_version_t *v)
 	v->ntargets = 0;
 }
 
+struct wsync_map {
+	void *base;
+	size_t len;
+	atomic_int refs;
+};
+
+/* Drops one reference; the last one unmaps. Runs in ZeroMQ's I/O thread too. */
+static void
+s_map_release(void *data, void *hint)
+{
+	wsync_map_t *m = hint;
+
+	(void)data;
+	if (atomic_fetch_sub(&m->refs, 1) == 1) {
+		munmap(m->base, m->len);
+		free(m);
+	}
+}
+
+const unsigned char *
+wsync_version_bytes(wsync_version_t *v, wsync_err_t *err)
+{
+	wsync_map_t *m;
+
+	if (v->map != NULL)
+		return v->map->base;
+	if ((m = calloc(1, sizeof(*m))) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	m->len = (size_t)v->size;
+	m->base = mmap(NULL, m->len, PROT_READ, MAP_SHARED, v->fd, 0);
+	if (m->base == MAP_FAILED) {
+		wsync_err_set(err, EX_IOERR, "version %" PRIu64 ": cannot map: %s", v->version,
+		    strerror(errno));
+		free(m);
+		return NULL;
+	}
+	atomic_init(&m->refs, 1);
+	v->map = m;
+	return m->base;
+}
+
+int
+wsync_version_msg(wsync_version_t *v, uint64_t off, uint64_t len, zmq_msg_t *msg,
+    wsync_err_t *err)
+{
+	const unsigned char *base = wsync_version_bytes(v, err);
+
+	if (base == NULL)
+		return -1;
+	atomic_fetch_add(&v->map->refs, 1);
+	if (zmq_msg_init_data(msg, (void *)(base + off), (size_t)len, s_map_release,
+	    v->map) < 0) {
+		s_map_release(NULL, v->map);
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	}
+	return 0;
+}
+
 static void
 s_version_free(wsync_version_t *v)
 {
+	if (v->map != NULL)
+		s_map_release(NULL, v->map);
+	v->map = NULL;
 	if (v->fd >= 0)
 		close(v->fd);
 	v->fd = -1;

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <zmq.h>
+
 #include "wsync.h"
 
 #define WSYNC_KEEP_DEFAULT 3
@@ -31,6 +33,12 @@ void wsync_logf(wsync_log_fn log, void *arg, const char *fmt, ...)
  */
 const char *wsync_log_quote(const char *s, char *buf, size_t size);
 
+/*
+ * A version's file mapped read-only. ZeroMQ's I/O thread holds a reference for
+ * every message sent from it, the version one more; the last release unmaps.
+ */
+typedef struct wsync_map wsync_map_t;
+
 /* One retained version of a model. */
 typedef struct wsync_version {
 	uint64_t version;
@@ -41,7 +49,17 @@ typedef struct wsync_version {
 	char **targets;                 /* the only workers who see it; NULL: everyone */
 	size_t ntargets;
 	int fd;                         /* read-only, for serving byte ranges */
+	wsync_map_t *map;               /* made on the first get; NULL before */
 } wsync_version_t;
+
+/* The bytes of v, mapped on first use; NULL with err when it cannot be mapped. */
+const unsigned char *wsync_version_bytes(wsync_version_t *v, wsync_err_t *err);
+/*
+ * Wraps bytes [off, off + len) of v's mapping as a message without copying;
+ * the mapping lives until the message is sent and closed.
+ */
+int wsync_version_msg(wsync_version_t *v, uint64_t off, uint64_t len, zmq_msg_t *msg,
+    wsync_err_t *err);
 
 /* One model: its retained versions, oldest first. */
 typedef struct wsync_model {

@@ -1,0 +1,62 @@
+/*
+ * latency - update latency: pushes a file as the next version of a model and
+ * waits until every live watcher applied it, RUNS times after one warm-up:
+ *
+ *   latency FILE MODEL RUNS
+ *
+ * Prints seconds per update, one a line. The hub is $WSYNC_ENDPOINT; the
+ * watchers are started by bench/run. The pusher stays connected, as a trainer's
+ * coprocess would, so process start-up is not counted.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "wsync.h"
+
+static double
+s_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int
+main(int argc, char **argv)
+{
+	const char *model;
+	wsync_client_t *c;
+	wsync_err_t err;
+	int runs;
+
+	if (argc != 4) {
+		fprintf(stderr, "usage: latency FILE MODEL RUNS\n");
+		return 64;
+	}
+	model = argv[2];
+	runs = atoi(argv[3]);
+	c = wsync_client_new(&(wsync_client_opts_t){ .role = "push", .models = &model,
+	    .nmodels = 1, .timeout_ms = 5000 }, &err);
+	if (c == NULL) {
+		fprintf(stderr, "latency: %s\n", err.msg);
+		return err.code;
+	}
+	for (int r = 0; r <= runs; r++) {
+		wsync_push_item_t item = { .model = model, .path = argv[1] };
+		double start = s_now();
+		char *missing = NULL;
+
+		if (wsync_client_push(c, &item, 1, NULL, 0, 30000, &err) < 0 ||
+		    wsync_client_wait(c, model, item.version, "all", 0, NULL, 0, 30000, &missing,
+		    &err) < 0) {
+			fprintf(stderr, "latency: %s\n%s", err.msg, missing ? missing : "");
+			return err.code;
+		}
+		if (r > 0)
+			printf("%.9f\n", s_now() - start);
+	}
+	wsync_client_destroy(&c);
+	return 0;
+}

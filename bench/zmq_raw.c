@@ -1,0 +1,151 @@
+/*
+ * zmq_raw - the raw ZeroMQ limits wsync's transfers are measured against:
+ *
+ *   zmq_raw stream ENDPOINT BYTES MSG RUNS   DEALER asks, ROUTER sends BYTES in
+ *                                            MSG-byte messages; prints seconds
+ *                                            per run, one a line
+ *   zmq_raw rtt ENDPOINT COUNT RUNS          REQ/REP round trips of 16 bytes;
+ *                                            prints seconds per round trip
+ *
+ * The server is a forked child, so two processes share the two cores as a hub
+ * and a client do. Every message is sent from one reused buffer (zmq_send
+ * copies it), as a hub sends from pages that already exist.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static double
+s_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void
+s_die(const char *what)
+{
+	fprintf(stderr, "zmq_raw: %s: %s\n", what, zmq_strerror(zmq_errno()));
+	exit(70);
+}
+
+/* The ROUTER side: for each request, sends bytes in msg-sized messages. */
+static void
+s_stream_server(const char *endpoint, long long bytes, size_t msg)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_ROUTER);
+	char *buf = calloc(1, msg), id[256], req[16];
+	int hwm = 0;
+
+	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+	if (buf == NULL || zmq_bind(s, endpoint) < 0)
+		s_die("bind");
+	for (;;) {
+		int idlen = zmq_recv(s, id, sizeof(id), 0);
+		if (idlen < 0 || zmq_recv(s, req, sizeof(req), 0) < 0)
+			s_die("recv");
+		for (long long left = bytes; left > 0; left -= (long long)msg) {
+			size_t n = left < (long long)msg ? (size_t)left : msg;
+			if (zmq_send(s, id, (size_t)idlen, ZMQ_SNDMORE) < 0 ||
+			    zmq_send(s, buf, n, 0) < 0)
+				s_die("send");
+		}
+	}
+}
+
+static int
+s_stream(const char *endpoint, long long bytes, int runs)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
+	int hwm = 0;
+	zmq_msg_t m;
+
+	zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	if (zmq_connect(s, endpoint) < 0)
+		s_die("connect");
+	zmq_msg_init(&m);
+	for (int r = 0; r <= runs; r++) {
+		double start = s_now();
+		long long got = 0;
+		zmq_send(s, "go", 2, 0);
+		while (got < bytes) {
+			if (zmq_msg_recv(&m, s, 0) < 0)
+				s_die("recv");
+			got += (long long)zmq_msg_size(&m);
+		}
+		/* Run 0 warms up connections and allocator. */
+		if (r > 0)
+			printf("%.9f\n", s_now() - start);
+	}
+	zmq_msg_close(&m);
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return 0;
+}
+
+static void
+s_rtt_server(const char *endpoint)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REP);
+	char buf[16];
+
+	if (zmq_bind(s, endpoint) < 0)
+		s_die("bind");
+	for (;;) {
+		if (zmq_recv(s, buf, sizeof(buf), 0) < 0 || zmq_send(s, buf, 16, 0) < 0)
+			s_die("echo");
+	}
+}
+
+static int
+s_rtt(const char *endpoint, int count, int runs)
+{
+	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_REQ);
+	char buf[16] = "0123456789abcdef";
+
+	if (zmq_connect(s, endpoint) < 0)
+		s_die("connect");
+	for (int r = 0; r <= runs; r++) {
+		double start = s_now();
+		for (int i = 0; i < count; i++)
+			if (zmq_send(s, buf, 16, 0) < 0 || zmq_recv(s, buf, sizeof(buf), 0) < 0)
+				s_die("round trip");
+		if (r > 0)
+			printf("%.9f\n", (s_now() - start) / count);
+	}
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	pid_t pid;
+	int rc, stream = argc == 6 && strcmp(argv[1], "stream") == 0;
+
+	if (!stream && !(argc == 5 && strcmp(argv[1], "rtt") == 0)) {
+		fprintf(stderr, "usage: zmq_raw stream ENDPOINT BYTES MSG RUNS\n"
+		    "       zmq_raw rtt ENDPOINT COUNT RUNS\n");
+		return 64;
+	}
+	if ((pid = fork()) == 0) {
+		if (stream)
+			s_stream_server(argv[2], atoll(argv[3]), (size_t)atoll(argv[4]));
+		else
+			s_rtt_server(argv[2]);
+		_exit(0);
+	}
+	rc = stream ? s_stream(argv[2], atoll(argv[3]), atoi(argv[5])) :
+	    s_rtt(argv[2], atoi(argv[3]), atoi(argv[4]));
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	return rc;
+}
