@@ -1024,15 +1024,22 @@ s_op_chunk(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	return 0;
 }
 
-/* Announces a committed version on PUB: topic model, then {model, version, size,
- * content, workers}. */
+/*
+ * Announces a committed version on PUB: topic model, then {model, version, size,
+ * content, workers, group}; group names every model of the same commit, so a
+ * watcher of several knows when it must take them together.
+ */
 static void
 s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 {
 	wsync_enc_t e;
 
 	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 5);
+	msgpack_pack_map(&e.pk, 6);
+	wsync_enc_str(&e, "group");
+	msgpack_pack_array(&e.pk, u->nfiles);
+	for (size_t i = 0; i < u->nfiles; i++)
+		wsync_enc_str(&e, u->temps[i].model);
 	wsync_enc_kv_str(&e, "model", c->model);
 	wsync_enc_kv_u64(&e, "version", c->version);
 	wsync_enc_kv_u64(&e, "size", c->size);

@@ -104,22 +104,26 @@ s_drop_temps(struct s_watch *w)
 
 /*
  * One round: learn the heads (and beat), fetch every model that moved, put
- * them all in place, then apply and report each. -1 with err when the hub was
- * lost (reconnect) or the watcher must stop (err->code tells).
+ * them all in place, then apply and report each. With only >= 0 the round is
+ * about that model alone, at the version an announcement described: no heads
+ * request. -1 with err when the hub was lost (reconnect) or the watcher must
+ * stop (err->code tells).
  */
 static int
-s_sync(struct s_watch *w, wsync_err_t *err)
+s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
 	int moved = 0;
 
-	if (wsync_client_heads(w->client, o->models, o->nmodels, o->worker, w->applied,
+	if (only >= 0)
+		w->heads[only] = *announced;
+	else if (wsync_client_heads(w->client, o->models, o->nmodels, o->worker, w->applied,
 	    w->heads, S_CALL_MS, err) < 0)
 		return -1;
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
 		wsync_head_t got;
-		if (v <= w->applied[i] || v == w->failed[i])
+		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
 			continue;
 		if (wsync_client_fetch_temp(w->client, o->models[i], v, &w->heads[i], o->worker,
 		    o->paths[i], &w->tmp[i], &got, S_CALL_MS, err) < 0) {
@@ -163,9 +167,78 @@ s_sync(struct s_watch *w, wsync_err_t *err)
 	return 0;
 }
 
-/* Waits up to ms for an announcement of a model newer than applied; 1 when one came. */
+/* 1 when the announcement's list (nil: everyone) names this worker. */
 static int
-s_wait_announcement(struct s_watch *w, int ms)
+s_for_me(const msgpack_object *workers, const char *me)
+{
+	char id[WSYNC_MAX_ID + 1];
+
+	if (workers == NULL || workers->type != MSGPACK_OBJECT_ARRAY)
+		return 1;
+	for (uint32_t i = 0; i < workers->via.array.size; i++)
+		if (wsync_obj_str(&workers->via.array.ptr[i], id, sizeof(id)) == 0 &&
+		    strcmp(id, me) == 0)
+			return 1;
+	return 0;
+}
+
+/* 1 when the commit's group holds a watched model other than model i. */
+static int
+s_group_shared(const wsync_watch_opts_t *o, const msgpack_object *group, int i)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+
+	if (group == NULL || group->type != MSGPACK_OBJECT_ARRAY)
+		return 1;
+	for (uint32_t g = 0; g < group->via.array.size; g++) {
+		if (wsync_obj_str(&group->via.array.ptr[g], model, sizeof(model)) < 0)
+			return 1;
+		for (int j = 0; j < o->nmodels; j++)
+			if (j != i && strcmp(model, o->models[j]) == 0)
+				return 1;
+	}
+	return 0;
+}
+
+/*
+ * Reads one announcement of model i: 0 when it brings nothing new for us, 1
+ * when a full round is needed (it belongs to a commit of several watched
+ * models), 2 when it alone describes the update (then *head is set).
+ */
+static int
+s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
+{
+	wsync_msg_t m;
+	wsync_err_t ignored;
+	int rc = 0;
+
+	if (wsync_msg_decode(&m, wsync_part_data(p, 1), wsync_part_size(p, 1), &ignored) < 0) {
+		wsync_msg_free(&m);
+		return 1;
+	}
+	memset(head, 0, sizeof(*head));
+	if (wsync_msg_u64(&m, "version", &head->version) < 0)
+		rc = 1;
+	else if (head->version <= w->applied[i] || head->version == w->failed[i] ||
+	    !s_for_me(wsync_msg_get(&m, "workers"), w->o->worker))
+		rc = 0;
+	else if (s_group_shared(w->o, wsync_msg_get(&m, "group"), i) ||
+	    wsync_msg_u64(&m, "size", &head->size) < 0 ||
+	    wsync_msg_u64(&m, "content", &head->content) < 0)
+		rc = 1;
+	else
+		rc = 2;
+	wsync_msg_free(&m);
+	return rc;
+}
+
+/*
+ * Waits up to ms for announcements. 0: none that matters (time for a
+ * heartbeat round); 1: a full round is needed; 2: model *only alone moved to
+ * *head, as announced.
+ */
+static int
+s_wait_announcement(struct s_watch *w, int ms, int *only, wsync_head_t *head)
 {
 	const wsync_watch_opts_t *o = w->o;
 	int64_t deadline = wsync_now_ms() + ms;
@@ -174,29 +247,32 @@ s_wait_announcement(struct s_watch *w, int ms)
 	while ((left = deadline - wsync_now_ms()) > 0 && !*o->stop) {
 		zmq_pollitem_t item = { w->sub, 0, ZMQ_POLLIN, 0 };
 		wsync_parts_t p;
-		int news = 0;
+		int news = 0, directs = 0;
 
 		if (zmq_poll(&item, 1, (long)left) <= 0)
 			continue;
 		while (wsync_recv(w->sub, &p, ZMQ_DONTWAIT) == 0) {
 			for (int i = 0; p.n == 2 && i < o->nmodels; i++) {
-				wsync_msg_t m;
-				wsync_err_t ignored;
-				uint64_t v;
+				wsync_head_t h;
+				int rc;
 				if (wsync_part_size(&p, 0) != strlen(o->models[i]) ||
 				    memcmp(wsync_part_data(&p, 0), o->models[i],
 				    strlen(o->models[i])) != 0)
 					continue;
-				if (wsync_msg_decode(&m, wsync_part_data(&p, 1), wsync_part_size(&p, 1),
-				    &ignored) == 0 && wsync_msg_u64(&m, "version", &v) == 0 &&
-				    v > w->applied[i])
+				rc = s_announcement(w, &p, i, &h);
+				if (rc == 2 && directs++ == 0) {
+					*only = i;
+					*head = h;
+				} else if (rc != 0)
 					news = 1;
-				wsync_msg_free(&m);
 			}
 			wsync_parts_close(&p);
 		}
-		if (news)
+		/* Several announcements at once: one full round covers them all. */
+		if (news || directs > 1)
 			return 1;
+		if (directs == 1)
+			return 2;
 	}
 	return 0;
 }
@@ -206,7 +282,8 @@ s_run(struct s_watch *w, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
 	int64_t start = wsync_now_ms();
-	int waiting_said = 0;
+	int waiting_said = 0, only = -1;
+	wsync_head_t announced = { 0 };
 
 	while (!*o->stop) {
 		if (w->client == NULL) {
@@ -226,15 +303,17 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			s_log(w, "connected to hub %s at %s", w->client->hub, w->client->endpoint);
 			waiting_said = 0;
 		}
-		if (s_sync(w, err) < 0) {
+		if (s_update(w, only, &announced, err) < 0) {
 			if (err->code != EX_TEMPFAIL && err->code != EX_UNAVAILABLE &&
 			    err->code != EX_PROTOCOL && err->code != EX_IOERR)
 				return -1;
 			s_log(w, "lost the hub (%s); reconnecting", err->msg);
 			s_disconnect(w);
 			start = wsync_now_ms();
+			only = -1;
 			continue;
 		}
+		only = -1;
 		for (int i = 0; i < o->nmodels; i++) {
 			if (o->max_lag && w->heads[i].version > w->applied[i] + o->max_lag)
 				return wsync_err_set(err, EX_TEMPFAIL, "%s: applied version %" PRIu64
@@ -249,7 +328,8 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			if (all)
 				return 0;
 		}
-		s_wait_announcement(w, (int)w->client->heartbeat_ms);
+		if (s_wait_announcement(w, (int)w->client->heartbeat_ms, &only, &announced) != 2)
+			only = -1;
 	}
 	return 0;
 }
