@@ -682,72 +682,130 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 	}
 }
 
+/* Packs what begin and put share: files, pusher and the target workers. */
+static void
+s_pack_upload(wsync_enc_t *e, const wsync_push_item_t *items, const struct s_source *src,
+    int n, const char *const *workers, int nworkers)
+{
+	char host[200] = "unknown", pusher[256];
+
+	gethostname(host, sizeof(host) - 1);
+	snprintf(pusher, sizeof(pusher), "%s:%ld", host, (long)getpid());
+	wsync_enc_str(e, "files");
+	msgpack_pack_array(&e->pk, (size_t)n);
+	for (int i = 0; i < n; i++) {
+		msgpack_pack_map(&e->pk, 2);
+		wsync_enc_kv_str(e, "model", items[i].model);
+		wsync_enc_kv_u64(e, "size", src[i].size);
+	}
+	wsync_enc_kv_str(e, "pusher", pusher);
+	if (workers != NULL) {
+		wsync_enc_str(e, "workers");
+		msgpack_pack_array(&e->pk, (size_t)nworkers);
+		for (int i = 0; i < nworkers; i++)
+			wsync_enc_str(e, workers[i]);
+	}
+}
+
+/* Reads the versions a commit or put reply gives into items. */
+static int
+s_versions(wsync_client_t *c, wsync_msg_t *m, wsync_push_item_t *items, int n,
+    wsync_err_t *err)
+{
+	const msgpack_object *versions = wsync_msg_get(m, "versions");
+
+	if (versions == NULL || versions->type != MSGPACK_OBJECT_ARRAY ||
+	    versions->via.array.size != (uint32_t)n)
+		return wsync_err_set(err, EX_PROTOCOL, "%s: commit reply without versions",
+		    c->endpoint);
+	for (int i = 0; i < n; i++) {
+		const msgpack_object *v = &versions->via.array.ptr[i];
+		if (wsync_obj_u64(wsync_obj_get(v, "version"), &items[i].version) < 0 ||
+		    wsync_obj_u64(wsync_obj_get(v, "content"), &items[i].content) < 0)
+			return wsync_err_set(err, EX_PROTOCOL, "%s: commit reply without versions",
+			    c->endpoint);
+	}
+	return 0;
+}
+
+/* A push that fits in one chunk: one put request carries the files and commits them. */
+static int
+s_put(wsync_client_t *c, wsync_push_item_t *items, const struct s_source *src, int n,
+    size_t total, const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
+{
+	unsigned char *joined = NULL;
+	const void *data = src[0].base;
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id;
+	int rc;
+
+	if (n > 1) {
+		size_t at = 0;
+		if ((joined = malloc(total)) == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		for (int i = 0; i < n; i++) {
+			memcpy(joined + at, src[i].base, src[i].size);
+			at += src[i].size;
+		}
+		data = joined;
+	}
+	id = s_request(c, &e, "put", workers != NULL ? 3 : 2);
+	s_pack_upload(&e, items, src, n, workers, nworkers);
+	rc = s_call(c, &e, id, data, total, timeout_ms, "put", &m, &p, err);
+	free(joined);
+	if (rc < 0)
+		return -1;
+	rc = s_versions(c, &m, items, n, err);
+	s_release(&m, &p);
+	return rc;
+}
+
 int
 wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
 {
 	struct s_source *src = calloc((size_t)n + 1, sizeof(*src));
-	char host[200] = "unknown", pusher[256];
-	const msgpack_object *versions;
 	wsync_enc_t e;
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
 	uint64_t id, upload = 0;
+	size_t total = 0;
 	int rc = -1, i;
 
 	if (src == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		if (s_source_make(&items[i], &src[i], err) < 0)
 			goto out;
-	gethostname(host, sizeof(host) - 1);
-	snprintf(pusher, sizeof(pusher), "%s:%ld", host, (long)getpid());
+		total += src[i].size;
+	}
+	if (total <= c->chunk) {
+		rc = s_put(c, items, src, n, total, workers, nworkers, timeout_ms, err);
+		goto out;
+	}
 	id = s_request(c, &e, "begin", workers != NULL ? 3 : 2);
-	wsync_enc_str(&e, "files");
-	msgpack_pack_array(&e.pk, (size_t)n);
-	for (i = 0; i < n; i++) {
-		msgpack_pack_map(&e.pk, 2);
-		wsync_enc_kv_str(&e, "model", items[i].model);
-		wsync_enc_kv_u64(&e, "size", src[i].size);
-	}
-	wsync_enc_kv_str(&e, "pusher", pusher);
-	if (workers != NULL) {
-		wsync_enc_str(&e, "workers");
-		msgpack_pack_array(&e.pk, (size_t)nworkers);
-		for (i = 0; i < nworkers; i++)
-			wsync_enc_str(&e, workers[i]);
-	}
+	s_pack_upload(&e, items, src, n, workers, nworkers);
 	if (s_call(c, &e, id, NULL, 0, timeout_ms, "begin", &m, &p, err) < 0)
 		goto out;
 	rc = wsync_msg_u64(&m, "upload", &upload);
 	s_release(&m, &p);
 	if (rc < 0) {
-		wsync_err_set(err, EX_PROTOCOL, "%s: begin reply without upload", c->endpoint);
+		rc = wsync_err_set(err, EX_PROTOCOL, "%s: begin reply without upload",
+		    c->endpoint);
 		goto out;
 	}
-	rc = -1;
-	if (s_upload(c, upload, src, n, timeout_ms, err) < 0) {
+	if ((rc = s_upload(c, upload, src, n, timeout_ms, err)) < 0) {
 		s_abort(c, upload);
 		goto out;
 	}
 	id = s_request(c, &e, "commit", 1);
 	wsync_enc_kv_u64(&e, "upload", upload);
-	if (s_call(c, &e, id, NULL, 0, timeout_ms, "commit", &m, &p, err) < 0)
+	if ((rc = s_call(c, &e, id, NULL, 0, timeout_ms, "commit", &m, &p, err)) < 0)
 		goto out;
-	versions = wsync_msg_get(&m, "versions");
-	if (versions == NULL || versions->type != MSGPACK_OBJECT_ARRAY ||
-	    versions->via.array.size != (uint32_t)n) {
-		s_release(&m, &p);
-		wsync_err_set(err, EX_PROTOCOL, "%s: commit reply without versions", c->endpoint);
-		goto out;
-	}
-	for (i = 0; i < n; i++) {
-		const msgpack_object *v = &versions->via.array.ptr[i];
-		wsync_obj_u64(wsync_obj_get(v, "version"), &items[i].version);
-		wsync_obj_u64(wsync_obj_get(v, "content"), &items[i].content);
-	}
+	rc = s_versions(c, &m, items, n, err);
 	s_release(&m, &p);
-	rc = 0;
 out:
 	for (i = 0; i < n; i++)
 		s_source_free(&src[i]);

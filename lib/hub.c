@@ -935,11 +935,10 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct s_upload *u, wsync
 }
 
 static int
-s_op_begin(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
+s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t *err)
 {
 	struct s_upload *u = NULL;
 	char list[512] = "";
-	wsync_enc_t e;
 	size_t n = 0;
 
 	for (int i = 0; i < S_UPLOADS && u == NULL; i++)
@@ -965,9 +964,7 @@ s_op_begin(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		    i ? "," : "", u->temps[i].model);
 	s_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s", u->id, list,
 	    u->pusher[0] ? u->pusher : "-");
-	s_ok(&e, r->id, 1);
-	wsync_enc_kv_u64(&e, "upload", u->id);
-	s_reply(h, r, &e);
+	*up = u;
 	return 0;
 fail:
 	s_upload_end(u);
@@ -975,12 +972,59 @@ fail:
 }
 
 static int
+s_op_begin(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
+{
+	struct s_upload *u;
+	wsync_enc_t e;
+
+	if (s_upload_open(h, r, &u, err) < 0)
+		return -1;
+	s_ok(&e, r->id, 1);
+	wsync_enc_kv_u64(&e, "upload", u->id);
+	s_reply(h, r, &e);
+	return 0;
+}
+
+/* Writes len bytes at off of file into upload u, refusing gaps and overruns. */
+static int
+s_upload_write(struct s_upload *u, uint64_t file, uint64_t off, const char *data,
+    uint64_t len, wsync_err_t *err)
+{
+	struct s_ufile *f;
+	uint64_t done = 0;
+
+	if (file >= u->nfiles)
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " has no file %" PRIu64,
+		    u->id, file);
+	f = &u->files[file];
+	if (off > f->filled)
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %" PRIu64 ": a chunk "
+		    "at offset %" PRIu64 " leaves a gap (%" PRIu64 " bytes received)", u->id, file,
+		    off, f->filled);
+	if (len > f->size - off)
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %" PRIu64 ": a chunk "
+		    "of %" PRIu64 " bytes at offset %" PRIu64 " goes past its size of %" PRIu64,
+		    u->id, file, len, off, f->size);
+	while (done < len) {
+		ssize_t n = pwrite(u->temps[file].fd, data + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wsync_err_set(err, EX_IOERR, "upload %" PRIu64 " file %" PRIu64 ": "
+			    "cannot write: %s", u->id, file, n < 0 ? strerror(errno) : "no progress");
+		done += (uint64_t)n;
+	}
+	if (off + len > f->filled)
+		f->filled = off + len;
+	u->touched = wsync_now_ms();
+	return 0;
+}
+
+static int
 s_op_chunk(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 {
-	uint64_t id, file, off, len, done = 0;
+	uint64_t id, file, off, len;
 	struct s_upload *u;
-	struct s_ufile *f;
-	const char *data;
 	wsync_enc_t e;
 
 	if (s_u64(r, "upload", 1, &id, err) < 0 || s_u64(r, "file", 1, &file, err) < 0 ||
@@ -990,35 +1034,12 @@ s_op_chunk(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		return wsync_err_set(err, EX_PROTOCOL, "a chunk without its data frame");
 	if ((u = s_upload_find(h, id, err)) == NULL)
 		return -1;
-	if (file >= u->nfiles)
-		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " has no file %" PRIu64, id,
-		    file);
-	f = &u->files[file];
-	data = wsync_part_data(r->parts, 3);
 	len = wsync_part_size(r->parts, 3);
 	if (len > WSYNC_CHUNK)
 		return wsync_err_set(err, EX_USAGE, "a chunk of %" PRIu64 " bytes is over the "
 		    "chunk size of %u", len, WSYNC_CHUNK);
-	if (off > f->filled)
-		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %" PRIu64 ": a chunk "
-		    "at offset %" PRIu64 " leaves a gap (%" PRIu64 " bytes received)", id, file, off,
-		    f->filled);
-	if (len > f->size - off)
-		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %" PRIu64 ": a chunk "
-		    "of %" PRIu64 " bytes at offset %" PRIu64 " goes past its size of %" PRIu64,
-		    id, file, len, off, f->size);
-	while (done < len) {
-		ssize_t n = pwrite(u->temps[file].fd, data + done, len - done, (off_t)(off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return wsync_err_set(err, EX_IOERR, "upload %" PRIu64 " file %" PRIu64 ": "
-			    "cannot write: %s", id, file, n < 0 ? strerror(errno) : "no progress");
-		done += (uint64_t)n;
-	}
-	if (off + len > f->filled)
-		f->filled = off + len;
-	u->touched = wsync_now_ms();
+	if (s_upload_write(u, file, off, wsync_part_data(r->parts, 3), len, err) < 0)
+		return -1;
 	s_ok(&e, r->id, 0);
 	s_reply(h, r, &e);
 	return 0;
@@ -1057,19 +1078,17 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 	wsync_enc_free(&e);
 }
 
+/* Commits every file of u together, answers r with the versions, announces them. */
 static int
-s_op_commit(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
+s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t *err)
 {
 	wsync_committed_t out[S_UPLOAD_FILES];
 	char targets[512] = "";
 	wsync_commit_info_t info;
-	struct s_upload *u;
 	wsync_enc_t e;
-	uint64_t id;
+	uint64_t id = u->id;
 	size_t n = 0;
 
-	if (s_u64(r, "upload", 1, &id, err) < 0 || (u = s_upload_find(h, id, err)) == NULL)
-		return -1;
 	for (size_t i = 0; i < u->nfiles; i++)
 		if (u->files[i].filled != u->files[i].size)
 			return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %zu (model %s) "
@@ -1108,6 +1127,57 @@ s_op_commit(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		s_waits_check(h, out[i].model);
 	s_upload_end(u);
 	return 0;
+}
+
+static int
+s_op_commit(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
+{
+	struct s_upload *u;
+	uint64_t id;
+
+	if (s_u64(r, "upload", 1, &id, err) < 0 || (u = s_upload_find(h, id, err)) == NULL)
+		return -1;
+	return s_upload_commit(h, r, u, err);
+}
+
+/*
+ * A whole small push in one request: begin's fields, then one data frame with
+ * every file's bytes one after the other; committed at once.
+ */
+static int
+s_op_put(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
+{
+	struct s_upload *u;
+	const char *data;
+	uint64_t len, at = 0;
+
+	if (r->parts->n != 4)
+		return wsync_err_set(err, EX_PROTOCOL, "a put without its data frame");
+	data = wsync_part_data(r->parts, 3);
+	len = wsync_part_size(r->parts, 3);
+	if (len > WSYNC_CHUNK)
+		return wsync_err_set(err, EX_USAGE, "a put of %" PRIu64 " bytes is over the chunk "
+		    "size of %u: use begin, chunk and commit", len, WSYNC_CHUNK);
+	if (s_upload_open(h, r, &u, err) < 0)
+		return -1;
+	for (size_t i = 0; i < u->nfiles; i++) {
+		if (u->files[i].size > len - at) {
+			s_upload_end(u);
+			return wsync_err_set(err, EX_USAGE, "a put of %" PRIu64 " bytes is shorter than "
+			    "its files", len);
+		}
+		if (s_upload_write(u, i, 0, data + at, u->files[i].size, err) < 0) {
+			s_upload_end(u);
+			return -1;
+		}
+		at += u->files[i].size;
+	}
+	if (at != len) {
+		s_upload_end(u);
+		return wsync_err_set(err, EX_USAGE, "a put of %" PRIu64 " bytes is longer than its "
+		    "files (%" PRIu64 ")", len, at);
+	}
+	return s_upload_commit(h, r, u, err);
 }
 
 static int
@@ -1404,6 +1474,7 @@ static const struct {
 	{ "get", s_op_get },
 	{ "heads", s_op_heads },
 	{ "hello", s_op_hello },
+	{ "put", s_op_put },
 	{ "stat", s_op_stat },
 	{ "status", s_op_status },
 	{ "wait", s_op_wait },
@@ -1444,7 +1515,7 @@ s_serve(wsync_hub_t *h, wsync_parts_t *p)
 		wsync_err_set(&err, EX_PROTOCOL, "unknown op \"%s\"", wsync_log_quote(r.op, quoted, 64));
 		goto refuse;
 	}
-	if (p->n == 4 && strcmp(r.op, "chunk") != 0) {
+	if (p->n == 4 && strcmp(r.op, "chunk") != 0 && strcmp(r.op, "put") != 0) {
 		wsync_err_set(&err, EX_PROTOCOL, "op %s takes no data frame", r.op);
 		goto refuse;
 	}

@@ -208,11 +208,11 @@ make_fixtures_dir() {
 @test "wsync(7) documents every op the hub serves" {
 	local text op
 	text=$(render "$ROOT/man/wsync.7")
-	for op in hello heads stat get begin chunk commit abort ack fail wait status bye; do
+	ops=$(sed -n 's/^\t{ "\([a-z]*\)", s_op_.*/\1/p' "$ROOT/lib/hub.c")
+	[ "$(wc -w <<<"$ops")" -ge 14 ]
+	for op in $ops; do
 		grep -qE "^ {7}$op\$" <<<"$text" || fail "wsync.7 has no entry for op $op"
-		grep -q "{ \"$op\", s_op_" "$ROOT/lib/hub.c" || fail "the hub serves no op $op"
 	done
-	[ "$(grep -c '{ "[a-z]*", s_op_' "$ROOT/lib/hub.c")" -eq 13 ]
 }
 
 @test "wsync(7)'s Python client fetches the head from a real hub" {

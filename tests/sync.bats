@@ -244,3 +244,23 @@ PYEOF
 	assert_output ""
 	assert_equal "$(last_version w)" 1
 }
+
+@test "a model larger than one chunk goes up in chunks and comes back intact" {
+	"$PY" - <<'PYEOF'
+import json, struct
+import numpy as np
+w = np.arange(3 * 1024 * 1024, dtype="<f4").tobytes()   # 12 MiB: three chunks and more
+h = json.dumps({"w": {"dtype": "F32", "shape": [3 * 1024 * 1024], "data_offsets": [0, len(w)]}}).encode()
+h += b" " * (-len(h) % 8)
+open("big.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + w)
+PYEOF
+	wsync-convert -m policy big.safetensors big.wsync
+	start_hub
+	run -0 wsync-push -m policy big.wsync
+	assert_output 1
+	run -0 grep -c "event=begin" hub.log
+	assert_output 1
+	run -0 wsync-pull -m policy -o back.wsync
+	assert_equal "$(content_of back.wsync)" "$(content_of big.wsync)"
+	run -0 wsync-inspect diff big.safetensors back.wsync
+}

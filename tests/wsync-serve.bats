@@ -402,7 +402,7 @@ $TMP/store/.uploads:"
 	local pushes
 	pushes=$(jq .pushes <<<"$output")
 	run -0 jq -c .announcement <<<"$output"
-	assert_output "{\"content\":\"e911155f651e4978\",\"model\":\"policy\",\"size\":144,\"topic\":\"policy\",\"version\":$pushes,\"workers\":null}"
+	assert_output "{\"content\":\"e911155f651e4978\",\"group\":[\"policy\"],\"model\":\"policy\",\"size\":144,\"topic\":\"policy\",\"version\":$pushes,\"workers\":null}"
 }
 
 @test "wait times out with 75, naming each missing worker, its version and failure" {
