@@ -6,16 +6,6 @@
 load test_helper
 load hub_helper
 
-setup() {
-	TMP="$BATS_TEST_TMPDIR"
-	cd "$TMP" || return 1
-	hub_setup
-}
-
-teardown() {
-	hub_teardown
-}
-
 # render PAGE: the page as man(1) prints it, without hyphenation or wrapping.
 render() {
 	MANROFFOPT=-rHY=0 MANWIDTH=200 LC_ALL=C man -l "$1" 2>/dev/null

@@ -4,9 +4,17 @@
 
 PIDS=()
 
-hub_setup() {
+# Loading this file gives a test its own endpoint and store, and a teardown
+# that stops every process the test started.
+setup() {
+	TMP="$BATS_TEST_TMPDIR"
+	cd "$TMP" || return 1
 	export WSYNC_ENDPOINT="ipc://$TMP/hub"
 	STORE="$TMP/store"
+}
+
+teardown() {
+	hub_teardown
 }
 
 # Runs "$@" until it succeeds, at most $WAIT_S seconds (default 10); fails after.

@@ -4,16 +4,6 @@
 load test_helper
 load hub_helper
 
-setup() {
-	TMP="$BATS_TEST_TMPDIR"
-	cd "$TMP" || return 1
-	hub_setup
-}
-
-teardown() {
-	hub_teardown
-}
-
 @test "4 watchers follow 20 pushes and end on the last pushed bytes, in order" {
 	make_versions 20
 	start_hub
