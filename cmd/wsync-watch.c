@@ -3,11 +3,13 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +19,6 @@ static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--once] [--max-lag N] [-t SEC]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
-static volatile int s_stop;
 
 static void
 s_help(void)
@@ -48,56 +49,83 @@ s_help(void)
 	exit(0);
 }
 
+static volatile int s_stop;
+
 struct s_hook {
 	const char *cmd;
 	const char *worker;
 };
 
-/* Prints the update; runs the hook first when there is one. */
+/*
+ * Runs the hook for u and waits for it, beating for the worker meanwhile and
+ * passing a SIGTERM or SIGINT of ours on to it. 0 when it exited 0.
+ */
 static int
-s_apply(void *arg, const char *model, uint64_t version, const char *path, char *reason,
-    size_t len)
+s_run_hook(const struct s_hook *h, wsync_update_t *u)
+{
+	char v[32];
+	int status, pidfd, forwarded = 0;
+	pid_t pid;
+
+	snprintf(v, sizeof(v), "%" PRIu64, u->version);
+	fflush(stdout);
+	if ((pid = fork()) < 0) {
+		snprintf(u->reason, sizeof(u->reason), "cannot run the hook: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		/* The hook's own output must not mix with our lines on stdout. */
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		signal(SIGPIPE, SIG_DFL);
+		setenv("WSYNC_MODEL", u->model, 1);
+		setenv("WSYNC_VERSION", v, 1);
+		setenv("WSYNC_PATH", u->path, 1);
+		setenv("WSYNC_WORKER", h->worker, 1);
+		execl("/bin/sh", "sh", "-c", h->cmd, (char *)NULL);
+		_exit(127);
+	}
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	for (;;) {
+		struct pollfd p = { pidfd, POLLIN, 0 };
+		pid_t done = waitpid(pid, &status, WNOHANG);
+		if (done == pid)
+			break;
+		if (done < 0 && errno != EINTR) {
+			snprintf(u->reason, sizeof(u->reason), "cannot wait for the hook: %s",
+			    strerror(errno));
+			if (pidfd >= 0)
+				close(pidfd);
+			return -1;
+		}
+		if (s_stop && !forwarded++)
+			kill(pid, SIGTERM);
+		/* Without a pidfd (old kernels), poll(NULL, 0, ms) just paces the beat. */
+		if (poll(pidfd >= 0 ? &p : NULL, pidfd >= 0 ? 1 : 0, u->beat_ms) == 0)
+			u->beat(u->beat_ctx);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	if (WIFSIGNALED(status))
+		snprintf(u->reason, sizeof(u->reason), "hook killed by signal %d",
+		    WTERMSIG(status));
+	else if (WEXITSTATUS(status) != 0)
+		snprintf(u->reason, sizeof(u->reason), "hook exited with status %d",
+		    WEXITSTATUS(status));
+	else
+		return 0;
+	cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, u->reason);
+	return -1;
+}
+
+/* Runs the hook when there is one, then prints the update. */
+static int
+s_apply(void *arg, wsync_update_t *u)
 {
 	struct s_hook *h = arg;
-	char v[32];
-	pid_t pid;
-	int status;
 
-	if (h->cmd != NULL) {
-		snprintf(v, sizeof(v), "%" PRIu64, version);
-		fflush(stdout);
-		if ((pid = fork()) < 0) {
-			snprintf(reason, len, "cannot run the hook: %s", strerror(errno));
-			return -1;
-		}
-		if (pid == 0) {
-			/* The hook's own output must not mix with our lines on stdout. */
-			dup2(STDERR_FILENO, STDOUT_FILENO);
-			setenv("WSYNC_MODEL", model, 1);
-			setenv("WSYNC_VERSION", v, 1);
-			setenv("WSYNC_PATH", path, 1);
-			setenv("WSYNC_WORKER", h->worker, 1);
-			execl("/bin/sh", "sh", "-c", h->cmd, (char *)NULL);
-			_exit(127);
-		}
-		while (waitpid(pid, &status, 0) < 0) {
-			if (errno != EINTR) {
-				snprintf(reason, len, "cannot wait for the hook: %s", strerror(errno));
-				return -1;
-			}
-		}
-		if (WIFSIGNALED(status)) {
-			snprintf(reason, len, "hook killed by signal %d", WTERMSIG(status));
-			cli_warn("%s version %" PRIu64 ": %s", model, version, reason);
-			return -1;
-		}
-		if (WEXITSTATUS(status) != 0) {
-			snprintf(reason, len, "hook exited with status %d", WEXITSTATUS(status));
-			cli_warn("%s version %" PRIu64 ": %s", model, version, reason);
-			return -1;
-		}
-	}
-	printf("%s %" PRIu64 " %s\n", model, version, path);
+	if (h->cmd != NULL && s_run_hook(h, u) < 0)
+		return -1;
+	printf("%s %" PRIu64 " %s\n", u->model, u->version, u->path);
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
 	return 0;

@@ -75,6 +75,15 @@ s_release(wsync_msg_t *m, wsync_parts_t *p)
 	wsync_parts_close(p);
 }
 
+/* Milliseconds left until deadline, never negative. */
+static int
+s_left(int64_t deadline)
+{
+	int64_t left = deadline - wsync_now_ms();
+
+	return left > 0 ? (int)left : 0;
+}
+
 /*
  * Receives the next reply before deadline (monotonic ms). Returns 0 with the
  * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
@@ -98,7 +107,7 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
 	if (rc <= 0)
 		return 1;
 	if (wsync_recv(c->sock, p, 0) < 0)
-		return wsync_err_set(err, EX_IOERR, "receive from %s: %s", c->endpoint,
+		return wsync_err_set(err, EX_UNAVAILABLE, "receive from %s: %s", c->endpoint,
 		    zmq_strerror(errno));
 	if (p->n < 2 || wsync_part_size(p, 0) != 0) {
 		wsync_parts_close(p);
@@ -139,8 +148,8 @@ s_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data, size_t 
 		uint64_t got;
 		rc = s_recv(c, deadline, &got, m, p, 0, err);
 		if (rc == 1)
-			return wsync_err_set(err, EX_TEMPFAIL, "%s: no answer from %s after %.1f s",
-			    what, c->endpoint, timeout_ms / 1000.0);
+			return wsync_err_set(err, EX_TEMPFAIL, "%s: no answer from %s within the "
+			    "timeout", what, c->endpoint);
 		if (got == id || (rc < 0 && got == 0))
 			return rc;
 		if (rc == 0)
@@ -306,6 +315,11 @@ wsync_client_heads(wsync_client_t *c, const char *const *models, int n, const ch
 	}
 	if (s_call(c, &e, id, NULL, 0, timeout_ms, "heads", &m, &p, err) < 0)
 		return -1;
+	/* Who answered: the watcher compares these to notice a restarted hub. */
+	if (wsync_msg_str(&m, "hub", c->heads_hub, sizeof(c->heads_hub)) < 0)
+		c->heads_hub[0] = '\0';
+	if (wsync_msg_str(&m, "store", c->heads_store, sizeof(c->heads_store)) < 0)
+		c->heads_store[0] = '\0';
 	all = wsync_msg_get(&m, "heads");
 	for (int i = 0; i < n; i++) {
 		const msgpack_object *h = wsync_obj_get(all, models[i]);
@@ -350,8 +364,8 @@ s_stat(wsync_client_t *c, const char *model, uint64_t version, const char *worke
  * flight, writing each chunk at its offset as it arrives.
  */
 static int
-s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
-    int timeout_ms, wsync_err_t *err)
+s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
+    int fd, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0;
 	unsigned inflight = 0;
@@ -366,8 +380,10 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
 		while (inflight < c->window && next_off < h->size) {
 			wsync_enc_t e;
 			uint64_t n = h->size - next_off < c->chunk ? h->size - next_off : c->chunk;
-			ids[inflight] = s_request(c, &e, "get", 4);
+			ids[inflight] = s_request(c, &e, "get", worker != NULL ? 5 : 4);
 			offs[inflight] = next_off;
+			if (worker != NULL)
+				wsync_enc_kv_str(&e, "worker", worker);
 			wsync_enc_kv_str(&e, "model", model);
 			wsync_enc_kv_u64(&e, "version", h->version);
 			wsync_enc_kv_u64(&e, "off", next_off);
@@ -394,10 +410,10 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, int fd,
 				    strerror(errno));
 			allocated = end;
 		}
-		rc = s_recv(c, wsync_now_ms() + timeout_ms, &id, &m, &p, 0, err);
+		rc = s_recv(c, deadline, &id, &m, &p, 0, err);
 		if (rc == 1)
-			return wsync_err_set(err, EX_TEMPFAIL, "%s version %" PRIu64 ": no data "
-			    "from %s for %.1f s", model, h->version, c->endpoint, timeout_ms / 1000.0);
+			return wsync_err_set(err, EX_TEMPFAIL, "%s version %" PRIu64 ": not all "
+			    "data came from %s within the timeout", model, h->version, c->endpoint);
 		for (slot = 0; slot < inflight && ids[slot] != id; slot++)
 			;
 		if (rc < 0) {
@@ -434,6 +450,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
     const wsync_head_t *known, const char *worker, const char *path, char **tmp,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err)
 {
+	int64_t deadline = wsync_now_ms() + timeout_ms;
 	char buf[PATH_MAX];
 	wsync_file_t *f = NULL;
 	int fd = -1;
@@ -452,7 +469,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 		goto fail;
 	}
-	if (s_get_all(c, model, got, fd, timeout_ms, err) < 0)
+	if (s_get_all(c, model, got, worker, fd, deadline, err) < 0)
 		goto fail;
 	if ((f = wsync_file_open_fd(fd, model, err)) == NULL ||
 	    wsync_file_verify(f, NULL, NULL, err) < 0)
@@ -464,7 +481,11 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 		goto fail;
 	}
 	wsync_file_close(&f);
-	if (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || close(fd) < 0) {
+	if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+		goto fail;
+	}
+	if (close(fd) < 0) {
 		fd = -1;
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 		goto fail;
@@ -500,15 +521,32 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
     const char *worker, const char *path, wsync_head_t *got, int timeout_ms,
     wsync_err_t *err)
 {
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	const char *td = getenv("TMPDIR"), *beside = path;
 	char dir[PATH_MAX], *tmp = NULL;
 	int rc, fd;
 
-	if (strcmp(path, "-") != 0) {
-		if (wsync_client_fetch_temp(c, model, version, NULL, worker, path, &tmp, got,
-		    timeout_ms, err) < 0)
-			return -1;
-		rc = rename(tmp, path);
-		if (rc < 0) {
+	/* Standard output gets nothing until the whole version is verified. */
+	if (strcmp(path, "-") == 0) {
+		snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
+		beside = dir;
+	}
+	/*
+	 * The head can be retired while it is fetched (the hub keeps the last N):
+	 * then the newer head is fetched instead, within the same bound.
+	 */
+	for (;;) {
+		got->version = 0;
+		rc = wsync_client_fetch_temp(c, model, version, NULL, worker, beside, &tmp, got,
+		    s_left(deadline), err);
+		if (rc == 0 || version != 0 || err->code != EX_NOINPUT || got->version == 0 ||
+		    s_left(deadline) == 0)
+			break;
+	}
+	if (rc < 0)
+		return -1;
+	if (beside == path) {
+		if ((rc = rename(tmp, path)) < 0) {
 			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
 			    strerror(errno));
 			unlink(tmp);
@@ -516,12 +554,6 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
 		free(tmp);
 		return rc;
 	}
-	/* Standard output gets nothing until the whole version is verified. */
-	const char *td = getenv("TMPDIR");
-	snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
-	if (wsync_client_fetch_temp(c, model, version, NULL, worker, dir, &tmp, got,
-	    timeout_ms, err) < 0)
-		return -1;
 	fd = open(tmp, O_RDONLY | O_CLOEXEC);
 	unlink(tmp);
 	free(tmp);
@@ -632,7 +664,7 @@ s_abort(wsync_client_t *c, uint64_t upload)
 /* Sends every chunk of every source (none is empty) with up to window in flight. */
 static int
 s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
-    int timeout_ms, wsync_err_t *err)
+    int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64];
 	unsigned inflight = 0;
@@ -665,10 +697,10 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 		}
 		if (inflight == 0)
 			return 0;
-		rc = s_recv(c, wsync_now_ms() + timeout_ms, &id, &m, &p, 0, err);
+		rc = s_recv(c, deadline, &id, &m, &p, 0, err);
 		if (rc == 1)
-			return wsync_err_set(err, EX_TEMPFAIL, "upload: no answer from %s after "
-			    "%.1f s", c->endpoint, timeout_ms / 1000.0);
+			return wsync_err_set(err, EX_TEMPFAIL, "upload: no answer from %s within "
+			    "the timeout", c->endpoint);
 		for (slot = 0; slot < inflight && ids[slot] != id; slot++)
 			;
 		if (rc < 0) {
@@ -755,6 +787,10 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, const struct s_source *src, i
 	s_pack_upload(&e, items, src, n, workers, nworkers);
 	rc = s_call(c, &e, id, data, total, timeout_ms, "put", &m, &p, err);
 	free(joined);
+	if (rc < 0 && err->code == EX_TEMPFAIL)
+		wsync_err_set(err, EX_TEMPFAIL, "put: no answer from %s within the timeout; the "
+		    "version may still have been committed (see wsync-inspect --hub)",
+		    c->endpoint);
 	if (rc < 0)
 		return -1;
 	rc = s_versions(c, &m, items, n, err);
@@ -767,6 +803,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
 {
 	struct s_source *src = calloc((size_t)n + 1, sizeof(*src));
+	int64_t deadline = wsync_now_ms() + timeout_ms;
 	wsync_enc_t e;
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
@@ -782,12 +819,12 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		total += src[i].size;
 	}
 	if (total <= c->chunk) {
-		rc = s_put(c, items, src, n, total, workers, nworkers, timeout_ms, err);
+		rc = s_put(c, items, src, n, total, workers, nworkers, s_left(deadline), err);
 		goto out;
 	}
 	id = s_request(c, &e, "begin", workers != NULL ? 3 : 2);
 	s_pack_upload(&e, items, src, n, workers, nworkers);
-	if (s_call(c, &e, id, NULL, 0, timeout_ms, "begin", &m, &p, err) < 0)
+	if (s_call(c, &e, id, NULL, 0, s_left(deadline), "begin", &m, &p, err) < 0)
 		goto out;
 	rc = wsync_msg_u64(&m, "upload", &upload);
 	s_release(&m, &p);
@@ -796,14 +833,19 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		    c->endpoint);
 		goto out;
 	}
-	if ((rc = s_upload(c, upload, src, n, timeout_ms, err)) < 0) {
+	if ((rc = s_upload(c, upload, src, n, deadline, err)) < 0) {
 		s_abort(c, upload);
 		goto out;
 	}
 	id = s_request(c, &e, "commit", 1);
 	wsync_enc_kv_u64(&e, "upload", upload);
-	if ((rc = s_call(c, &e, id, NULL, 0, timeout_ms, "commit", &m, &p, err)) < 0)
+	if ((rc = s_call(c, &e, id, NULL, 0, s_left(deadline), "commit", &m, &p, err)) < 0) {
+		if (err->code == EX_TEMPFAIL)
+			wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
+			    "timeout; the version may still have been committed (see "
+			    "wsync-inspect --hub)", c->endpoint);
 		goto out;
+	}
 	rc = s_versions(c, &m, items, n, err);
 	s_release(&m, &p);
 out:

@@ -9,7 +9,9 @@ struct wsync_client {
 	void *sock;
 	char endpoint[512];
 	char pub[512];                  /* the hub's PUB endpoint, as this client reaches it */
-	char hub[256];                  /* the hub's identity */
+	char hub[256];                  /* the hub's identity, from hello */
+	char heads_hub[256];            /* the identity in the last heads reply */
+	char heads_store[64];           /* the store id in the last heads reply */
 	char role[16];
 	char worker[WSYNC_MAX_ID + 1];
 	char **models;

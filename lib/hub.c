@@ -22,6 +22,7 @@
 #define S_BATCH 256                     /* requests served between two timer checks */
 #define S_SNDHWM 100                    /* replies queued per peer (a get's is 4 MiB) */
 #define S_RCVHWM 1000
+#define S_MAX_WAIT_MS 3600000           /* one hour: the longest wait a peer may ask */
 #define S_UPLOADS 16                    /* uploads in flight per hub */
 #define S_UPLOAD_FILES 64               /* files in one upload */
 #define S_UPLOAD_IDLE_MS 60000          /* an upload not touched for this long expires */
@@ -711,6 +712,15 @@ s_pack_head(wsync_enc_t *e, const wsync_version_t *v)
 }
 
 /* Records a heartbeat's applied map {model: version} for worker w. */
+/* The highest version number the store ever gave model (0: none). */
+static uint64_t
+s_numbered(wsync_hub_t *h, const char *model)
+{
+	const wsync_model_t *m = wsync_store_find(h->store, model);
+
+	return m != NULL && m->next > 0 ? m->next - 1 : 0;
+}
+
 static int
 s_heads_applied(wsync_hub_t *h, struct s_worker *w, const msgpack_object *o,
     wsync_err_t *err)
@@ -732,6 +742,9 @@ s_heads_applied(wsync_hub_t *h, struct s_worker *w, const msgpack_object *o,
 			    "model ids to versions");
 		if (v == 0 && s_wmodel_find(w, model) == NULL)
 			continue;
+		/* A number this store never gave (the worker followed another store) is none. */
+		if (v > 0 && s_numbered(h, model) < v)
+			v = 0;
 		if ((wm = s_wmodel_get(w, model, err)) == NULL)
 			return -1;
 		s_applied_set(wm, v, 0);
@@ -785,7 +798,10 @@ s_op_heads(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 			heads[n++] = v;
 		}
 	}
-	s_ok(&e, r->id, 1);
+	/* Who answers: a watcher that sees these change knows the hub restarted. */
+	s_ok(&e, r->id, 3);
+	wsync_enc_kv_str(&e, "hub", h->name);
+	wsync_enc_kv_str(&e, "store", wsync_store_id(h->store));
 	wsync_enc_str(&e, "heads");
 	msgpack_pack_map(&e.pk, n);
 	for (size_t i = 0; i < n; i++) {
@@ -874,8 +890,14 @@ s_op_get(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	zmq_msg_t data;
 	wsync_enc_t e;
 
+	char worker[WSYNC_MAX_ID + 1];
+
 	if (s_model(r, model, err) < 0 || s_u64(r, "version", 1, &version, err) < 0 ||
-	    s_u64(r, "off", 1, &off, err) < 0 || s_u64(r, "len", 1, &len, err) < 0)
+	    s_u64(r, "off", 1, &off, err) < 0 || s_u64(r, "len", 1, &len, err) < 0 ||
+	    s_worker_field(r, 0, worker, err) < 0)
+		return -1;
+	/* A worker busy fetching a large version is alive. */
+	if (worker[0] != '\0' && s_worker_touch(h, worker, err) == NULL)
 		return -1;
 	if (version == 0)
 		return wsync_err_set(err, EX_USAGE, "get needs a version number (stat finds the "
@@ -1280,6 +1302,9 @@ s_op_wait(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	    s_str(r, "mode", 1, NULL, mode, sizeof(mode), err) < 0 ||
 	    s_u64(r, "timeout_ms", 1, &timeout, err) < 0)
 		return -1;
+	if (timeout > S_MAX_WAIT_MS)
+		return wsync_err_set(err, EX_USAGE, "a wait of %" PRIu64 " ms is longer than the "
+		    "hub keeps one (%d ms)", timeout, S_MAX_WAIT_MS);
 	if (strcmp(mode, "count") == 0) {
 		wt.mode = S_COUNT;
 		if (s_u64(r, "count", 1, &wt.count, err) < 0)
@@ -1704,6 +1729,7 @@ static void *
 s_socket(int type, int sndhwm, int rcvhwm, wsync_err_t *err)
 {
 	void *sock = zmq_socket(wsync_zmq_context(), type);
+	int64_t maxmsg = (int64_t)WSYNC_CHUNK + 4096;
 	int zero = 0;
 
 	if (sock == NULL) {
@@ -1713,6 +1739,8 @@ s_socket(int type, int sndhwm, int rcvhwm, wsync_err_t *err)
 	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(sock, ZMQ_SNDHWM, &sndhwm, sizeof(sndhwm));
 	zmq_setsockopt(sock, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
+	/* No frame a peer sends is allowed past one chunk: larger ones end its connection. */
+	zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
 	return sock;
 }
 

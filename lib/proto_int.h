@@ -13,7 +13,6 @@
 #define WSYNC_HEARTBEAT_MS 1000
 #define WSYNC_ALIVE_MS 5000             /* a worker not seen for this long is not alive */
 #define WSYNC_MAX_MESSAGE (1u << 20)    /* bytes in one msgpack message frame */
-#define WSYNC_MAX_REASON 512            /* bytes in a failure reason */
 
 /* A decoded message: a view over one msgpack map. */
 typedef struct wsync_msg {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@ struct wsync_store {
 	char *dir;
 	char *uploads;                  /* STORE/.uploads */
 	int lock;                       /* STORE/.lock, flocked while open */
+	char id[33];                    /* STORE/.id: this store's random identity */
 	unsigned keep;
 	wsync_log_fn log;
 	void *log_arg;
@@ -663,7 +665,8 @@ s_scan(wsync_store_t *s, wsync_err_t *err)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot read: %s", s->dir, strerror(errno));
 	while (rc == 0 && (e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
-		    strcmp(e->d_name, ".uploads") == 0 || strcmp(e->d_name, ".lock") == 0)
+		    strcmp(e->d_name, ".uploads") == 0 || strcmp(e->d_name, ".lock") == 0 ||
+		    strcmp(e->d_name, ".id") == 0)
 			continue;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISDIR(st.st_mode) || wsync_model_id_check(e->d_name) < 0) {
@@ -692,6 +695,46 @@ s_lock(wsync_store_t *s, wsync_err_t *err)
 	return 0;
 }
 
+/*
+ * Reads STORE/.id, or makes it: 32 random hex digits that tell a watcher the
+ * hub it follows now keeps another store (whose numbers start over).
+ */
+static int
+s_identity(wsync_store_t *s, wsync_err_t *err)
+{
+	unsigned char raw[16];
+	char path[PATH_MAX], tmp[PATH_MAX];
+	ssize_t n = -1;
+	int fd;
+
+	if (s_path(path, sizeof(path), "%s/.id", s->dir) < 0 ||
+	    s_path(tmp, sizeof(tmp), "%s/.id.tmp", s->dir) < 0)
+		return wsync_err_set(err, EX_USAGE, "%s: path too long", s->dir);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, s->id, 32);
+		close(fd);
+		s->id[n == 32 ? 32 : 0] = '\0';
+		if (n == 32 && strspn(s->id, "0123456789abcdef") == 32)
+			return 0;
+	}
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return wsync_err_set(err, EX_SOFTWARE, "cannot get random bytes: %s",
+		    strerror(errno));
+	for (int i = 0; i < 16; i++)
+		snprintf(s->id + 2 * i, 3, "%02x", raw[i]);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+	    wsync_write_all(fd, s->id, 32) < 0 || fsync(fd) < 0 || close(fd) < 0 ||
+	    rename(tmp, path) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
+	return 0;
+}
+
+const char *
+wsync_store_id(const wsync_store_t *s)
+{
+	return s->id;
+}
+
 wsync_store_t *
 wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg,
     wsync_err_t *err)
@@ -718,7 +761,8 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
-	if (s_mkdir(s->dir, err) < 0 || s_lock(s, err) < 0 || s_mkdir(s->uploads, err) < 0 ||
+	if (s_mkdir(s->dir, err) < 0 || s_lock(s, err) < 0 || s_identity(s, err) < 0 ||
+	    s_mkdir(s->uploads, err) < 0 ||
 	    s_clean_uploads(s, err) < 0 || s_scan(s, err) < 0)
 		goto fail;
 	for (size_t i = 0; i < s->nmodels; i++)

@@ -71,6 +71,9 @@ typedef struct wsync_model {
 
 typedef struct wsync_store wsync_store_t;
 
+/* The store's identity (32 hex digits, kept in STORE/.id); borrowed. */
+const char *wsync_store_id(const wsync_store_t *s);
+
 /*
  * Opens (creating it 0700 when missing) the store at dir, or RUNDIR/store when
  * dir is NULL: empties STORE/.uploads, then reads every model's versions,

@@ -23,6 +23,8 @@ struct s_watch {
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
 	char endpoint[512];
+	char store[64];         /* the store id the applied versions come from */
+	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -102,6 +104,54 @@ s_drop_temps(struct s_watch *w)
 	}
 }
 
+/* Version v of model i could not be applied: never retry it, and tell the hub why. */
+static void
+s_failed(struct s_watch *w, int i, uint64_t v, const char *reason)
+{
+	wsync_err_t rerr;
+
+	w->failed[i] = v;
+	s_log(w, "%s version %" PRIu64 " not applied: %s", w->o->models[i], v, reason);
+	if (wsync_client_report(w->client, w->o->worker, w->o->models[i], v,
+	    reason[0] ? reason : "not applied", S_CALL_MS, &rerr) < 0)
+		s_log(w, "cannot report %s version %" PRIu64 ": %s", w->o->models[i], v, rerr.msg);
+}
+
+/* Keeps the worker alive at the hub while the apply callback runs long. */
+static void
+s_beat(void *ctx)
+{
+	struct s_watch *w = ctx;
+	wsync_head_t *heads = calloc((size_t)w->o->nmodels, sizeof(*heads));
+	wsync_err_t ignored;
+
+	if (heads != NULL)
+		wsync_client_heads(w->client, w->o->models, w->o->nmodels, w->o->worker,
+		    w->applied, heads, S_CALL_MS, &ignored);
+	free(heads);
+}
+
+/*
+ * After a heads round: when the hub now keeps another store than the one the
+ * applied versions came from, its numbers start over, so the watcher's do
+ * too, and it takes the new store's head.
+ */
+static void
+s_store_changed(struct s_watch *w)
+{
+	const char *now = w->client->heads_store;
+
+	if (w->store[0] == '\0' || strcmp(w->store, now) == 0) {
+		snprintf(w->store, sizeof(w->store), "%s", now);
+		return;
+	}
+	s_log(w, "the hub keeps another store (%s, was %s): following it from its first "
+	    "version", now, w->store);
+	snprintf(w->store, sizeof(w->store), "%s", now);
+	memset(w->applied, 0, (size_t)w->o->nmodels * sizeof(*w->applied));
+	memset(w->failed, 0, (size_t)w->o->nmodels * sizeof(*w->failed));
+}
+
 /*
  * One round: learn the heads (and beat), fetch every model that moved, put
  * them all in place, then apply and report each. With only >= 0 the round is
@@ -117,9 +167,18 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 
 	if (only >= 0)
 		w->heads[only] = *announced;
-	else if (wsync_client_heads(w->client, o->models, o->nmodels, o->worker, w->applied,
-	    w->heads, S_CALL_MS, err) < 0)
-		return -1;
+	else {
+		if (wsync_client_heads(w->client, o->models, o->nmodels, o->worker, w->applied,
+		    w->heads, S_CALL_MS, err) < 0)
+			return -1;
+		w->last_heads = wsync_now_ms();
+		/* A restarted hub behind the same endpoint: hello again, subscribe anew. */
+		if (w->client->heads_hub[0] != '\0' &&
+		    strcmp(w->client->heads_hub, w->client->hub) != 0)
+			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
+			    w->client->heads_hub, w->client->hub);
+		s_store_changed(w);
+	}
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
 		wsync_head_t got;
@@ -129,7 +188,14 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		    o->paths[i], &w->tmp[i], &got, S_CALL_MS, err) < 0) {
 			s_drop_temps(w);
 			/* A version retired while we fetched it: the next round finds the newer one. */
-			return err->code == EX_NOINPUT ? 0 : -1;
+			if (err->code == EX_NOINPUT)
+				return 0;
+			/* Bad bytes, or no room here: that version failed; the hub hears why. */
+			if (err->code == EX_DATAERR || err->code == EX_IOERR) {
+				s_failed(w, i, v, err->msg);
+				return 0;
+			}
+			return -1;
 		}
 		w->heads[i] = got;
 		moved = 1;
@@ -138,30 +204,34 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		return 0;
 	for (int i = 0; i < o->nmodels; i++) {
 		if (w->tmp[i] != NULL && rename(w->tmp[i], o->paths[i]) < 0) {
-			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s",
-			    o->paths[i], strerror(errno));
+			char why[WSYNC_MAX_REASON];
+			snprintf(why, sizeof(why), "%s: cannot rename into place: %s", o->paths[i],
+			    strerror(errno));
+			for (int j = 0; j < o->nmodels; j++)
+				if (w->tmp[j] != NULL)
+					s_failed(w, j, w->heads[j].version, why);
 			s_drop_temps(w);
-			return -1;
+			return 0;
 		}
 	}
 	for (int i = 0; i < o->nmodels; i++) {
-		char reason[WSYNC_MAX_REASON] = "";
-		uint64_t v = w->heads[i].version;
+		wsync_update_t u = { .model = o->models[i], .version = w->heads[i].version,
+		    .path = o->paths[i], .beat_ms = (int)w->client->heartbeat_ms, .beat = s_beat,
+		    .beat_ctx = w };
 		wsync_err_t rerr;
-		int rc;
 
 		if (w->tmp[i] == NULL)
 			continue;
 		free(w->tmp[i]);
 		w->tmp[i] = NULL;
-		rc = o->apply(o->arg, o->models[i], v, o->paths[i], reason, sizeof(reason));
-		if (rc == 0)
-			w->applied[i] = v;
-		else
-			w->failed[i] = v;
-		if (wsync_client_report(w->client, o->worker, o->models[i], v,
-		    rc == 0 ? NULL : reason, S_CALL_MS, &rerr) < 0)
-			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], v,
+		if (o->apply(o->arg, &u) < 0) {
+			s_failed(w, i, u.version, u.reason);
+			continue;
+		}
+		w->applied[i] = u.version;
+		if (wsync_client_report(w->client, o->worker, o->models[i], u.version, NULL,
+		    S_CALL_MS, &rerr) < 0)
+			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
 	}
 	return 0;
@@ -222,7 +292,7 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	else if (head->version <= w->applied[i] || head->version == w->failed[i] ||
 	    !s_for_me(wsync_msg_get(&m, "workers"), w->o->worker))
 		rc = 0;
-	else if (s_group_shared(w->o, wsync_msg_get(&m, "group"), i) ||
+	else if (w->o->nmodels > 1 || s_group_shared(w->o, wsync_msg_get(&m, "group"), i) ||
 	    wsync_msg_u64(&m, "size", &head->size) < 0 ||
 	    wsync_msg_u64(&m, "content", &head->content) < 0)
 		rc = 1;
@@ -303,7 +373,12 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			s_log(w, "connected to hub %s at %s", w->client->hub, w->client->endpoint);
 			waiting_said = 0;
 		}
+		/* Announcements never replace the heartbeat round: one is due every beat. */
+		if (only >= 0 && wsync_now_ms() - w->last_heads >= w->client->heartbeat_ms)
+			only = -1;
 		if (s_update(w, only, &announced, err) < 0) {
+			if (*o->stop)
+				break;
 			if (err->code != EX_TEMPFAIL && err->code != EX_UNAVAILABLE &&
 			    err->code != EX_PROTOCOL && err->code != EX_IOERR)
 				return -1;

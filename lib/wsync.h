@@ -26,6 +26,7 @@
 #define WSYNC_MAX_META_VALUE 65536  /* bytes in one meta value */
 #define WSYNC_ALIGN 64              /* every tensor's data starts at a multiple */
 #define WSYNC_MAX_ID 128            /* bytes in a worker id or host name */
+#define WSYNC_MAX_REASON 512        /* bytes in a failure reason */
 
 /* An error: code is an exit status from <sysexits.h>, msg says what and where. */
 typedef struct wsync_err {
@@ -289,12 +290,26 @@ int wsync_id_check(const char *s);
 
 /* ---- the watcher's loop (wsync-watch) ---- */
 
+/* One model's new version, in place, handed to the apply callback. */
+typedef struct wsync_update {
+	const char *model;
+	uint64_t version;
+	const char *path;
+	/*
+	 * A callback that runs longer than beat_ms calls beat(beat_ctx) at least
+	 * that often, so that the hub keeps counting the worker as alive.
+	 */
+	int beat_ms;
+	void (*beat)(void *beat_ctx);
+	void *beat_ctx;
+	char reason[WSYNC_MAX_REASON];  /* why, when the callback returns -1 */
+} wsync_update_t;
+
 /*
- * Called when a model's new version is in place at path, after every model of
- * the same update is in place too. Returns 0 when applied, or -1 with a reason.
+ * Called when a model's new version is in place, after every model of the
+ * same update is in place too. Returns 0 when applied, or -1 with u->reason.
  */
-typedef int (*wsync_apply_fn)(void *arg, const char *model, uint64_t version,
-    const char *path, char *reason, size_t reason_len);
+typedef int (*wsync_apply_fn)(void *arg, wsync_update_t *u);
 
 typedef struct wsync_watch_opts {
 	const char *endpoint;           /* NULL: the default */

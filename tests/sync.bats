@@ -254,3 +254,56 @@ PYEOF
 	assert_equal "$(content_of back.wsync)" "$(content_of big.wsync)"
 	run -0 wsync-inspect diff big.safetensors back.wsync
 }
+
+@test "a watcher follows a hub restarted on a new store from its first version" {
+	make_versions 4
+	start_hub
+	start_watcher w1
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 3
+	stop_hub
+	STORE="$TMP/store2"
+	start_hub
+	run -0 wsync-push --wait all --timeout 10 -m policy v4.wsync
+	assert_output 1
+	wait_until bash -c '[ "$(wc -l <w1.out)" -ge 4 ]'
+	assert_equal "$(tail -n 1 w1.out)" "policy 1 $TMP/w1.wsync"
+	assert_equal "$(content_of w1.wsync)" "$(content_of v4.wsync)"
+	run -0 grep -c "the hub keeps another store" w1.err
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -c '.workers[] | select(.worker == "w1") | .applied' <<<"$output")" '{"policy":1}'
+}
+
+@test "--wait all waits for a worker whose hook runs longer than the liveness window" {
+	make_versions 2
+	start_hub
+	start_watcher slow -x 'if [ "$WSYNC_VERSION" = 2 ]; then sleep 7; fi'
+	wsync-push -m policy v1.wsync
+	wait_until watcher_at slow 1
+	run -0 wsync-push --wait all --timeout 20 -m policy v2.wsync
+	assert_output 2
+	assert_equal "$(last_version slow)" 2
+}
+
+@test "a watcher that cannot write its output reports the failure and keeps running" {
+	make_versions 1
+	start_hub
+	wsync-watch --id nowhere -m policy -o "$TMP/missing/p.wsync" >nowhere.out 2>nowhere.err &
+	PIDS+=($!)
+	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
+	assert_regex "${stderr_lines[1]}" "^  nowhere: has no version, last seen [0-9.]+ s ago, last failure: $TMP/missing/p.wsync: cannot create a temporary file: No such file or directory$"
+	kill -0 "${PIDS[-1]}"
+	run -0 grep -c "event=hello role=watch" hub.log
+	assert_output 1
+}
+
+@test "SIGTERM stops a watcher while its hook runs, and the hook with it" {
+	make_versions 1
+	start_hub
+	start_watcher hooked -x 'touch "$WSYNC_PATH.started"; exec sleep 30'
+	wsync-push -m policy v1.wsync
+	wait_until test -e hooked.wsync.started
+	kill -TERM "${WPID[hooked]}"
+	WAIT_S=5 wait_until bash -c "! kill -0 ${WPID[hooked]} 2>/dev/null"
+	run -1 pgrep -f "sleep 30" -P "${WPID[hooked]}"
+}
