@@ -1,9 +1,12 @@
 /*
  * zmq_raw - the raw ZeroMQ limits wsync's transfers are measured against:
  *
- *   zmq_raw stream ENDPOINT BYTES MSG RUNS   DEALER asks, ROUTER sends BYTES in
+ *   zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE]
+ *                                            DEALER asks, ROUTER sends BYTES in
  *                                            MSG-byte messages; prints seconds
- *                                            per run, one a line
+ *                                            per run, one a line. With FILE, each
+ *                                            run writes what it receives into a
+ *                                            new FILE, as a pull must
  *   zmq_raw rtt ENDPOINT COUNT RUNS          REQ/REP round trips of 16 bytes;
  *                                            prints seconds per round trip
  *
@@ -11,6 +14,7 @@
  * and a client do. Every message is sent from one reused buffer (zmq_send
  * copies it), as a hub sends from pages that already exist.
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +65,9 @@ s_stream_server(const char *endpoint, long long bytes, size_t msg)
 }
 
 static int
-s_stream(const char *endpoint, long long bytes, int runs)
+s_stream(const char *endpoint, long long bytes, int runs, const char *file)
 {
+	int fd = -1;
 	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
 	int hwm = 0;
 	zmq_msg_t m;
@@ -74,11 +79,28 @@ s_stream(const char *endpoint, long long bytes, int runs)
 	for (int r = 0; r <= runs; r++) {
 		double start = s_now();
 		long long got = 0;
+		if (file != NULL) {
+			unlink(file);
+			if ((fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0 ||
+			    fallocate(fd, 0, 0, bytes) < 0) {
+				perror(file);
+				exit(74);
+			}
+		}
 		zmq_send(s, "go", 2, 0);
 		while (got < bytes) {
 			if (zmq_msg_recv(&m, s, 0) < 0)
 				s_die("recv");
+			if (fd >= 0 && pwrite(fd, zmq_msg_data(&m), zmq_msg_size(&m), got) !=
+			    (ssize_t)zmq_msg_size(&m)) {
+				perror(file);
+				exit(74);
+			}
 			got += (long long)zmq_msg_size(&m);
+		}
+		if (fd >= 0) {
+			close(fd);
+			fd = -1;
 		}
 		/* Run 0 warms up connections and allocator. */
 		if (r > 0)
@@ -87,6 +109,8 @@ s_stream(const char *endpoint, long long bytes, int runs)
 	zmq_msg_close(&m);
 	zmq_close(s);
 	zmq_ctx_term(ctx);
+	if (file != NULL)
+		unlink(file);
 	return 0;
 }
 
@@ -129,10 +153,10 @@ int
 main(int argc, char **argv)
 {
 	pid_t pid;
-	int rc, stream = argc == 6 && strcmp(argv[1], "stream") == 0;
+	int rc, stream = (argc == 6 || argc == 7) && strcmp(argv[1], "stream") == 0;
 
 	if (!stream && !(argc == 5 && strcmp(argv[1], "rtt") == 0)) {
-		fprintf(stderr, "usage: zmq_raw stream ENDPOINT BYTES MSG RUNS\n"
+		fprintf(stderr, "usage: zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE]\n"
 		    "       zmq_raw rtt ENDPOINT COUNT RUNS\n");
 		return 64;
 	}
@@ -143,7 +167,7 @@ main(int argc, char **argv)
 			s_rtt_server(argv[2]);
 		_exit(0);
 	}
-	rc = stream ? s_stream(argv[2], atoll(argv[3]), atoi(argv[5])) :
+	rc = stream ? s_stream(argv[2], atoll(argv[3]), atoi(argv[5]), argc == 7 ? argv[6] : NULL) :
 	    s_rtt(argv[2], atoi(argv[3]), atoi(argv[4]));
 	kill(pid, SIGTERM);
 	waitpid(pid, NULL, 0);
