@@ -1,6 +1,7 @@
 /* cli.c - messages and exits shared by the wsync programs. */
 #include <getopt.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "cli.h"
 
 static const char *s_prog = "wsync";
+static volatile sig_atomic_t s_signal;
 
 void
 cli_init(const char *prog)
@@ -58,9 +60,27 @@ cli_die(int code, const char *fmt, ...)
 	exit(code);
 }
 
+static void
+s_on_signal(int sig)
+{
+	s_signal = sig;
+}
+
+void
+cli_catch_interrupts(void)
+{
+	struct sigaction sa = { .sa_handler = s_on_signal };
+
+	/* No SA_RESTART: a blocked wait must return, so the library can clean up. */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+}
+
 void
 cli_die_err(const wsync_err_t *err)
 {
+	if (s_signal != 0)
+		cli_die(128 + s_signal, "interrupted by signal %d", (int)s_signal);
 	cli_die(err->code ? err->code : EX_SOFTWARE, "%s", err->msg);
 }
 

@@ -15,7 +15,13 @@ void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "PROG: message" on stderr and exits with code. */
 _Noreturn void cli_die(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* Prints the library error on stderr and exits with its code. */
+/*
+ * Turns SIGINT and SIGTERM into an interruption the library sees (a wait
+ * returns early, temporary files are removed): cli_die_err then exits
+ * 128 + the signal's number.
+ */
+void cli_catch_interrupts(void);
+/* Prints the library error on stderr and exits with its code (or as interrupted). */
 _Noreturn void cli_die_err(const wsync_err_t *err);
 /* Prints "PROG: message" and "Try 'PROG --help'." and exits 64. */
 _Noreturn void cli_usage_error(const char *fmt, ...)

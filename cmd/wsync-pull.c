@@ -93,6 +93,7 @@ main(int argc, char **argv)
 		out = defout;
 	}
 
+	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
 	    .models = &model, .nmodels = 1,

@@ -152,6 +152,7 @@ main(int argc, char **argv)
 	if (workers != NULL)
 		targets = cli_split(workers, &ntargets);
 
+	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "push",
 	    .models = models, .nmodels = n,

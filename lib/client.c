@@ -114,12 +114,18 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
 		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply that is not wsync protocol",
 		    c->endpoint);
 	}
-	if (wsync_msg_decode(m, wsync_part_data(p, 1), wsync_part_size(p, 1), err) < 0 ||
-	    wsync_msg_u64(m, "id", id) < 0) {
+	if (wsync_msg_decode(m, wsync_part_data(p, 1), wsync_part_size(p, 1), err) < 0) {
+		char why[sizeof(err->msg)];
+		snprintf(why, sizeof(why), "%s", err->msg);
 		*id = 0;
 		s_release(m, p);
-		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply that is not wsync protocol",
-		    c->endpoint);
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply it cannot read: %s",
+		    c->endpoint, why);
+	}
+	if (wsync_msg_u64(m, "id", id) < 0) {
+		*id = 0;
+		s_release(m, p);
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply without an id", c->endpoint);
 	}
 	if (wsync_obj_true(wsync_msg_get(m, "ok")))
 		return 0;

@@ -307,3 +307,33 @@ PYEOF
 	WAIT_S=5 wait_until bash -c "! kill -0 ${WPID[hooked]} 2>/dev/null"
 	run -1 pgrep -f "sleep 30" -P "${WPID[hooked]}"
 }
+
+@test "an interrupted pull exits 130 and leaves no temporary file" {
+	"$PY" - <<'PYEOF'
+import json, struct
+n = 64 * 1024 * 1024                       # 256 MiB of f32: long enough to catch mid-way
+h = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+h += b" " * (-len(h) % 8)
+with open("big.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + 4 * n)
+PYEOF
+	start_hub
+	wsync-push -m policy big.safetensors
+	mkdir out
+	wsync-pull -m policy -o out/p.wsync 2>pull.err &
+	local pull=$!
+	PIDS+=("$pull")
+	# Hold the transfer in the middle: the pull waits for data that does not come.
+	until compgen -G "out/p.wsync.tmp.*" >/dev/null; do
+		kill -0 "$pull" || fail "the pull ended before it could be interrupted"
+	done
+	kill -STOP "$HUB_PID"
+	kill -INT "$pull"
+	run wait "$pull"
+	kill -CONT "$HUB_PID"
+	assert_equal "$status" 130
+	assert_equal "$(cat pull.err)" "wsync-pull: interrupted by signal 2"
+	run -0 ls -A out
+	assert_output ""
+}
