@@ -16,8 +16,8 @@
 #include "cli.h"
 
 static const char s_usage[] =
-    "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--once] [--max-lag N] [-t SEC]\n"
-    "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
+    "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
+    "                   [--max-lag N] [-t SEC] -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
 static void
@@ -36,6 +36,8 @@ s_help(void)
 	    "  -x, --exec CMD           run CMD with sh after each update, with WSYNC_MODEL,\n"
 	    "                           WSYNC_VERSION, WSYNC_PATH, WSYNC_WORKER set; a non-zero\n"
 	    "                           exit is reported to the hub as a failure, not applied\n"
+	    "      --exec-timeout SEC   stop a hook that runs longer (SIGTERM, SIGKILL 5 s\n"
+	    "                           later) and report it failed (default: no limit)\n"
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
@@ -54,7 +56,11 @@ static volatile int s_stop;
 struct s_hook {
 	const char *cmd;
 	const char *worker;
+	int timeout_ms;         /* 0: the hook may run as long as it likes */
 };
+
+/* How long a hook that was sent SIGTERM has before SIGKILL. */
+#define S_KILL_GRACE_MS 5000
 
 /*
  * Runs the hook for u and waits for it, beating for the worker meanwhile and
@@ -64,7 +70,8 @@ static int
 s_run_hook(const struct s_hook *h, wsync_update_t *u)
 {
 	char v[32];
-	int status, pidfd, forwarded = 0;
+	int status, pidfd, forwarded = 0, timed_out = 0;
+	int64_t start, last_beat;
 	pid_t pid;
 
 	snprintf(v, sizeof(v), "%" PRIu64, u->version);
@@ -85,11 +92,17 @@ s_run_hook(const struct s_hook *h, wsync_update_t *u)
 		_exit(127);
 	}
 	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	start = last_beat = wsync_now_ms();
 	for (;;) {
 		struct pollfd p = { pidfd, POLLIN, 0 };
 		pid_t done = waitpid(pid, &status, WNOHANG);
+		int64_t ran = wsync_now_ms() - start;
 		if (done == pid)
 			break;
+		if (h->timeout_ms > 0 && ran >= h->timeout_ms && !timed_out++)
+			kill(pid, SIGTERM);
+		if (timed_out && ran >= h->timeout_ms + S_KILL_GRACE_MS)
+			kill(pid, SIGKILL);
 		if (done < 0 && errno != EINTR) {
 			snprintf(u->reason, sizeof(u->reason), "cannot wait for the hook: %s",
 			    strerror(errno));
@@ -100,12 +113,19 @@ s_run_hook(const struct s_hook *h, wsync_update_t *u)
 		if (s_stop && !forwarded++)
 			kill(pid, SIGTERM);
 		/* Without a pidfd (old kernels), poll(NULL, 0, ms) just paces the beat. */
-		if (poll(pidfd >= 0 ? &p : NULL, pidfd >= 0 ? 1 : 0, u->beat_ms) == 0)
+		if (poll(pidfd >= 0 ? &p : NULL, pidfd >= 0 ? 1 : 0,
+		    h->timeout_ms > 0 && u->beat_ms > 100 ? 100 : u->beat_ms) == 0 &&
+		    wsync_now_ms() - last_beat >= u->beat_ms) {
 			u->beat(u->beat_ctx);
+			last_beat = wsync_now_ms();
+		}
 	}
 	if (pidfd >= 0)
 		close(pidfd);
-	if (WIFSIGNALED(status))
+	if (timed_out)
+		snprintf(u->reason, sizeof(u->reason), "hook timed out after %.1f s",
+		    h->timeout_ms / 1000.0);
+	else if (WIFSIGNALED(status))
 		snprintf(u->reason, sizeof(u->reason), "hook killed by signal %d",
 		    WTERMSIG(status));
 	else if (WEXITSTATUS(status) != 0)
@@ -148,10 +168,11 @@ s_on_signal(int sig)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG };
+	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "exec", required_argument, NULL, 'x' },
+		{ "exec-timeout", required_argument, NULL, OPT_EXEC_TIMEOUT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
@@ -187,6 +208,9 @@ main(int argc, char **argv)
 		case OPT_ID: snprintf(worker, sizeof(worker), "%s", optarg); break;
 		case OPT_ONCE: w.once = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
+		case OPT_EXEC_TIMEOUT:
+			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
+			break;
 		default: cli_bad_option(argv, c);
 		}
 	}

@@ -191,7 +191,7 @@ _wsync_optarg() {
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
 	wsync-serve:--keep | wsync-push:--wait-for | wsync-pull:-v | \
 		wsync-pull:--pull-version | wsync-pull:--if-newer | wsync-watch:--id | \
-		wsync-watch:--max-lag | *:-t | *:--timeout) ;;
+		wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -222,8 +222,8 @@ _wsync() {
 		--wait-for -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer -t --timeout -h --help -V --version" ;;
-	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --once
-		--max-lag -t --timeout -h --help -V --version" ;;
+	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
+		--once --max-lag -t --timeout -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		-h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
@@ -255,7 +255,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--max-lag | *:--store | *:--keep) ((i++)) ;;
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

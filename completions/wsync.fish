@@ -130,6 +130,7 @@ complete -c wsync-watch -s m -l model -x -a '(__wsync_list models)' -d 'The mode
 complete -c wsync-watch -s o -l output -r -F -d 'The file (one model) or directory'
 complete -c wsync-watch -l id -x -d "This worker's id (default HOST:PID)"
 complete -c wsync-watch -s x -l exec -x -a '(__fish_complete_command)' -d 'Run this command after each update'
+complete -c wsync-watch -l exec-timeout -x -d 'Stop a hook that runs longer than SEC seconds'
 complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'

@@ -337,3 +337,12 @@ PYEOF
 	run -0 ls -A out
 	assert_output ""
 }
+
+@test "--exec-timeout stops a hook that hangs and reports it failed" {
+	make_versions 1
+	start_hub
+	start_watcher hung -x 'exec sleep 60' --exec-timeout 1
+	run -75 --separate-stderr wsync-push --wait all --timeout 4 -m policy v1.wsync
+	assert_regex "${stderr_lines[1]}" '^  hung: has no version, last seen [0-9.]+ s ago, last failure: hook timed out after 1.0 s$'
+	kill -0 "${WPID[hung]}"
+}
