@@ -252,28 +252,12 @@ s_for_me(const msgpack_object *workers, const char *me)
 	return 0;
 }
 
-/* 1 when the commit's group holds a watched model other than model i. */
-static int
-s_group_shared(const wsync_watch_opts_t *o, const msgpack_object *group, int i)
-{
-	char model[WSYNC_MAX_MODEL + 1];
-
-	if (group == NULL || group->type != MSGPACK_OBJECT_ARRAY)
-		return 1;
-	for (uint32_t g = 0; g < group->via.array.size; g++) {
-		if (wsync_obj_str(&group->via.array.ptr[g], model, sizeof(model)) < 0)
-			return 1;
-		for (int j = 0; j < o->nmodels; j++)
-			if (j != i && strcmp(model, o->models[j]) == 0)
-				return 1;
-	}
-	return 0;
-}
-
 /*
  * Reads one announcement of model i: 0 when it brings nothing new for us, 1
- * when a full round is needed (it belongs to a commit of several watched
- * models), 2 when it alone describes the update (then *head is set).
+ * when a full round is needed, 2 when it alone describes the update (then
+ * *head is set). Only a watcher of one model may take the shortcut: for one
+ * of several, a lost announcement of a commit of several of them would let it
+ * take one model without the others.
  */
 static int
 s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
@@ -292,8 +276,7 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	else if (head->version <= w->applied[i] || head->version == w->failed[i] ||
 	    !s_for_me(wsync_msg_get(&m, "workers"), w->o->worker))
 		rc = 0;
-	else if (w->o->nmodels > 1 || s_group_shared(w->o, wsync_msg_get(&m, "group"), i) ||
-	    wsync_msg_u64(&m, "size", &head->size) < 0 ||
+	else if (w->o->nmodels > 1 || wsync_msg_u64(&m, "size", &head->size) < 0 ||
 	    wsync_msg_u64(&m, "content", &head->content) < 0)
 		rc = 1;
 	else
