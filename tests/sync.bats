@@ -330,9 +330,10 @@ PYEOF
 	done
 	kill -STOP "$HUB_PID"
 	kill -INT "$pull"
-	run wait "$pull"
+	local rc=0
+	wait "$pull" || rc=$?
 	kill -CONT "$HUB_PID"
-	assert_equal "$status" 130
+	assert_equal "$rc" 130
 	assert_equal "$(cat pull.err)" "wsync-pull: interrupted by signal 2"
 	run -0 ls -A out
 	assert_output ""
