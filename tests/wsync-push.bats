@@ -1,0 +1,104 @@
+#!/usr/bin/env bats
+# wsync-push on real processes: commits, --wait, --workers, bad input.
+
+load test_helper
+load hub_helper
+
+@test "--wait all returns once every watcher applied the version" {
+	make_versions 1
+	start_hub
+	for w in a b c; do start_watcher "$w"; done
+	WAIT_S=10 wait_until bash -c '[ "$(wsync-inspect --hub --json | jq ".workers | map(select(.alive)) | length")" = 3 ]'
+	run -0 wsync-push --wait all --timeout 10 -m policy v1.wsync
+	assert_output "1"
+	for w in a b c; do
+		assert_equal "$(content_of "$w.wsync")" "$(content_of v1.wsync)"
+		run -0 grep -q "^policy 1 " "$w.out"
+	done
+}
+
+@test "--wait all --timeout 2 with a stopped watcher exits 75 and names it" {
+	make_versions 2
+	start_hub
+	start_watcher runs
+	start_watcher stuck
+	wsync-push -m policy v1.wsync
+	wait_until watcher_at runs 1
+	wait_until watcher_at stuck 1
+	kill -STOP "${WPID[stuck]}"
+	run -75 --separate-stderr wsync-push --wait all --timeout 2 -m policy v2.wsync
+	assert_output "2"
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 2: 1 of 2 workers have not applied it after 2.0 s"
+	assert_regex "${stderr_lines[1]}" '^  stuck: has version 1, last seen [0-9.]+ s ago$'
+	assert_equal "${#stderr_lines[@]}" 2
+}
+
+@test "a bad weight file is refused with 65 before anything is sent" {
+	start_hub
+	"$PY" "$FIXTURES/mkhostile.py" unknown-dtype bad.wsync
+	run -65 wsync-push -m policy bad.wsync
+	assert_output 'wsync-push: bad.wsync: tensor enc.w: unknown dtype "f17"'
+	"$PY" "$FIXTURES/mkhostile.py" valid good.wsync
+	printf '\377' | dd of=good.wsync bs=1 seek=128 conv=notrunc status=none
+	run -65 wsync-push -m policy good.wsync
+	assert_output 'wsync-push: good.wsync: tensor enc.w: data does not match its hash'
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq '.models | length' <<<"$output")" 0
+}
+
+@test "a safetensors file is pushed as .wsync of the named model" {
+	"$PY" "$FIXTURES/mkmodel.py" m.safetensors w=float32:2:1,2
+	start_hub
+	run -0 wsync-push -m critic m.safetensors
+	assert_output 1
+	wsync-pull -m critic -o c.wsync
+	run -0 wsync-inspect diff m.safetensors c.wsync
+	assert_equal "$(wsync-inspect --json c.wsync | jq -r .model)" critic
+}
+
+@test "--workers announces a version only to the named workers" {
+	make_versions 2
+	start_hub
+	start_watcher chosen
+	start_watcher other
+	wsync-push -m policy v1.wsync
+	wait_until watcher_at chosen 1
+	wait_until watcher_at other 1
+	run -0 wsync-push --workers chosen --wait chosen --timeout 5 -m policy v2.wsync
+	assert_output 2
+	assert_equal "$(last_version chosen)" 2
+	run -0 wsync-pull -m policy -o any.wsync
+	assert_output 1
+	assert_equal "$(last_version other)" 1
+}
+
+@test "wsync-push --wait-for waits for a version pushed earlier" {
+	make_versions 1
+	start_hub
+	start_watcher w
+	WAIT_S=10 wait_until bash -c '[ "$(wsync-inspect --hub --json | jq ".workers | length")" = 1 ]'
+	run -0 wsync-push -m policy v1.wsync
+	run -0 wsync-push --wait-for 1 --timeout 5 -m policy
+	assert_output ""
+	assert_equal "$(last_version w)" 1
+}
+
+@test "a model larger than one chunk goes up in chunks and comes back intact" {
+	"$PY" - <<'PYEOF'
+import json, struct
+import numpy as np
+w = np.arange(3 * 1024 * 1024, dtype="<f4").tobytes()   # 12 MiB: three chunks and more
+h = json.dumps({"w": {"dtype": "F32", "shape": [3 * 1024 * 1024], "data_offsets": [0, len(w)]}}).encode()
+h += b" " * (-len(h) % 8)
+open("big.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + w)
+PYEOF
+	wsync-convert -m policy big.safetensors big.wsync
+	start_hub
+	run -0 wsync-push -m policy big.wsync
+	assert_output 1
+	run -0 grep -c "event=begin" hub.log
+	assert_output 1
+	run -0 wsync-pull -m policy -o back.wsync
+	assert_equal "$(content_of back.wsync)" "$(content_of big.wsync)"
+	run -0 wsync-inspect diff big.safetensors back.wsync
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bats
+# wsync-watch on real processes: initial weights, following, hooks, acks,
+# restarts, failures.
+
+load test_helper
+load hub_helper
+
+@test "4 watchers follow 20 pushes and end on the last pushed bytes, in order" {
+	make_versions 20
+	start_hub
+	for w in w1 w2 w3 w4; do start_watcher "$w"; done
+	for ((v = 1; v <= 20; v++)); do
+		run -0 wsync-push -m policy "v$v.wsync"
+		assert_output "$v"
+	done
+	for w in w1 w2 w3 w4; do
+		wait_until watcher_at "$w" 20
+		run -0 versions_increase "$w"
+		assert_equal "$(content_of "$w.wsync")" "$(content_of v20.wsync)"
+		run -0 wsync-inspect --verify "$w.wsync"
+		assert_equal "$(wsync-inspect --json "$w.wsync" | jq .version)" 20
+	done
+}
+
+@test "a watcher started after 5 pushes gets version 5 at once" {
+	make_versions 5
+	start_hub
+	for ((v = 1; v <= 5; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	run -0 --separate-stderr wsync-watch --once --id late -m policy -o late.wsync
+	assert_output "policy 5 late.wsync"
+	assert_equal "$(content_of late.wsync)" "$(content_of v5.wsync)"
+}
+
+@test "a watcher started before the hub waits, then gets the first push" {
+	make_versions 1
+	start_watcher early
+	wait_until grep -q "waiting for a hub" early.err
+	start_hub
+	wsync-push -m policy v1.wsync
+	wait_until watcher_at early 1
+	assert_equal "$(cat early.out)" "policy 1 $TMP/early.wsync"
+}
+
+@test "a multi-model push is never seen half-applied by a watcher of both" {
+	"$PY" "$FIXTURES/mkmodel.py" a.safetensors w=float32:2:1,2
+	start_hub
+	mkdir out
+	# The hook checks that both files carry the same pair number when either is applied.
+	wsync-watch --id both -m actor,critic -o out \
+		-x 'a=$(wsync-inspect --json out/actor.wsync | jq -r .meta.pair)
+		    c=$(wsync-inspect --json out/critic.wsync | jq -r .meta.pair)
+		    [ "$a" = "$c" ] || { echo "half-applied: actor $a critic $c" >&2; exit 1; }' \
+		>both.out 2>both.err &
+	PIDS+=($!)
+	for ((i = 1; i <= 10; i++)); do
+		"$PY" "$FIXTURES/mkmodel.py" "p$i.safetensors" w=float32:2:$i,$i
+		"$PY" - "$i" <<'PYEOF'
+import json, struct, sys
+i = sys.argv[1]
+for name in ("actor", "critic"):
+    raw = open(f"p{i}.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n]); h["__metadata__"] = {"pair": i}
+    t = json.dumps(h).encode(); t += b" " * (-len(t) % 8)
+    open(f"{name}{i}.safetensors", "wb").write(struct.pack("<Q", len(t)) + t + raw[8 + n:])
+PYEOF
+		wsync-push -m "actor=actor$i.safetensors" -m "critic=critic$i.safetensors" >/dev/null
+	done
+	wait_until bash -c 'grep -q "^critic 10 " both.out'
+	run -1 grep -q "half-applied" both.err
+	run -0 awk '{print $1}' both.out
+	# Every update of the pair printed both lines together.
+	[ "$(grep -c '^actor ' both.out)" = "$(grep -c '^critic ' both.out)" ]
+}
+
+@test "a failing --exec hook is reported by the hub and fails --wait" {
+	make_versions 1
+	start_hub
+	start_watcher hooked -x 'exit 3'
+	WAIT_S=10 wait_until bash -c '[ "$(wsync-inspect --hub --json | jq ".workers | length")" = 1 ]'
+	run -75 --separate-stderr wsync-push --wait all --timeout 2 -m policy v1.wsync
+	assert_regex "${stderr_lines[1]}" '^  hooked: has no version, last seen [0-9.]+ s ago, last failure: hook exited with status 3$'
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.workers[0].failure.reason' <<<"$output")" "hook exited with status 3"
+	run -0 wsync-inspect --hub
+	assert_line --regexp '^hooked +policy +0 +1 .* gone|alive .*version 1: hook exited with status 3$'
+	[ ! -s hooked.out ]
+}
+
+@test "watchers survive a hub restart on the same store and versions keep increasing" {
+	make_versions 6
+	start_hub
+	start_watcher w1
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 3
+	stop_hub
+	start_hub
+	run -0 wsync-push -m policy v4.wsync
+	assert_output 4
+	wait_until watcher_at w1 4
+	kill -KILL "$HUB_PID"
+	wait "$HUB_PID" 2>/dev/null || true
+	start_hub
+	run -0 wsync-push -m policy v5.wsync
+	assert_output 5
+	wait_until watcher_at w1 5
+	run -0 versions_increase w1
+	assert_equal "$(content_of w1.wsync)" "$(content_of v5.wsync)"
+}
+
+@test "a watcher follows a hub restarted on a new store from its first version" {
+	make_versions 4
+	start_hub
+	start_watcher w1
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 3
+	stop_hub
+	STORE="$TMP/store2"
+	start_hub
+	run -0 wsync-push --wait all --timeout 10 -m policy v4.wsync
+	assert_output 1
+	wait_until bash -c '[ "$(wc -l <w1.out)" -ge 4 ]'
+	assert_equal "$(tail -n 1 w1.out)" "policy 1 $TMP/w1.wsync"
+	assert_equal "$(content_of w1.wsync)" "$(content_of v4.wsync)"
+	run -0 grep -c "the hub keeps another store" w1.err
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -c '.workers[] | select(.worker == "w1") | .applied' <<<"$output")" '{"policy":1}'
+}
+
+@test "--wait all waits for a worker whose hook runs longer than the liveness window" {
+	make_versions 2
+	start_hub
+	start_watcher slow -x 'if [ "$WSYNC_VERSION" = 2 ]; then sleep 7; fi'
+	wsync-push -m policy v1.wsync
+	wait_until watcher_at slow 1
+	run -0 wsync-push --wait all --timeout 20 -m policy v2.wsync
+	assert_output 2
+	assert_equal "$(last_version slow)" 2
+}
+
+@test "a watcher that cannot write its output reports the failure and keeps running" {
+	make_versions 1
+	start_hub
+	wsync-watch --id nowhere -m policy -o "$TMP/missing/p.wsync" >nowhere.out 2>nowhere.err &
+	PIDS+=($!)
+	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
+	assert_regex "${stderr_lines[1]}" "^  nowhere: has no version, last seen [0-9.]+ s ago, last failure: $TMP/missing/p.wsync: cannot create a temporary file: No such file or directory$"
+	kill -0 "${PIDS[-1]}"
+	run -0 grep -c "event=hello role=watch" hub.log
+	assert_output 1
+}
+
+@test "SIGTERM stops a watcher while its hook runs, and the hook with it" {
+	make_versions 1
+	start_hub
+	start_watcher hooked -x 'touch "$WSYNC_PATH.started"; exec sleep 30'
+	wsync-push -m policy v1.wsync
+	wait_until test -e hooked.wsync.started
+	kill -TERM "${WPID[hooked]}"
+	WAIT_S=5 wait_until bash -c "! kill -0 ${WPID[hooked]} 2>/dev/null"
+	run -1 pgrep -f "sleep 30" -P "${WPID[hooked]}"
+}
+
+@test "--exec-timeout stops a hook that hangs and reports it failed" {
+	make_versions 1
+	start_hub
+	start_watcher hung -x 'exec sleep 60' --exec-timeout 1
+	run -75 --separate-stderr wsync-push --wait all --timeout 4 -m policy v1.wsync
+	assert_regex "${stderr_lines[1]}" '^  hung: has no version, last seen [0-9.]+ s ago, last failure: hook timed out after 1.0 s$'
+	kill -0 "${WPID[hung]}"
+}
