@@ -13,6 +13,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "index_int.h"
 #include "net_int.h"
 #include "proto_int.h"
 #include "store_int.h"
@@ -290,25 +291,16 @@ s_alive(const struct s_worker *w, int64_t now)
 	return !w->gone && w->seen > 0 && now - w->seen <= WSYNC_ALIVE_MS;
 }
 
+static const char *
+s_worker_name(const void *workers, size_t i)
+{
+	return ((struct s_worker *const *)workers)[i]->id;
+}
+
 static size_t
 s_worker_index(const wsync_hub_t *h, const char *id, int *found)
 {
-	size_t lo = 0, hi = h->nworkers;
-
-	*found = 0;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(id, h->workers[mid]->id);
-		if (c == 0) {
-			*found = 1;
-			return mid;
-		}
-		if (c < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return lo;
+	return wsync_index_find(h->workers, h->nworkers, s_worker_name, id, found);
 }
 
 static struct s_worker *

@@ -16,6 +16,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "index_int.h"
 #include "io_int.h"
 #include "proto_int.h"
 #include "store_int.h"
@@ -319,25 +320,16 @@ s_targets_copy(wsync_version_t *v, const char *const *targets, size_t n)
 	return 0;
 }
 
+static const char *
+s_model_name(const void *models, size_t i)
+{
+	return ((wsync_model_t *const *)models)[i]->id;
+}
+
 static size_t
 s_model_index(const wsync_store_t *s, const char *id, int *found)
 {
-	size_t lo = 0, hi = s->nmodels;
-
-	*found = 0;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int c = strcmp(id, s->models[mid]->id);
-		if (c == 0) {
-			*found = 1;
-			return mid;
-		}
-		if (c < 0)
-			hi = mid;
-		else
-			lo = mid + 1;
-	}
-	return lo;
+	return wsync_index_find(s->models, s->nmodels, s_model_name, id, found);
 }
 
 /* The model with this id, added (empty, next = 1) when missing; NULL when out of memory. */
