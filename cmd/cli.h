@@ -37,6 +37,18 @@ int cli_seconds(const char *option, const char *sec);
 uint64_t cli_number(const char *option, const char *s);
 /* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
 char **cli_split(char *s, int *n);
+/*
+ * CURVE keys, the same in every client: --key FILE (its secret certificate)
+ * and --hub-key FILE (the hub's public one), with their --help lines.
+ */
+enum { CLI_OPT_KEY = 1000, CLI_OPT_HUB_KEY };
+#define CLI_KEY_OPTIONS \
+	{ "hub-key", required_argument, NULL, CLI_OPT_HUB_KEY }, \
+	{ "key", required_argument, NULL, CLI_OPT_KEY }
+#define CLI_KEY_HELP \
+	"      --key FILE           this client's secret key (default: $WSYNC_KEY)\n" \
+	"      --hub-key FILE       the hub's public key (default: $WSYNC_HUB_KEY)\n"
+
 /* Prints "PROG VERSION" on stdout and exits 0. */
 _Noreturn void cli_version(void);
 

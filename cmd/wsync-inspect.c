@@ -28,6 +28,7 @@ s_help(void)
 	    "      --hub                the hub at $WSYNC_ENDPOINT, else the local one\n"
 	    "  -j, --json               print one JSON document instead of columns\n"
 	    "  -t, --timeout SEC        bound on reaching the hub (default 5)\n"
+	    CLI_KEY_HELP
 	    "      --verify             recompute every tensor's hash; print FILE: OK or FAILED\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -433,12 +434,11 @@ s_show_hub_text(json_t *st, const char *endpoint)
 }
 
 static int
-s_show_hub(const char *endpoint, int json, int timeout_ms)
+s_show_hub(const wsync_client_opts_t *o, int json)
 {
-	wsync_client_opts_t o = { .endpoint = endpoint, .role = "inspect",
-	    .timeout_ms = timeout_ms };
+	int timeout_ms = o->timeout_ms;
 	wsync_err_t err;
-	wsync_client_t *c = wsync_client_new(&o, &err);
+	wsync_client_t *c = wsync_client_new(o, &err);
 	json_error_t jerr;
 	json_t *st;
 	char *text;
@@ -468,6 +468,7 @@ main(int argc, char **argv)
 	enum { OPT_HUB = 256 };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
+		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "hub", no_argument, NULL, OPT_HUB },
 		{ "json", no_argument, NULL, 'j' },
@@ -477,7 +478,7 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	int json = 0, verify = 0, hub = 0, timeout_ms = 5000, c, rc;
-	const char *endpoint = NULL;
+	const char *endpoint = NULL, *key = NULL, *hub_key = NULL;
 	wsync_err_t err;
 	wsync_file_t *f;
 
@@ -487,6 +488,8 @@ main(int argc, char **argv)
 		switch (c) {
 		case 'e': endpoint = optarg; hub = 1; break;
 		case OPT_HUB: hub = 1; break;
+		case CLI_OPT_KEY: key = optarg; break;
+		case CLI_OPT_HUB_KEY: hub_key = optarg; break;
 		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'h': s_help(); break;
 		case 'j': json = 1; break;
@@ -500,8 +503,11 @@ main(int argc, char **argv)
 	if (hub) {
 		if (argc != 0 || verify)
 			cli_usage_error("a hub is shown alone: no file, no --verify");
-		return s_show_hub(endpoint, json, timeout_ms);
+		return s_show_hub(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "inspect",
+		    .timeout_ms = timeout_ms, .key = key, .hub_key = hub_key }, json);
 	}
+	if (key != NULL || hub_key != NULL)
+		cli_usage_error("--key and --hub-key are for a hub (-e or --hub)");
 	if (argc >= 1 && strcmp(argv[0], "diff") == 0) {
 		if (verify)
 			cli_usage_error("diff takes no --verify");

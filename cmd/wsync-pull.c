@@ -27,6 +27,7 @@ s_help(void)
 	    "  -v, --pull-version V     fetch version V instead of the newest\n"
 	    "      --if-newer V         exit 1 without fetching unless the newest is above V\n"
 	    "  -t, --timeout SEC        bound on the whole pull (default 30)\n"
+	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -42,6 +43,7 @@ main(int argc, char **argv)
 	enum { OPT_IF_NEWER = 256 };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
+		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
 		{ "model", required_argument, NULL, 'm' },
@@ -51,7 +53,7 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *endpoint = NULL, *model = NULL, *out = NULL;
+	const char *endpoint = NULL, *model = NULL, *out = NULL, *key = NULL, *hub_key = NULL;
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
 	int have_if_newer = 0, timeout_ms = 30000, c;
@@ -65,6 +67,8 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":e:hm:o:t:v:V", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': endpoint = optarg; break;
+		case CLI_OPT_KEY: key = optarg; break;
+		case CLI_OPT_HUB_KEY: hub_key = optarg; break;
 		case 'h': s_help(); break;
 		case 'm': model = optarg; break;
 		case 'o': out = optarg; break;
@@ -96,6 +100,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
+	    .key = key, .hub_key = hub_key,
 	    .models = &model, .nmodels = 1,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)

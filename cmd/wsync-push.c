@@ -30,6 +30,7 @@ s_help(void)
 	    "                           workers have applied the version (or a newer one)\n"
 	    "  -W, --workers ID,...     announce the version to these workers only\n"
 	    "      --wait-for VERSION   push nothing; wait for VERSION of MODEL (with --wait)\n"
+	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -79,6 +80,7 @@ main(int argc, char **argv)
 	enum { OPT_WAIT_FOR = 256 };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
+		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, 'm' },
 		{ "timeout", required_argument, NULL, 't' },
@@ -90,7 +92,7 @@ main(int argc, char **argv)
 	};
 	wsync_push_item_t items[S_MAX_MODELS];
 	const char *models[S_MAX_MODELS];
-	const char *endpoint = NULL;
+	const char *endpoint = NULL, *key = NULL, *hub_key = NULL;
 	char *wait = NULL, *workers = NULL, **targets = NULL;
 	int n = 0, ntargets = 0, timeout_ms = 30000, c, with_files = 0;
 	uint64_t wait_for = 0;
@@ -103,6 +105,8 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":e:hm:t:Vw:W:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': endpoint = optarg; break;
+		case CLI_OPT_KEY: key = optarg; break;
+		case CLI_OPT_HUB_KEY: hub_key = optarg; break;
 		case 'h': s_help(); break;
 		case 'm': {
 			char *eq = strchr(optarg, '=');
@@ -155,6 +159,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "push",
+	    .key = key, .hub_key = hub_key,
 	    .models = models, .nmodels = n,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)

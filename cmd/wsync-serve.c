@@ -10,11 +10,14 @@
 #include "cli.h"
 
 #define S_MAX_ENDPOINTS 16
+#define S_MAX_LISTS 64
 
 static const char s_usage[] =
-    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]\n";
+    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]\n"
+    "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] --secret-key FILE\n"
+    "           [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n";
 
-static volatile int s_stop;
+static volatile int s_stop, s_reload;
 
 static void
 s_help(void)
@@ -28,19 +31,28 @@ s_help(void)
 	    "                            ipc://RUNDIR/hub)\n"
 	    "      --store=DIR           keep versions in DIR (default: RUNDIR/store)\n"
 	    "      --keep=N              versions kept per model (default 3)\n"
+	    "      --secret-key=FILE     the hub's secret key (wsync-keygen): CURVE on every\n"
+	    "                            socket, only clients on the allow lists get in\n"
+	    "      --allow-push=DIR|FILE public keys (a certificate, or a directory of them)\n"
+	    "                            that may push and pull; may be repeated\n"
+	    "      --allow-pull=DIR|FILE public keys that may only pull and watch\n"
+	    "      --insecure            listen on non-loopback tcp without keys (warns)\n"
 	    "  -h, --help                print this help and exit\n"
 	    "  -V, --version             print the version and exit\n"
 	    "\n"
-	    "SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot\n"
-	    "listen, 74 store errors. See wsync-serve(1).\n", s_usage);
+	    "SIGTERM or SIGINT stops the hub (exit 0); SIGHUP rereads the allow lists.\n"
+	    "Exit status: 64 usage, 65 bad key file, 66 key file missing, 69 cannot listen,\n"
+	    "74 store errors, 77 key file not private. See wsync-serve(1).\n", s_usage);
 	exit(0);
 }
 
 static void
 s_on_signal(int sig)
 {
-	(void)sig;
-	s_stop = 1;
+	if (sig == SIGHUP)
+		s_reload = 1;
+	else
+		s_stop = 1;
 }
 
 /* Writes one log line to stderr, after an ISO-8601 UTC timestamp. */
@@ -73,18 +85,24 @@ s_keep(const char *arg)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_KEEP = 256, OPT_STORE };
+	enum { OPT_KEEP = 256, OPT_STORE, OPT_SECRET_KEY, OPT_ALLOW_PUSH, OPT_ALLOW_PULL,
+	    OPT_INSECURE };
 	static const struct option opts[] = {
+		{ "allow-pull", required_argument, NULL, OPT_ALLOW_PULL },
+		{ "allow-push", required_argument, NULL, OPT_ALLOW_PUSH },
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "insecure", no_argument, NULL, OPT_INSECURE },
 		{ "keep", required_argument, NULL, OPT_KEEP },
+		{ "secret-key", required_argument, NULL, OPT_SECRET_KEY },
 		{ "store", required_argument, NULL, OPT_STORE },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *endpoints[S_MAX_ENDPOINTS];
+	const char *endpoints[S_MAX_ENDPOINTS], *allow_push[S_MAX_LISTS], *allow_pull[S_MAX_LISTS];
 	char fallback[512];
-	wsync_hub_opts_t ho = { .keep = 3, .log = s_log };
+	wsync_hub_opts_t ho = { .keep = 3, .log = s_log, .allow_push = allow_push,
+	    .allow_pull = allow_pull, .reload = &s_reload };
 	struct sigaction sa;
 	wsync_hub_t *hub;
 	wsync_err_t err;
@@ -103,6 +121,17 @@ main(int argc, char **argv)
 		case 'V': cli_version(); break;
 		case OPT_KEEP: ho.keep = s_keep(optarg); break;
 		case OPT_STORE: ho.store = optarg; break;
+		case OPT_SECRET_KEY: ho.secret_key = optarg; break;
+		case OPT_INSECURE: ho.insecure = 1; break;
+		case OPT_ALLOW_PUSH:
+		case OPT_ALLOW_PULL:
+			if (ho.nallow_push + ho.nallow_pull == S_MAX_LISTS)
+				cli_usage_error("at most %d allow lists", S_MAX_LISTS);
+			if (c == OPT_ALLOW_PUSH)
+				allow_push[ho.nallow_push++] = optarg;
+			else
+				allow_pull[ho.nallow_pull++] = optarg;
+			break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -120,6 +149,7 @@ main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
 

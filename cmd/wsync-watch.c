@@ -41,6 +41,7 @@ s_help(void)
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
+	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -171,6 +172,7 @@ main(int argc, char **argv)
 	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
+		CLI_KEY_OPTIONS,
 		{ "exec", required_argument, NULL, 'x' },
 		{ "exec-timeout", required_argument, NULL, OPT_EXEC_TIMEOUT },
 		{ "help", no_argument, NULL, 'h' },
@@ -199,6 +201,8 @@ main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, ":e:hm:o:t:Vx:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': w.endpoint = optarg; break;
+		case CLI_OPT_KEY: w.key = optarg; break;
+		case CLI_OPT_HUB_KEY: w.hub_key = optarg; break;
 		case 'h': s_help(); break;
 		case 'm': models = cli_split(optarg, &nmodels); break;
 		case 'o': out = optarg; break;

@@ -1,5 +1,5 @@
 # bash completion for the wsync programs: wsync-serve, wsync-push, wsync-pull,
-# wsync-watch, wsync-inspect and wsync-convert.
+# wsync-watch, wsync-inspect, wsync-convert and wsync-keygen.
 #
 # Source it from ~/.bashrc, or install it as
 # /usr/share/bash-completion/completions/wsync-push (and a link per program).
@@ -121,13 +121,15 @@ _wsync_files() {
 	return 0
 }
 
-_wsync_dirs() {
-	local -a dirs=()
+# Completes paths of compgen's kind: d directories, f every file (key files
+# have no telling suffix).
+_wsync_paths() {
+	local -a paths=()
 	local d
 	while IFS= read -r d; do
-		dirs+=("$d")
-	done < <(compgen -d -- "$(_wsync_val)")
-	_wsync_add "${dirs[@]}"
+		paths+=("$d")
+	done < <(compgen -"$1" -- "$(_wsync_val)")
+	_wsync_add "${paths[@]}"
 	compopt -o filenames 2>/dev/null
 	return 0
 }
@@ -167,7 +169,9 @@ _wsync_optarg() {
 	wsync-convert:-m | wsync-convert:--model) ;;
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint) _wsync_endpoints ;;
-	wsync-serve:--store) _wsync_dirs ;;
+	wsync-serve:--store) _wsync_paths d ;;
+	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
+		*:--key | *:--hub-key) _wsync_paths f ;;
 	wsync-push:-m | wsync-push:--model)
 		val=$(_wsync_val)
 		if [[ $val == *=* ]]; then
@@ -217,16 +221,18 @@ _wsync() {
 	_wsync_words
 	prog=${words[0]##*/}
 	case $prog in
-	wsync-serve) opts="-e --endpoint --store --keep -h --help -V --version" ;;
+	wsync-serve) opts="-e --endpoint --store --keep --secret-key --allow-push --allow-pull
+		--insecure -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for -h --help -V --version" ;;
+		--wait-for --key --hub-key -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer -t --timeout -h --help -V --version" ;;
+		--if-newer -t --timeout --key --hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag -t --timeout -h --help -V --version" ;;
+		--once --max-lag -t --timeout --key --hub-key -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
-		-h --help -V --version" ;;
+		--key --hub-key -h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
+	wsync-keygen) opts="-f --force -h --help -V --version" ;;
 	*) return 0 ;;
 	esac
 
@@ -255,13 +261,15 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep) ((i++)) ;;
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--key | \
+			*:--hub-key | *:--secret-key | *:--allow-push | *:--allow-pull) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done
 	case $prog in
 	wsync-push) ((operands == 0)) && _wsync_files ;;
 	wsync-convert) ((operands < 2)) && _wsync_files ;;
+	wsync-keygen) ((operands == 0)) && _wsync_paths f ;;
 	wsync-inspect)
 		((operands == 0)) && _wsync_add diff
 		_wsync_files
@@ -270,4 +278,5 @@ _wsync() {
 	return 0
 }
 
-complete -F _wsync wsync-serve wsync-push wsync-pull wsync-watch wsync-inspect wsync-convert
+complete -F _wsync wsync-serve wsync-push wsync-pull wsync-watch wsync-inspect wsync-convert \
+	wsync-keygen

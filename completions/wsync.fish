@@ -96,7 +96,7 @@ function __wsync_inspect_first
     return 0
 end
 
-for prog in wsync-serve wsync-push wsync-pull wsync-watch wsync-inspect wsync-convert
+for prog in wsync-serve wsync-push wsync-pull wsync-watch wsync-inspect wsync-convert wsync-keygen
     complete -c $prog -f
     complete -c $prog -s h -l help -d 'Show the help'
     complete -c $prog -s V -l version -d 'Show the version'
@@ -106,6 +106,16 @@ end
 complete -c wsync-serve -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Listen on this endpoint (repeatable)'
 complete -c wsync-serve -l store -x -a '(__fish_complete_directories)' -d 'Keep versions in this directory'
 complete -c wsync-serve -l keep -x -d 'Versions kept per model (default 3)'
+complete -c wsync-serve -l secret-key -r -F -d "The hub's secret key: CURVE on every socket"
+complete -c wsync-serve -l allow-push -r -F -d 'Public keys (file or directory) that may push'
+complete -c wsync-serve -l allow-pull -r -F -d 'Public keys (file or directory) that may only pull'
+complete -c wsync-serve -l insecure -d 'Listen on non-loopback tcp without keys'
+
+# CURVE keys, the same for every client
+for prog in wsync-push wsync-pull wsync-watch wsync-inspect
+    complete -c $prog -l key -r -F -d "This client's secret key"
+    complete -c $prog -l hub-key -r -F -d "The hub's public key"
+end
 
 # wsync-push
 complete -c wsync-push -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -143,6 +153,10 @@ complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l hub -d 'Show the hub 
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s t -l timeout -x -d 'Bound on reaching the hub (seconds)'
 complete -c wsync-inspect -n '__wsync_inspect_first' -a diff -d 'Compare the tensors of two files'
 complete -c wsync-inspect -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
+
+# wsync-keygen
+complete -c wsync-keygen -s f -l force -d 'Replace existing key files'
+complete -c wsync-keygen -n 'not string match -q -- "-*" (commandline -ct)' -a '(__fish_complete_path)'
 
 # wsync-convert
 complete -c wsync-convert -s l -l layout -x -a 'tree\t"Nest keys at each dot and slash" flat\t"Keep each name as one key"' -d 'Layout of a .wsync output'

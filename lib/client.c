@@ -23,8 +23,10 @@
 static void
 s_close_socket(wsync_client_t *c)
 {
-	if (c->sock != NULL)
+	if (c->sock != NULL) {
+		wsync_curve_unwatch(c->sock, &c->mon);
 		zmq_close(c->sock);
+	}
 	c->sock = NULL;
 }
 
@@ -37,6 +39,11 @@ s_open_socket(wsync_client_t *c, wsync_err_t *err)
 		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",
 		    zmq_strerror(errno));
 	zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof(zero));
+	if (wsync_curve_client(c->sock, &c->curve, err) < 0 ||
+	    (c->mon = wsync_curve_watch(c->sock, err)) == NULL) {
+		s_close_socket(c);
+		return -1;
+	}
 	if (zmq_connect(c->sock, c->endpoint) < 0) {
 		wsync_err_set(err, EX_USAGE, "endpoint %s: %s", c->endpoint, zmq_strerror(errno));
 		s_close_socket(c);
@@ -94,18 +101,22 @@ static int
 s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
     wsync_parts_t *p, int keep_refusal, wsync_err_t *err)
 {
-	zmq_pollitem_t item = { c->sock, 0, ZMQ_POLLIN, 0 };
+	zmq_pollitem_t items[2] = { { c->sock, 0, ZMQ_POLLIN, 0 }, { c->mon, 0, ZMQ_POLLIN, 0 } };
 	int64_t left = deadline - wsync_now_ms();
 	uint64_t code = EX_PROTOCOL;
 	char text[600] = "the hub refused the request";
 	int rc;
 
 	*id = 0;
-	rc = zmq_poll(&item, 1, (long)(left > 0 ? left : 0));
+	rc = zmq_poll(items, 2, (long)(left > 0 ? left : 0));
 	if (rc < 0 && errno == EINTR)
 		return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
-	if (rc <= 0)
-		return 1;
+	/* A refused handshake is retried by ZeroMQ for ever: only its monitor tells. */
+	if (rc > 0 && (items[1].revents & ZMQ_POLLIN) &&
+	    wsync_curve_failed(c->mon, c->endpoint, &c->curve, err) < 0)
+		return -1;
+	if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN))
+		return rc <= 0 ? 1 : s_recv(c, deadline, id, m, p, keep_refusal, err);
 	if (wsync_recv(c->sock, p, 0) < 0)
 		return wsync_err_set(err, EX_UNAVAILABLE, "receive from %s: %s", c->endpoint,
 		    zmq_strerror(errno));
@@ -232,7 +243,8 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
-	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0)
+	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0 ||
+	    wsync_curve_load(&c->curve, o->key, o->hub_key, err) < 0)
 		goto fail;
 	snprintf(c->role, sizeof(c->role), "%s", o->role);
 	if (o->worker != NULL)

@@ -2,11 +2,14 @@
 #ifndef WSYNC_CLIENT_INT_H
 #define WSYNC_CLIENT_INT_H
 
+#include "keys_int.h"
 #include "net_int.h"
 #include "wsync.h"
 
 struct wsync_client {
 	void *sock;
+	void *mon;                      /* the socket's handshake failures */
+	wsync_curve_t curve;
 	char endpoint[512];
 	char pub[512];                  /* the hub's PUB endpoint, as this client reaches it */
 	char hub[256];                  /* the hub's identity, from hello */

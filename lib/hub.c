@@ -13,8 +13,10 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "auth_int.h"
 #include "index_int.h"
 #include "net_int.h"
+#include "peer_int.h"
 #include "proto_int.h"
 #include "store_int.h"
 
@@ -22,13 +24,16 @@
 #define S_PROBE_MS 200                  /* how long a live hub has to answer a probe */
 #define S_BATCH 256                     /* requests served between two timer checks */
 #define S_SNDHWM 100                    /* replies queued per peer (a get's is 4 MiB) */
-#define S_RCVHWM 1000
+#define S_RCVHWM 32                     /* requests queued per connection (a chunk is 4 MiB) */
 #define S_MAX_WAIT_MS 3600000           /* one hour: the longest wait a peer may ask */
 #define S_UPLOADS 16                    /* uploads in flight per hub */
+#define S_PEER_UPLOADS 4                /* uploads in flight per peer */
+#define S_PEER_WAITS 64                 /* waits pending per peer */
 #define S_UPLOAD_FILES 64               /* files in one upload */
 #define S_UPLOAD_IDLE_MS 60000          /* an upload not touched for this long expires */
 #define S_MAX_FILE (64ull << 30)        /* bytes in one uploaded file */
 #define S_MAX_WORKERS 4096
+#define S_CONN_WORKERS 256              /* workers one connection may make known */
 #define S_WORKER_MODELS 256             /* models one worker follows */
 #define S_MAX_WAITS 1024
 #define S_MAX_LIST 1024                 /* entries in a list or map of a request */
@@ -50,6 +55,7 @@ struct s_worker {
 	uint64_t pid;
 	int64_t seen;                   /* monotonic ms */
 	int gone;                       /* said bye */
+	char conn[WSYNC_PEER_NAME];     /* the connection that made it known */
 	struct s_wmodel *models;
 	size_t nmodels, cap;
 };
@@ -66,6 +72,8 @@ struct s_upload {
 	struct s_ufile *files;
 	size_t nfiles;
 	char pusher[WSYNC_MAX_ID + 1];
+	char peer[WSYNC_PEER_NAME];     /* who began it */
+	uint64_t total, received;       /* bytes declared, and received (a resent chunk counts again) */
 	char **targets;                 /* NULL: every worker */
 	size_t ntargets;
 	int64_t touched;
@@ -77,6 +85,7 @@ enum s_mode { S_ALL, S_COUNT, S_IDS };
 struct s_wait {
 	unsigned char ident[256];
 	size_t identlen;
+	char peer[WSYNC_PEER_NAME];
 	uint64_t req;
 	char model[WSYNC_MAX_MODEL + 1];
 	uint64_t version;
@@ -89,6 +98,8 @@ struct s_wait {
 
 struct wsync_hub {
 	void *router, *pub;
+	wsync_auth_t *auth;             /* NULL: no keys */
+	volatile int *reload;
 	char pub_endpoint[512];
 	char name[300];                 /* host:pid */
 	char **ipc;                     /* socket files bound, removed at destroy */
@@ -103,6 +114,8 @@ struct wsync_hub {
 	uint64_t last_upload;
 	struct s_wait *waits;
 	size_t nwaits, waits_cap;
+	wsync_blocked_t blocked;        /* connections that broke the protocol */
+	char conn[WSYNC_PEER_NAME];     /* the connection of the request being served */
 };
 
 /* One request being served. */
@@ -111,6 +124,7 @@ struct s_req {
 	size_t identlen;
 	uint64_t id;
 	char op[16];
+	char peer[WSYNC_PEER_NAME];
 	wsync_msg_t msg;
 	wsync_parts_t *parts;
 };
@@ -362,6 +376,13 @@ s_worker_touch(wsync_hub_t *h, const char *id, wsync_err_t *err)
 		w->gone = 0;
 		return w;
 	}
+	/* One connection cannot make up thousands of workers and crowd real ones out. */
+	for (size_t i = 0, mine = 0; i < h->nworkers; i++)
+		if (strcmp(h->workers[i]->conn, h->conn) == 0 && ++mine == S_CONN_WORKERS) {
+			wsync_err_set(err, EX_UNAVAILABLE, "this connection made %d workers known "
+			    "already (the most one may)", S_CONN_WORKERS);
+			return NULL;
+		}
 	if (h->nworkers == S_MAX_WORKERS) {
 		if (s_worker_evict(h, now) < 0) {
 			wsync_err_set(err, EX_UNAVAILABLE, "the hub already follows %d live workers",
@@ -381,6 +402,7 @@ s_worker_touch(wsync_hub_t *h, const char *id, wsync_err_t *err)
 		return NULL;
 	}
 	snprintf(w->id, sizeof(w->id), "%s", id);
+	snprintf(w->conn, sizeof(w->conn), "%s", h->conn);
 	w->seen = now;
 	memmove(&h->workers[at + 1], &h->workers[at], (h->nworkers - at) * sizeof(*h->workers));
 	h->workers[at] = w;
@@ -953,18 +975,33 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 {
 	struct s_upload *u = NULL;
 	char list[512] = "";
-	size_t n = 0;
+	size_t n = 0, mine = 0;
+	uint64_t pending = 0;
 
-	for (int i = 0; i < S_UPLOADS && u == NULL; i++)
-		if (h->uploads[i].id == 0)
+	for (int i = 0; i < S_UPLOADS; i++) {
+		const struct s_upload *o = &h->uploads[i];
+		if (o->id == 0 && u == NULL)
 			u = &h->uploads[i];
+		if (o->id != 0 && strcmp(o->peer, r->peer) == 0)
+			mine++;
+		for (size_t j = 0; o->id != 0 && j < o->nfiles; j++)
+			pending += o->files[j].size - o->files[j].filled;
+	}
 	if (u == NULL)
 		return wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d uploads in flight "
 		    "already; try again later", S_UPLOADS);
+	/* One peer cannot take every slot: others still get to push. */
+	if (mine >= S_PEER_UPLOADS)
+		return wsync_err_set(err, EX_UNAVAILABLE, "this client has %d uploads in flight "
+		    "already (the most one may have); try again later", S_PEER_UPLOADS);
 	if (s_str(r, "pusher", 0, wsync_id_check, u->pusher, sizeof(u->pusher), err) < 0 ||
 	    s_list(wsync_msg_get(&r->msg, "workers"), "workers", 0, wsync_id_check,
 	    &u->targets, &u->ntargets, err) < 0 ||
 	    s_begin_files(h, wsync_msg_get(&r->msg, "files"), u, err) < 0)
+		goto fail;
+	for (size_t i = 0; i < u->nfiles; i++)
+		u->total += u->files[i].size;
+	if (wsync_space_check(wsync_store_dir(h->store), u->total, pending, err) < 0)
 		goto fail;
 	if (u->targets != NULL && u->ntargets == 0) {
 		wsync_err_set(err, EX_USAGE, "field \"workers\" is empty: the version would reach "
@@ -973,6 +1010,7 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 	}
 	u->id = ++h->last_upload;
 	u->touched = wsync_now_ms();
+	snprintf(u->peer, sizeof(u->peer), "%s", r->peer);
 	for (size_t i = 0; i < u->nfiles; i++)
 		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s%s",
 		    i ? "," : "", u->temps[i].model);
@@ -1052,6 +1090,14 @@ s_op_chunk(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	if (len > WSYNC_CHUNK)
 		return wsync_err_set(err, EX_USAGE, "a chunk of %" PRIu64 " bytes is over the "
 		    "chunk size of %u", len, WSYNC_CHUNK);
+	/* Resending is fine; rewriting the same bytes for ever to keep a slot is not. */
+	if ((u->received += len) > 2 * u->total + (uint64_t)WSYNC_WINDOW * WSYNC_CHUNK) {
+		s_log(h, "event=abort upload=%" PRIu64 " peer=%s reason=\"sent more than twice "
+		    "its size\"", id, u->peer);
+		s_upload_end(u);
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " was sent more than twice "
+		    "its %" PRIu64 " bytes: dropped", id, u->total);
+	}
 	if (s_upload_write(u, file, off, wsync_part_data(r->parts, 3), len, err) < 0)
 		return -1;
 	s_ok(&e, r->id, 0);
@@ -1326,6 +1372,13 @@ s_op_wait(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		    S_MAX_WAITS);
 		goto fail;
 	}
+	for (size_t i = 0, mine = 0; i < h->nwaits; i++)
+		if (strcmp(h->waits[i].peer, r->peer) == 0 && ++mine == S_PEER_WAITS) {
+			wsync_err_set(err, EX_UNAVAILABLE, "this client has %d waits pending "
+			    "already (the most one may have)", S_PEER_WAITS);
+			goto fail;
+		}
+	snprintf(wt.peer, sizeof(wt.peer), "%s", r->peer);
 	if (wt.mode == S_ALL && s_wait_all(h, m, &wt, err) < 0)
 		goto fail;
 	memcpy(wt.ident, r->ident, r->identlen);
@@ -1507,9 +1560,17 @@ s_serve(wsync_hub_t *h, wsync_parts_t *p)
 	wsync_enc_t e;
 	size_t i, nops = sizeof(s_ops) / sizeof(s_ops[0]);
 
+	int64_t now = wsync_now_ms();
+
+	/* A connection that broke the protocol is not worth an answer for a while. */
+	if (wsync_blocked_has(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now))
+		return;
+	wsync_peer_name(p, r.peer);
+	wsync_conn_name(p, h->conn);
 	if (p->n < 3 || p->extra > 0 || wsync_part_size(p, 1) != 0) {
-		s_log(h, "event=drop error=\"not [identity][empty][request] or with one data "
-		    "frame\" frames=%d", p->n + p->extra);
+		s_log(h, "event=drop peer=%s error=\"not [identity][empty][request] or with one "
+		    "data frame\" frames=%d", r.peer, p->n + p->extra);
+		wsync_blocked_add(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now);
 		return;
 	}
 	r.ident = wsync_part_data(p, 0);
@@ -1518,7 +1579,9 @@ s_serve(wsync_hub_t *h, wsync_parts_t *p)
 	    wsync_msg_u64(&r.msg, "id", &r.id) < 0) {
 		if (err.code == 0)
 			wsync_err_set(&err, EX_PROTOCOL, "a request without an unsigned \"id\"");
-		s_log(h, "event=drop error=\"%s\"", wsync_log_quote(err.msg, quoted, sizeof(quoted)));
+		s_log(h, "event=drop peer=%s error=\"%s\"", r.peer, wsync_log_quote(err.msg,
+		    quoted, sizeof(quoted)));
+		wsync_blocked_add(&h->blocked, r.ident, r.identlen, now);
 		wsync_msg_free(&r.msg);
 		return;
 	}
@@ -1536,6 +1599,8 @@ s_serve(wsync_hub_t *h, wsync_parts_t *p)
 		wsync_err_set(&err, EX_PROTOCOL, "op %s takes no data frame", r.op);
 		goto refuse;
 	}
+	if (wsync_auth_permits(h->auth, &p->part[2], r.op, &err) < 0)
+		goto refuse;
 	if (s_ops[i].fn(h, &r, &err) == 0) {
 		wsync_msg_free(&r.msg);
 		return;
@@ -1584,14 +1649,21 @@ s_poll_ms(const wsync_hub_t *h)
 int
 wsync_hub_run(wsync_hub_t *h, volatile int *stop, wsync_err_t *err)
 {
-	zmq_pollitem_t item = { h->router, 0, ZMQ_POLLIN, 0 };
+	zmq_pollitem_t items[1 + WSYNC_AUTH_ITEMS] = { { h->router, 0, ZMQ_POLLIN, 0 } };
+	int nitems = 1 + wsync_auth_items(h->auth, &items[1]);
 
 	while (!*stop) {
-		if (zmq_poll(&item, 1, s_poll_ms(h)) < 0) {
+		if (h->reload != NULL && *h->reload) {
+			*h->reload = 0;
+			wsync_auth_reload(h->auth);
+		}
+		if (zmq_poll(items, nitems, s_poll_ms(h)) < 0) {
 			if (errno == EINTR)
 				continue;
 			return wsync_err_set(err, EX_SOFTWARE, "poll: %s", zmq_strerror(errno));
 		}
+		/* Handshakes first: a client's first request waits on its ZAP answer. */
+		wsync_auth_serve(h->auth, &items[1]);
 		for (int i = 0; i < S_BATCH && !*stop; i++) {
 			wsync_parts_t p;
 			if (wsync_recv(h->router, &p, ZMQ_DONTWAIT) < 0) {
@@ -1760,9 +1832,14 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	h->keep = opts->keep;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(h->name, sizeof(h->name), "%s:%ld", host, (long)getpid());
+	h->reload = opts->reload;
 	if (s_pub_for(opts->endpoints[0], pub, sizeof(pub), err) < 0 ||
+	    wsync_auth_new(opts, &h->auth, err) < 0 ||
 	    (h->router = s_socket(ZMQ_ROUTER, S_SNDHWM, S_RCVHWM, err)) == NULL ||
 	    (h->pub = s_socket(ZMQ_PUB, 1000, 1000, err)) == NULL)
+		goto fail;
+	if (h->auth != NULL && (wsync_auth_server(h->auth, h->router, err) < 0 ||
+	    wsync_auth_server(h->auth, h->pub, err) < 0))
 		goto fail;
 	for (int i = 0; i < opts->nendpoints; i++)
 		if (s_bind(h, h->router, opts->endpoints[i], 1, err) < 0)
@@ -1803,6 +1880,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	for (size_t i = 0; i < h->nworkers; i++)
 		s_worker_free(h->workers[i]);
 	free(h->workers);
+	wsync_auth_destroy(&h->auth);
 	if (h->router != NULL)
 		zmq_close(h->router);
 	if (h->pub != NULL)

@@ -57,7 +57,7 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 	const wsync_watch_opts_t *o = w->o;
 	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
 	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
-	    .timeout_ms = timeout_ms };
+	    .timeout_ms = timeout_ms, .key = o->key, .hub_key = o->hub_key };
 	int zero = 0;
 
 	if ((w->client = wsync_client_new(&co, err)) == NULL)
@@ -69,6 +69,10 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 		    zmq_strerror(errno));
 	}
 	zmq_setsockopt(w->sub, ZMQ_LINGER, &zero, sizeof(zero));
+	if (wsync_curve_client(w->sub, &w->client->curve, err) < 0) {
+		s_disconnect(w);
+		return -1;
+	}
 	for (int i = 0; i < o->nmodels; i++)
 		zmq_setsockopt(w->sub, ZMQ_SUBSCRIBE, o->models[i], strlen(o->models[i]));
 	/* Announcements only cut latency: without them, heartbeats still find the head. */

@@ -221,6 +221,10 @@ typedef struct wsync_client_opts {
 	const char *const *models;      /* the models it works on */
 	int nmodels;
 	int timeout_ms;                 /* how long to wait for the hub's hello */
+	/* CURVE: this client's secret certificate and the hub's public one (NULL:
+	 * $WSYNC_KEY and $WSYNC_HUB_KEY, else none). Both or neither. */
+	const char *key;
+	const char *hub_key;
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */
@@ -324,6 +328,8 @@ typedef struct wsync_watch_opts {
 	void *arg;
 	void (*log)(void *arg, const char *line);  /* what a person should know; may be NULL */
 	volatile int *stop;             /* set non-zero (from a signal handler) to return 0 */
+	const char *key;                /* as in wsync_client_opts_t */
+	const char *hub_key;
 } wsync_watch_opts_t;
 
 /* Follows the hub: initial weights at once, then every new version, latest wins. */
@@ -345,6 +351,19 @@ typedef struct wsync_hub_opts {
 	/* Called with one line per event (no newline); may be NULL. */
 	void (*log)(void *arg, const char *line);
 	void *log_arg;
+	/*
+	 * CURVE on every socket with this secret certificate (NULL: none, and then
+	 * only ipc:// and loopback tcp endpoints unless insecure). Clients whose
+	 * public keys are in the allow_push certificates (files or directories of
+	 * them) may push; those in allow_pull may only hello, get, ack and watch.
+	 */
+	const char *secret_key;
+	const char *const *allow_push;
+	int nallow_push;
+	const char *const *allow_pull;
+	int nallow_pull;
+	int insecure;                   /* serve non-loopback tcp without keys */
+	volatile int *reload;           /* set non-zero (SIGHUP) to reread the allow lists */
 } wsync_hub_opts_t;
 
 /* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
@@ -353,6 +372,15 @@ wsync_hub_t *wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err);
 int wsync_hub_run(wsync_hub_t *hub, volatile int *stop, wsync_err_t *err);
 /* Closes the sockets and files and sets *hub to NULL. */
 void wsync_hub_destroy(wsync_hub_t **hub);
+
+/* ---- keys ---- */
+
+/*
+ * Writes a new CURVE key pair as ZeroMQ certificates (czmq's zmakecert
+ * format): base holds the public key, base_secret both (mode 0600). Existing
+ * files are replaced only when force. public (41 bytes) gets the Z85 public key.
+ */
+int wsync_keygen(const char *base, int force, char *public, wsync_err_t *err);
 
 /* Sets err: code, then a printf-style message. Returns -1. */
 int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)

@@ -17,3 +17,8 @@ setup() {
 	TMP="$BATS_TEST_TMPDIR"
 	cd "$TMP" || return 1
 }
+
+# A TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}

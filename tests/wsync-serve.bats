@@ -58,14 +58,12 @@ flip_data_byte() {
 	printf '\377' | dd of="$1" bs=1 seek="$off" conv=notrunc status=none
 }
 
-free_port() {
-	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-serve --help
 	assert_output - <<'EOF'
 usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]
+       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] --secret-key FILE
+           [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...
 
 Run a hub: take pushed versions of models, keep them in a store, announce
 them to watchers and serve them. Log lines go to stderr.
@@ -75,11 +73,18 @@ them to watchers and serve them. Log lines go to stderr.
                             ipc://RUNDIR/hub)
       --store=DIR           keep versions in DIR (default: RUNDIR/store)
       --keep=N              versions kept per model (default 3)
+      --secret-key=FILE     the hub's secret key (wsync-keygen): CURVE on every
+                            socket, only clients on the allow lists get in
+      --allow-push=DIR|FILE public keys (a certificate, or a directory of them)
+                            that may push and pull; may be repeated
+      --allow-pull=DIR|FILE public keys that may only pull and watch
+      --insecure            listen on non-loopback tcp without keys (warns)
   -h, --help                print this help and exit
   -V, --version             print the version and exit
 
-SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot
-listen, 74 store errors. See wsync-serve(1).
+SIGTERM or SIGINT stops the hub (exit 0); SIGHUP rereads the allow lists.
+Exit status: 64 usage, 65 bad key file, 66 key file missing, 69 cannot listen,
+74 store errors, 77 key file not private. See wsync-serve(1).
 EOF
 	assert_equal "$stderr" ""
 }
@@ -369,7 +374,7 @@ $TMP/store/.uploads:"
 	run -76 hub req '{"op":"fail","worker":"w 1","model":"policy","version":1,"reason":"x"}'
 	assert_output '{"code":76,"error":"field \"worker\" is not an id (1 to 128 printable ASCII bytes, no space)","id":1,"ok":false}'
 	run -69 "$PY" "$FIXTURES/hubclient.py" --timeout 0.3 "ipc://$TMP/hub" frames "" dc7fffffff
-	run -0 grep -c 'event=drop error="bad message: ' "$TMP/hub.log"
+	run -0 grep -c 'event=drop peer=conn:[0-9a-f]* error="bad message: ' "$TMP/hub.log"
 	run -0 hub req '{"op":"hello","proto":1,"role":"pull"}'
 }
 

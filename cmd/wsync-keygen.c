@@ -1,0 +1,60 @@
+/* wsync-keygen - make a CURVE key pair for a hub or a client, as ZeroMQ certificates. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+static const char s_usage[] = "usage: wsync-keygen [-f] NAME\n";
+
+static void
+s_help(void)
+{
+	printf("%s\n"
+	    "Make a CURVE key pair: NAME gets the public key (give it to the other side),\n"
+	    "NAME_secret both keys (mode 0600; keep it). The files are ZeroMQ certificates\n"
+	    "(the format czmq's zmakecert writes). Prints the public key.\n"
+	    "\n"
+	    "  -f, --force              replace existing files\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
+	    "\n"
+	    "Exit status: 0 ok, 64 usage, 70 internal error, 74 I/O error or the files\n"
+	    "exist. See wsync-keygen(1).\n", s_usage);
+	exit(0);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char public[41];
+	wsync_err_t err;
+	int force = 0, c;
+
+	cli_init("wsync-keygen");
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":fhV", opts, NULL)) != -1) {
+		switch (c) {
+		case 'f': force = 1; break;
+		case 'h': s_help(); break;
+		case 'V': cli_version(); break;
+		default: cli_bad_option(argv, c);
+		}
+	}
+	if (argc == optind)
+		cli_usage_error("no NAME given (the files are NAME and NAME_secret)");
+	if (argc - optind > 1)
+		cli_usage_error("unexpected argument \"%s\"", argv[optind + 1]);
+	if (wsync_keygen(argv[optind], force, public, &err) < 0)
+		cli_die_err(&err);
+	printf("%s\n", public);
+	if (fflush(stdout) != 0)
+		cli_die(EX_IOERR, "cannot write to stdout");
+	return 0;
+}
