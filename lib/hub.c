@@ -15,6 +15,7 @@
 
 #include "auth_int.h"
 #include "index_int.h"
+#include "keys_int.h"
 #include "net_int.h"
 #include "peer_int.h"
 #include "proto_int.h"
@@ -1693,14 +1694,17 @@ wsync_hub_run(wsync_hub_t *h, volatile int *stop, wsync_err_t *err)
 static int
 s_probe(const char *endpoint)
 {
-	void *sock = zmq_socket(wsync_zmq_context(), ZMQ_DEALER);
-	zmq_pollitem_t item = { sock, 0, ZMQ_POLLIN, 0 };
+	void *sock = zmq_socket(wsync_zmq_context(), ZMQ_DEALER), *mon;
+	zmq_pollitem_t items[2] = { { sock, 0, ZMQ_POLLIN, 0 } };
 	int zero = 0, answered = 0;
+	wsync_err_t ignored;
 	wsync_enc_t e;
 
 	if (sock == NULL)
 		return 0;
 	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+	/* A hub with keys refuses the handshake instead of answering: that is an answer too. */
+	items[1] = (zmq_pollitem_t){ mon = wsync_curve_watch(sock, &ignored), 0, ZMQ_POLLIN, 0 };
 	wsync_enc_init(&e);
 	msgpack_pack_map(&e.pk, 4);
 	wsync_enc_kv_str(&e, "op", "hello");
@@ -1709,8 +1713,9 @@ s_probe(const char *endpoint)
 	wsync_enc_kv_str(&e, "role", "inspect");
 	if (zmq_connect(sock, endpoint) == 0 &&
 	    wsync_send(sock, NULL, 0, &e, NULL, 0, ZMQ_DONTWAIT) == 0)
-		answered = zmq_poll(&item, 1, S_PROBE_MS) > 0;
+		answered = zmq_poll(items, mon != NULL ? 2 : 1, S_PROBE_MS) > 0;
 	wsync_enc_free(&e);
+	wsync_curve_unwatch(sock, &mon);
 	zmq_close(sock);
 	return answered;
 }

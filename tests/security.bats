@@ -119,6 +119,14 @@ hub_logged() {
 	run -0 env WSYNC_KEY="$TMP/puller_secret" wsync-inspect --hub --json
 }
 
+@test "a second hub does not take over the ipc socket of a hub with keys" {
+	export WSYNC_ENDPOINT="ipc://$TMP/hub.sock"
+	start_secure_hub
+	run -69 timeout 10 wsync-serve --store "$TMP/other"
+	assert_output "wsync-serve: ipc://$TMP/hub.sock is in use by another hub"
+	run -0 wsync-inspect --hub --json
+}
+
 @test "a secret key file others can read is refused with 77" {
 	chmod 640 hub_secret
 	run -77 wsync-serve --store "$STORE" --secret-key hub_secret --allow-pull pull
