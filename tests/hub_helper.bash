@@ -58,6 +58,12 @@ start_watcher() {
 	PIDS+=("$!")
 }
 
+# 0 when the hub counts worker $1 as alive (it said hello).
+hub_has_worker() {
+	wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -e --arg id "$1" '.workers[] | select(.worker == $id and .alive)' >/dev/null
+}
+
 # The last version a watcher printed (0 if none).
 last_version() {
 	local v

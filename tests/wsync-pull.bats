@@ -54,7 +54,7 @@ PYEOF
 	start_hub
 	wsync-push -m policy big.safetensors
 	mkdir out
-	wsync-pull -m policy -o out/p.wsync 2>pull.err &
+	wsync-pull -m policy --transfer socket -o out/p.wsync 2>pull.err &
 	local pull=$!
 	PIDS+=("$pull")
 	# Hold the transfer in the middle: the pull waits for data that does not come.
@@ -69,5 +69,96 @@ PYEOF
 	assert_equal "$rc" 130
 	assert_equal "$(cat pull.err)" "wsync-pull: interrupted by signal 2"
 	run -0 ls -A out
+	assert_output ""
+}
+
+# Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
+make_big() {
+	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+out, mib = sys.argv[1], int(sys.argv[2])
+raw = np.random.default_rng(7).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
+head = json.dumps({"w": {"dtype": "U8", "shape": [len(raw)],
+                         "data_offsets": [0, len(raw)]}}).encode()
+head += b" " * (-len(head) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(head)) + head + raw)
+PYEOF
+}
+
+inode() { stat -c %i "$1"; }
+
+@test "--transfer link makes the output the store's own file; copy and socket copy it" {
+	make_versions 2
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	run -0 wsync-pull -m policy --transfer link -o linked.wsync
+	assert_output 2
+	assert_equal "$(inode linked.wsync)" "$(inode "$STORE/policy/2.wsync")"
+	for mode in copy socket auto; do
+		run -0 wsync-pull -m policy -v 1 --transfer "$mode" -o "$mode.wsync"
+		assert_output 1
+		cmp "$mode.wsync" "$STORE/policy/1.wsync"
+	done
+	[ "$(inode copy.wsync)" != "$(inode "$STORE/policy/1.wsync")" ]
+	[ "$(inode socket.wsync)" != "$(inode "$STORE/policy/1.wsync")" ]
+	# auto links when it can.
+	assert_equal "$(inode auto.wsync)" "$(inode "$STORE/policy/1.wsync")"
+	run -0 bash -c "wsync-pull -m policy --transfer copy -o - | cmp - '$STORE/policy/2.wsync'"
+	ls -a | grep -c '\.tmp\.' | grep -qx 0
+}
+
+@test "--transfer link across file systems exits 64; auto copies instead" {
+	[ "$(stat -c %d /dev/shm)" != "$(stat -c %d "$TMP")" ] ||
+	    skip "/dev/shm and $TMP are one file system here"
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	run -64 wsync-pull -m policy --transfer link -o l.wsync
+	assert_output "wsync-pull: --transfer link: cannot link $STORE/policy/1.wsync to l.wsync: Invalid cross-device link (--transfer copy works across file systems)"
+	[ ! -e l.wsync ]
+	run -0 wsync-pull -m policy -o a.wsync
+	cmp a.wsync "$STORE/policy/1.wsync"
+	stop_hub
+	rm -rf "$STORE"
+}
+
+@test "link and copy exit 64 where the hub's store is not visible; socket works" {
+	[ "$(id -u)" = 0 ] && command -v unshare >/dev/null ||
+	    skip "needs root and unshare to hide the store in a mount namespace"
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	make_big 5
+	# A tmpfs over the store: the hub's socket is still there, its files are not.
+	hidden() { unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' "$STORE" "$@"; }
+	run -64 hidden wsync-pull -m policy --transfer link -o x.wsync
+	assert_output "wsync-pull: --transfer link: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
+	run -64 hidden wsync-push -m policy --transfer copy big.safetensors
+	assert_output "wsync-push: --transfer copy: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
+	run -0 hidden wsync-pull -m policy -o x.wsync
+	cmp x.wsync "$STORE/policy/1.wsync"
+	run -0 hidden wsync-push -m policy big.safetensors
+	assert_output 2
+	run -0 grep -c "event=begin.*transfer=socket" hub.log
+}
+
+@test "a push of more than one message on the hub's host is handed over through the store" {
+	make_big 6
+	start_hub
+	run -0 wsync-push -m policy big.safetensors
+	assert_output 1
+	run -0 wsync-push -m policy --transfer socket big.safetensors
+	assert_output 2
+	run -0 grep -o "event=begin.*transfer=[a-z]*" hub.log
+	assert_line --index 0 --regexp 'transfer=copy$'
+	assert_line --index 1 --regexp 'transfer=socket$'
+	wsync-pull -m policy -v 1 -o one.wsync >/dev/null
+	run -0 wsync-inspect diff big.safetensors one.wsync
+	assert_equal "$(content_of one.wsync)" "$(content_of "$STORE/policy/2.wsync")"
+	run -0 find "$STORE/.uploads" -type f
 	assert_output ""
 }

@@ -122,11 +122,11 @@ Try 'wsync-serve --help'."
 	assert_output --regexp "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z event=listen endpoint=ipc://$TMP/hub pub=ipc://$TMP/hub.pub hub=[^ ]+:$HUB_PID\$"
 }
 
-@test "hello tells the PUB endpoint, the hub and its limits" {
+@test "hello tells the PUB endpoint, the hub, its store and its limits" {
 	start_hub
 	run -0 hub req '{"op":"hello","proto":1,"role":"pull","host":"h","pid":7}'
 	run -0 jq -c 'del(.hub)' <<<"$output"
-	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"window\":8}"
+	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"store\":\"$TMP/store\",\"store_id\":\"$(cat "$TMP/store/.id")\",\"window\":8}"
 	run -0 grep -c 'event=hello role=pull host=h pid=7' "$TMP/hub.log"
 }
 
