@@ -834,6 +834,7 @@ struct s_source {
 	size_t maplen;
 	const unsigned char *base;
 	size_t size;
+	int shared;                     /* base is a shared file mapping: pages may be let go */
 };
 
 static void
@@ -868,6 +869,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 			src->file = in;
 			src->base = wsync_file_bytes(in);
 			src->size = wsync_file_size(in);
+			src->shared = in->mem == WSYNC_MEM_MMAP;
 			return 0;
 		}
 	}
@@ -901,6 +903,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	}
 	src->maplen = src->size = (size_t)st.st_size;
 	src->base = src->map;
+	src->shared = 1;
 	rc = 0;
 out:
 	if (fd >= 0)
@@ -952,6 +955,9 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 			wsync_enc_free(&e);
 			if (rc < 0)
 				return -1;
+			/* ZeroMQ copied the chunk: its pages can go. */
+			if (src[file].shared)
+				wsync_pages_release(src[file].base + off, len);
 			off += len;
 			if (off >= src[file].size) {
 				file++;
@@ -975,6 +981,23 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 		if (slot < inflight)
 			ids[slot] = ids[--inflight];
 	}
+}
+
+/*
+ * Writes a mapped source to fd a window at a time, letting each window's
+ * pages go once written: a push of any size holds a window of it.
+ */
+static int
+s_write_window(int fd, const unsigned char *p, size_t size, int shared)
+{
+	for (size_t off = 0; off < size; off += S_ALLOC_AHEAD) {
+		size_t n = size - off < S_ALLOC_AHEAD ? size - off : S_ALLOC_AHEAD;
+		if (wsync_write_all(fd, p + off, n) < 0)
+			return -1;
+		if (shared)
+			wsync_pages_release(p + off, n);
+	}
+	return 0;
 }
 
 /*
@@ -1002,7 +1025,7 @@ s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src,
 		if (fallocate(fd, 0, 0, (off_t)src[i].size) < 0 && errno != EOPNOTSUPP)
 			rc = -1;
 		else
-			rc = wsync_write_all(fd, src[i].base, src[i].size);
+			rc = s_write_window(fd, src[i].base, src[i].size, src[i].shared);
 		if (close(fd) < 0)
 			rc = -1;
 		if (rc < 0)

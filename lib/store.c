@@ -243,8 +243,12 @@ static void
 s_map_release(void *data, void *hint)
 {
 	wsync_map_t *m = hint;
+	const unsigned char *end = (const unsigned char *)m->base + m->len;
 
-	(void)data;
+	/* A chunk sent: its pages stay in the file, not in the hub's memory. */
+	if (data != NULL)
+		wsync_pages_release(data, (size_t)(end - (const unsigned char *)data) <
+		    WSYNC_CHUNK ? (size_t)(end - (const unsigned char *)data) : WSYNC_CHUNK);
 	if (atomic_fetch_sub(&m->refs, 1) == 1) {
 		munmap(m->base, m->len);
 		free(m);
