@@ -115,6 +115,7 @@ complete -c wsync-push -s w -l wait -x -a 'all (__wsync_list workers)' -d 'Wait 
 complete -c wsync-push -s W -l workers -x -a '(__wsync_list workers)' -d 'Announce the version to these workers only'
 complete -c wsync-push -l wait-for -x -d 'Push nothing; wait for this version'
 complete -c wsync-push -l transfer -x -a 'auto copy link socket' -d 'How the files reach the hub'
+complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull
