@@ -167,6 +167,7 @@ _wsync_optarg() {
 	wsync-convert:-l | wsync-convert:--layout) _wsync_add tree flat ;;
 	wsync-convert:-t | wsync-convert:--to) _wsync_add wsync safetensors ;;
 	wsync-convert:-m | wsync-convert:--model) ;;
+	*:--transfer) _wsync_add auto link copy socket ;;
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
@@ -224,11 +225,11 @@ _wsync() {
 	wsync-serve) opts="-e --endpoint --store --keep --secret-key --allow-push --allow-pull
 		--insecure -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for --key --hub-key -h --help -V --version" ;;
+		--wait-for --transfer --batch --key --hub-key -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer -t --timeout --key --hub-key -h --help -V --version" ;;
+		--if-newer --transfer -t --timeout --key --hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag -t --timeout --key --hub-key -h --help -V --version" ;;
+		--once --max-lag --transfer -t --timeout --key --hub-key -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
@@ -261,8 +262,9 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--key | \
-			*:--hub-key | *:--secret-key | *:--allow-push | *:--allow-pull) ((i++)) ;;
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--transfer | \
+			*:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
+			*:--allow-pull) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done
