@@ -47,7 +47,7 @@ s_value(const char *p, char *buf, size_t size)
 		n = (size_t)(end - p - 1);
 		p++;
 	} else
-		n = strcspn(p, " \t#");
+		n = strcspn(p, " \t");   /* '#' is a Z85 digit: a comment needs a space before it */
 	if (n >= size)
 		return -1;
 	memcpy(buf, p, n);
