@@ -135,6 +135,8 @@ wsync_key_read(const char *path, char *public, char *secret, wsync_err_t *err)
 	}
 	rc = 0;
 out:
+	explicit_bzero(text, sizeof(text));
+	explicit_bzero(sec, sizeof(sec));
 	close(fd);
 	return rc;
 }
