@@ -187,6 +187,15 @@ make_fixtures_dir() {
 	done
 }
 
+@test "every man page has an EXAMPLES section with at least one example" {
+	local page bad=""
+	for page in "$ROOT"/man/*.[1-8]; do
+		render "$page" | awk '/^EXAMPLES$/ { on = 1; next } on && /^[A-Z]/ { exit }
+		    on && NF { n++ } END { exit n < 1 }' || bad+=" $(basename "$page")"
+	done
+	[ -z "$bad" ] || fail "no EXAMPLES in:$bad"
+}
+
 @test "the hook's environment is documented in wsync-watch(1)" {
 	run render "$ROOT/man/wsync-watch.1"
 	local var
