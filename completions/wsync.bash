@@ -3,7 +3,7 @@
 #
 # Source it from ~/.bashrc, or install it as
 # /usr/share/bash-completion/completions/wsync-push (and a link per program).
-# Model and worker ids come from a live hub that answers within 0.3 s
+# Model ids, versions and worker ids come from a live hub that answers within 0.3 s
 # (wsync-inspect --json, read with jq); without jq or a hub they are skipped.
 # It does not need the bash-completion package.
 
@@ -62,8 +62,22 @@ _wsync_val() {
 	printf '%s' "${cur#"$vhead"}"
 }
 
-# Prints the values of field (models or workers) of the hub named by -e or
-# --endpoint on the command line, else of the default hub; quiet and bounded.
+# Prints the model named by -m or --model before the cursor (without =FILE).
+_wsync_cmd_model() {
+	local i m=""
+	for ((i = 1; i < cword; i++)); do
+		case ${words[i]} in
+		-m | --model) m=${words[i + 1]-} ;;
+		--model=*) m=${words[i]#--model=} ;;
+		-m?*) m=${words[i]#-m} ;;
+		esac
+	done
+	printf '%s' "${m%%=*}"
+}
+
+# Prints the values of field (models, workers, or versions of the model on the
+# command line, else of every model) of the hub named by -e or --endpoint on
+# the command line, else of the default hub; quiet and bounded.
 _wsync_hub() {
 	local field=$1 ep="" i json
 	local -a bound=()
@@ -86,6 +100,10 @@ _wsync_hub() {
 	case $field in
 	models) jq -r '.models[]?.model // empty' 2>/dev/null <<<"$json" ;;
 	workers) jq -r '.workers[]?.worker // empty' 2>/dev/null <<<"$json" ;;
+	versions)
+		jq -r --arg m "$(_wsync_cmd_model)" '.models[]? | select($m == "" or .model == $m)
+		    | .versions[]?.version' 2>/dev/null <<<"$json" | sort -un
+		;;
 	esac
 	return 0
 }
@@ -189,9 +207,9 @@ _wsync_optarg() {
 		_wsync_files
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
-	wsync-serve:--keep | wsync-push:--wait-for | wsync-pull:-v | \
-		wsync-pull:--pull-version | wsync-pull:--if-newer | wsync-watch:--id | \
-		wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
+	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
+		wsync-pull:--if-newer) _wsync_list versions ;;
+	wsync-serve:--keep | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
 	*) return 1 ;;
 	esac
 	return 0

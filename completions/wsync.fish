@@ -1,15 +1,17 @@
 # fish completion for the wsync programs. Copy it to
 # ~/.config/fish/completions/ once per program name (wsync-push.fish, ...),
 # or source it from config.fish.
-# Model and worker ids come from a live hub that answers within 0.3 s
+# Model ids, versions and worker ids come from a live hub that answers within 0.3 s
 # (wsync-inspect --json, read with jq); without jq or a hub they are skipped.
 
-# Prints the values of field (models or workers) of the hub named by -e or
+# Prints the values of field (models, workers, or versions of the model given
+# by -m on the command line, else of every model) of the hub named by -e or
 # --endpoint on the command line, else of the default hub; quiet and bounded.
 function __wsync_hub -a field
     command -q jq; or return 0
     command -q wsync-inspect; or return 0
     set -l ep
+    set -l model
     set -l args (commandline -opc)
     for i in (seq 2 (count $args))
         switch $args[$i]
@@ -20,6 +22,13 @@ function __wsync_hub -a field
                 set ep (string replace -- --endpoint= '' $args[$i])
             case '-e?*'
                 set ep (string sub -s 3 -- $args[$i])
+            case -m --model
+                set -l next (math $i + 1)
+                test $next -le (count $args); and set model $args[$next]
+            case '--model=*'
+                set model (string replace -- --model= '' $args[$i])
+            case '-m?*'
+                set model (string sub -s 3 -- $args[$i])
         end
     end
     set -l bound
@@ -36,6 +45,10 @@ function __wsync_hub -a field
             string join \n -- $json | jq -r '.models[]?.model // empty' 2>/dev/null
         case workers
             string join \n -- $json | jq -r '.workers[]?.worker // empty' 2>/dev/null
+        case versions
+            string join \n -- $json | jq -r --arg m (string replace -r -- '=.*' '' "$model") \
+                '.models[]? | select($m == "" or .model == $m) | .versions[]?.version' \
+                2>/dev/null | sort -un
     end
 end
 
@@ -113,15 +126,15 @@ complete -c wsync-push -s m -l model -x -a '(string match -q -- "*=*" (commandli
 complete -c wsync-push -s t -l timeout -x -d 'Bound on the whole push and wait (seconds)'
 complete -c wsync-push -s w -l wait -x -a 'all (__wsync_list workers)' -d 'Wait until all, N or these workers applied it'
 complete -c wsync-push -s W -l workers -x -a '(__wsync_list workers)' -d 'Announce the version to these workers only'
-complete -c wsync-push -l wait-for -x -d 'Push nothing; wait for this version'
+complete -c wsync-push -l wait-for -x -a '(__wsync_hub versions)' -d 'Push nothing; wait for this version'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull
 complete -c wsync-pull -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
 complete -c wsync-pull -s m -l model -x -a '(__wsync_hub models)' -d 'The model to fetch'
 complete -c wsync-pull -s o -l output -r -F -d 'Where to write it (- is stdout)'
-complete -c wsync-pull -s v -l pull-version -x -d 'Fetch this version instead of the newest'
-complete -c wsync-pull -l if-newer -x -d 'Exit 1 unless the newest is above this version'
+complete -c wsync-pull -s v -l pull-version -x -a '(__wsync_hub versions)' -d 'Fetch this version instead of the newest'
+complete -c wsync-pull -l if-newer -x -a '(__wsync_hub versions)' -d 'Exit 1 unless the newest is above this version'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
 
 # wsync-watch

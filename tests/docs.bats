@@ -301,6 +301,39 @@ EOF
 	assert_output "policy"
 }
 
+@test "bash completes the versions of the model on the command line from a live hub" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v1.wsync
+	wsync-push -m critic v1.wsync
+	run -0 complete_bash "wsync-pull -m policy -v "
+	assert_output $'1\n2\n3'
+	run -0 complete_bash "wsync-pull --model=critic --if-newer "
+	assert_output "1"
+	run -0 complete_bash "wsync-push -m policy -w all --wait-for 3"
+	assert_output "3"
+	run -0 complete_bash "wsync-pull --pull-version="
+	assert_output $'1\n2\n3'
+}
+
+@test "zsh and fish complete versions of the model on the command line from a live hub" {
+	command -v zsh >/dev/null || skip "zsh is not installed"
+	command -v fish >/dev/null || skip "fish is not installed"
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v1.wsync
+	wsync-push -m critic v1.wsync
+	run -0 complete_fish "wsync-pull -m policy -v "
+	assert_output $'1\n2'
+	run -0 complete_fish "wsync-pull -m critic --if-newer "
+	assert_output "1"
+	run -0 complete_zsh "wsync-pull -m policy -v "
+	assert_output $'1\n2'
+}
+
 @test "bash completes no model id, quietly, when no hub answers" {
 	run -0 --separate-stderr complete_bash "wsync-pull -m "
 	assert_output ""
