@@ -62,35 +62,31 @@ _wsync_val() {
 	printf '%s' "${cur#"$vhead"}"
 }
 
-# Prints the model named by -m or --model before the cursor (without =FILE).
-_wsync_cmd_model() {
-	local i m=""
+# Prints the value of the last option short (-m) or long (--model) before
+# the cursor, in any of the forms -m V, -mV, --model V, --model=V.
+_wsync_opt_value() {
+	local short=$1 long=$2 i v=""
 	for ((i = 1; i < cword; i++)); do
 		case ${words[i]} in
-		-m | --model) m=${words[i + 1]-} ;;
-		--model=*) m=${words[i]#--model=} ;;
-		-m?*) m=${words[i]#-m} ;;
+		"$short" | "$long") v=${words[i + 1]-} ;;
+		"$long"=*) v=${words[i]#"$long"=} ;;
+		"$short"?*) v=${words[i]#"$short"} ;;
 		esac
 	done
-	printf '%s' "${m%%=*}"
+	printf '%s' "$v"
 }
 
 # Prints the values of field (models, workers, or versions of the model on the
 # command line, else of every model) of the hub named by -e or --endpoint on
 # the command line, else of the default hub; quiet and bounded.
 _wsync_hub() {
-	local field=$1 ep="" i json
+	local field=$1 ep model json
 	local -a bound=()
 	command -v jq >/dev/null 2>&1 || return 0
 	command -v wsync-inspect >/dev/null 2>&1 || return 0
 	command -v timeout >/dev/null 2>&1 && bound=(timeout 2)
-	for ((i = 1; i < cword; i++)); do
-		case ${words[i]} in
-		-e | --endpoint) ep=${words[i + 1]-} ;;
-		--endpoint=*) ep=${words[i]#--endpoint=} ;;
-		-e?*) ep=${words[i]#-e} ;;
-		esac
-	done
+	ep=$(_wsync_opt_value -e --endpoint)
+	model=$(_wsync_opt_value -m --model)
 	if [[ -n $ep ]]; then
 		json=$("${bound[@]}" wsync-inspect --json -t 0.3 -e "$ep" 2>/dev/null </dev/null)
 	else
@@ -101,7 +97,7 @@ _wsync_hub() {
 	models) jq -r '.models[]?.model // empty' 2>/dev/null <<<"$json" ;;
 	workers) jq -r '.workers[]?.worker // empty' 2>/dev/null <<<"$json" ;;
 	versions)
-		jq -r --arg m "$(_wsync_cmd_model)" '.models[]? | select($m == "" or .model == $m)
+		jq -r --arg m "${model%%=*}" '.models[]? | select($m == "" or .model == $m)
 		    | .versions[]?.version' 2>/dev/null <<<"$json" | sort -un
 		;;
 	esac

@@ -4,33 +4,33 @@
 # Model ids, versions and worker ids come from a live hub that answers within 0.3 s
 # (wsync-inspect --json, read with jq); without jq or a hub they are skipped.
 
+# Prints the value of the last option short (-m) or long (--model) on the
+# command line, in any of the forms -m V, -mV, --model V, --model=V.
+function __wsync_opt_value -a short long
+    set -l args (commandline -opc)
+    set -l v
+    for i in (seq 2 (count $args))
+        switch $args[$i]
+            case $short $long
+                set -l next (math $i + 1)
+                test $next -le (count $args); and set v $args[$next]
+            case "$long=*"
+                set v (string replace -- "$long=" '' $args[$i])
+            case "$short?*"
+                set v (string sub -s 3 -- $args[$i])
+        end
+    end
+    printf '%s\n' $v
+end
+
 # Prints the values of field (models, workers, or versions of the model given
 # by -m on the command line, else of every model) of the hub named by -e or
 # --endpoint on the command line, else of the default hub; quiet and bounded.
 function __wsync_hub -a field
     command -q jq; or return 0
     command -q wsync-inspect; or return 0
-    set -l ep
-    set -l model
-    set -l args (commandline -opc)
-    for i in (seq 2 (count $args))
-        switch $args[$i]
-            case -e --endpoint
-                set -l next (math $i + 1)
-                test $next -le (count $args); and set ep $args[$next]
-            case '--endpoint=*'
-                set ep (string replace -- --endpoint= '' $args[$i])
-            case '-e?*'
-                set ep (string sub -s 3 -- $args[$i])
-            case -m --model
-                set -l next (math $i + 1)
-                test $next -le (count $args); and set model $args[$next]
-            case '--model=*'
-                set model (string replace -- --model= '' $args[$i])
-            case '-m?*'
-                set model (string sub -s 3 -- $args[$i])
-        end
-    end
+    set -l ep (__wsync_opt_value -e --endpoint)
+    set -l model (__wsync_opt_value -m --model)
     set -l bound
     command -q timeout; and set bound timeout 2
     set -l json

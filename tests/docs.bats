@@ -330,6 +330,9 @@ EOF
 	assert_output $'1\n2'
 	run -0 complete_fish "wsync-pull -m critic --if-newer "
 	assert_output "1"
+	local ep=$WSYNC_ENDPOINT
+	WSYNC_ENDPOINT=ipc://$TMP/elsewhere run -0 complete_fish "wsync-pull -e $ep --model=policy -v "
+	assert_output $'1\n2'
 	run -0 complete_zsh "wsync-pull -m policy -v "
 	assert_output $'1\n2'
 }
