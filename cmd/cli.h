@@ -37,6 +37,19 @@ int cli_seconds(const char *option, const char *sec);
 uint64_t cli_number(const char *option, const char *s);
 /* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
 char **cli_split(char *s, int *n);
+/*
+ * Sets how log lines and messages go to stderr: "text" (the default) or
+ * "json", one object per line; exits 64 naming --log-format on anything else.
+ */
+void cli_log_format(const char *format);
+/*
+ * A log callback for lines of key=value pairs (the hub's): written after a
+ * time=TIMESTAMP pair, or as one JSON object whose bare whole numbers are
+ * numbers and whose quoted values are unescaped strings.
+ */
+void cli_log_kv(void *arg, const char *line);
+/* A log callback for lines of prose: "PROG: line", or {"time","program","msg"}. */
+void cli_log_msg(void *arg, const char *line);
 /* Prints "PROG VERSION" on stdout and exits 0. */
 _Noreturn void cli_version(void);
 

@@ -5,14 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 
 #define S_MAX_ENDPOINTS 16
 
 static const char s_usage[] =
-    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]\n";
+    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n";
 
 static volatile int s_stop;
 
@@ -28,6 +27,8 @@ s_help(void)
 	    "                            ipc://RUNDIR/hub)\n"
 	    "      --store=DIR           keep versions in DIR (default: RUNDIR/store)\n"
 	    "      --keep=N              versions kept per model (default 3)\n"
+	    "      --log-format=FORMAT   log lines as text (time=... event=... key=value)\n"
+	    "                            or json (one object per line)\n"
 	    "  -h, --help                print this help and exit\n"
 	    "  -V, --version             print the version and exit\n"
 	    "\n"
@@ -41,21 +42,6 @@ s_on_signal(int sig)
 {
 	(void)sig;
 	s_stop = 1;
-}
-
-/* Writes one log line to stderr, after an ISO-8601 UTC timestamp. */
-static void
-s_log(void *arg, const char *line)
-{
-	struct timespec ts;
-	struct tm tm;
-	char stamp[32];
-
-	(void)arg;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-	fprintf(stderr, "%s.%03ldZ %s\n", stamp, ts.tv_nsec / 1000000, line);
 }
 
 static unsigned
@@ -73,18 +59,19 @@ s_keep(const char *arg)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_KEEP = 256, OPT_STORE };
+	enum { OPT_KEEP = 256, OPT_STORE, OPT_LOG_FORMAT };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "keep", required_argument, NULL, OPT_KEEP },
+		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 		{ "store", required_argument, NULL, OPT_STORE },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *endpoints[S_MAX_ENDPOINTS];
 	char fallback[512];
-	wsync_hub_opts_t ho = { .keep = 3, .log = s_log };
+	wsync_hub_opts_t ho = { .keep = 3, .log = cli_log_kv };
 	struct sigaction sa;
 	wsync_hub_t *hub;
 	wsync_err_t err;
@@ -103,6 +90,7 @@ main(int argc, char **argv)
 		case 'V': cli_version(); break;
 		case OPT_KEEP: ho.keep = s_keep(optarg); break;
 		case OPT_STORE: ho.store = optarg; break;
+		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		default: cli_bad_option(argv, c);
 		}
 	}

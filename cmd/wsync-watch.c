@@ -17,7 +17,8 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
-    "                   [--max-lag N] [-t SEC] -m MODEL[,MODEL...] -o PATH|DIR\n";
+    "                   [--max-lag N] [-t SEC] [--log-format text|json]\n"
+    "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
 static void
@@ -152,13 +153,6 @@ s_apply(void *arg, wsync_update_t *u)
 }
 
 static void
-s_log(void *arg, const char *line)
-{
-	(void)arg;
-	cli_warn("%s", line);
-}
-
-static void
 s_on_signal(int sig)
 {
 	(void)sig;
@@ -168,13 +162,14 @@ s_on_signal(int sig)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT };
+	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_LOG_FORMAT };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "exec", required_argument, NULL, 'x' },
 		{ "exec-timeout", required_argument, NULL, OPT_EXEC_TIMEOUT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, OPT_ID },
+		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "model", required_argument, NULL, 'm' },
 		{ "once", no_argument, NULL, OPT_ONCE },
@@ -183,7 +178,7 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	wsync_watch_opts_t w = { .apply = s_apply, .log = s_log, .stop = &s_stop };
+	wsync_watch_opts_t w = { .apply = s_apply, .log = cli_log_msg, .stop = &s_stop };
 	struct s_hook hook = { 0 };
 	char worker[WSYNC_MAX_ID + 1], host[100] = "localhost", **models = NULL, **paths;
 	const char *out = NULL;
@@ -206,6 +201,7 @@ main(int argc, char **argv)
 		case 'V': cli_version(); break;
 		case 'x': hook.cmd = optarg; break;
 		case OPT_ID: snprintf(worker, sizeof(worker), "%s", optarg); break;
+		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_ONCE: w.once = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
 		case OPT_EXEC_TIMEOUT:

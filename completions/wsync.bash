@@ -203,6 +203,7 @@ _wsync_optarg() {
 		_wsync_files
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
+	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
 	wsync-serve:--keep | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
@@ -231,13 +232,13 @@ _wsync() {
 	_wsync_words
 	prog=${words[0]##*/}
 	case $prog in
-	wsync-serve) opts="-e --endpoint --store --keep -h --help -V --version" ;;
+	wsync-serve) opts="-e --endpoint --store --keep --log-format -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer -t --timeout -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag -t --timeout -h --help -V --version" ;;
+		--once --max-lag -t --timeout --log-format -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		-h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
@@ -269,7 +270,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep) ((i++)) ;;
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--log-format) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

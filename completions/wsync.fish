@@ -119,6 +119,7 @@ end
 complete -c wsync-serve -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Listen on this endpoint (repeatable)'
 complete -c wsync-serve -l store -x -a '(__fish_complete_directories)' -d 'Keep versions in this directory'
 complete -c wsync-serve -l keep -x -d 'Versions kept per model (default 3)'
+complete -c wsync-serve -l log-format -x -a 'text json' -d 'Log lines as key=value text or JSON'
 
 # wsync-push
 complete -c wsync-push -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -147,6 +148,7 @@ complete -c wsync-watch -l exec-timeout -x -d 'Stop a hook that runs longer than
 complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
+complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or JSON'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'

@@ -277,6 +277,10 @@ EOF
 	assert_output $'flat\ntree'
 	run -0 complete_bash "wsync-convert --to=s"
 	assert_output "safetensors"
+	run -0 complete_bash "wsync-serve --log-format "
+	assert_output $'json\ntext'
+	run -0 complete_bash "wsync-watch --log-format=j"
+	assert_output "json"
 	WSYNC_ENDPOINT="" run -0 complete_bash "wsync-pull -e "
 	assert_output $'ipc://\ntcp://'
 	run -0 complete_bash "wsync-pull --endpoint=tcp:"

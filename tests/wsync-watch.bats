@@ -169,3 +169,13 @@ PYEOF
 	assert_regex "${stderr_lines[1]}" '^  hung: has no version, last seen [0-9.]+ s ago, last failure: hook timed out after 1.0 s$'
 	kill -0 "${WPID[hung]}"
 }
+
+@test "wsync-watch --log-format json writes its messages as JSON objects" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	run -0 --separate-stderr wsync-watch --log-format json --once -m policy -o w.wsync
+	assert_output "policy 1 w.wsync"
+	run -0 jq -r '"\(.program) \(.msg)"' <<<"$stderr"
+	assert_output --regexp "^wsync-watch connected to hub [^ ]+ at $WSYNC_ENDPOINT\$"
+}
