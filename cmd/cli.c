@@ -9,17 +9,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 static const char *s_prog = "wsync";
 static volatile sig_atomic_t s_signal;
 static int s_json;
+static int s_quiet, s_progress_forced, s_progress_shown;
+static int64_t s_start_ms, s_progress_ms;
 
 void
 cli_init(const char *prog)
 {
 	s_prog = prog;
+	s_start_ms = wsync_now_ms();
 	/*
 	 * ZeroMQ allocates every 4 MiB chunk it receives. glibc would map and
 	 * unmap each one, and fresh pages cost more than the copy into them:
@@ -80,6 +84,7 @@ s_message(const char *msg)
 {
 	json_t *obj;
 
+	cli_progress_end();
 	if (!s_json) {
 		fprintf(stderr, "%s: %s\n", s_prog, msg);
 		return;
@@ -316,7 +321,67 @@ void
 cli_log_msg(void *arg, const char *line)
 {
 	(void)arg;
-	s_message(line);
+	if (!s_quiet)
+		s_message(line);
+}
+
+void
+cli_quiet(void)
+{
+	s_quiet = 1;
+}
+
+void
+cli_progress_force(void)
+{
+	s_progress_forced = 1;
+}
+
+/* n bytes in binary units with one decimal ("12.5 MiB"), into buf. */
+static const char *
+s_bytes(double n, char *buf, size_t size)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int u = 0;
+
+	while (n >= 1024 && u < 4) {
+		n /= 1024;
+		u++;
+	}
+	snprintf(buf, size, u == 0 ? "%.0f %s" : "%.1f %s", n, unit[u]);
+	return buf;
+}
+
+void
+cli_progress(void *arg, uint64_t done, uint64_t total)
+{
+	int64_t now = wsync_now_ms(), ms = now - s_start_ms;
+	int tty = isatty(STDERR_FILENO);
+	char d[32], t[32], r[32];
+	double rate, eta;
+
+	(void)arg;
+	if (s_quiet || total == 0 || (!s_progress_forced && (!tty || ms < 1000)))
+		return;
+	if (done < total && s_progress_ms != 0 && now - s_progress_ms < 200)
+		return;
+	s_progress_ms = now;
+	rate = ms > 0 ? (double)done * 1000.0 / (double)ms : 0;
+	eta = rate > 0 ? (double)(total - done) / rate : 0;
+	fprintf(stderr, "%s%s: %s / %s %3d%% %s/s ETA %d:%02d%s", tty ? "\r" : "", s_prog,
+	    s_bytes((double)done, d, sizeof(d)), s_bytes((double)total, t, sizeof(t)),
+	    (int)(done * 100 / total), s_bytes(rate, r, sizeof(r)), (int)eta / 60,
+	    (int)eta % 60, tty ? "\033[K" : "\n");
+	fflush(stderr);
+	s_progress_shown = tty;
+}
+
+void
+cli_progress_end(void)
+{
+	if (s_progress_shown)
+		fputc('\n', stderr);
+	s_progress_shown = 0;
 }
 
 void

@@ -11,8 +11,10 @@
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
-    "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] -m MODEL FILE|-\n"
-    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] -m MODEL=FILE...\n"
+    "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] [-q|--progress]\n"
+    "                  -m MODEL FILE|-\n"
+    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] [-q|--progress]\n"
+    "                  -m MODEL=FILE...\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n";
 
 static void
@@ -30,6 +32,9 @@ s_help(void)
 	    "                           workers have applied the version (or a newer one)\n"
 	    "  -W, --workers ID,...     announce the version to these workers only\n"
 	    "      --wait-for VERSION   push nothing; wait for VERSION of MODEL (with --wait)\n"
+	    "      --progress           show the upload's progress on stderr even when it is\n"
+	    "                           not a terminal or the push is short\n"
+	    "  -q, --quiet              no progress line; only errors on stderr\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -76,11 +81,13 @@ s_wait(wsync_client_t *c, const char *model, uint64_t version, char *spec, int t
 int
 main(int argc, char **argv)
 {
-	enum { OPT_WAIT_FOR = 256 };
+	enum { OPT_WAIT_FOR = 256, OPT_PROGRESS };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, 'm' },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "wait", required_argument, NULL, 'w' },
@@ -100,7 +107,7 @@ main(int argc, char **argv)
 
 	cli_init("wsync-push");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":e:hm:t:Vw:W:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":e:hm:qt:Vw:W:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': endpoint = optarg; break;
 		case 'h': s_help(); break;
@@ -121,6 +128,7 @@ main(int argc, char **argv)
 			n++;
 			break;
 		}
+		case 'q': cli_quiet(); break;
 		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'V': cli_version(); break;
 		case 'w': wait = optarg; break;
@@ -130,6 +138,7 @@ main(int argc, char **argv)
 			if (wait_for == 0)
 				cli_usage_error("--wait-for wants a version of 1 or more");
 			break;
+		case OPT_PROGRESS: cli_progress_force(); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -155,7 +164,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "push",
-	    .models = models, .nmodels = n,
+	    .models = models, .nmodels = n, .progress = cli_progress,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);
@@ -165,6 +174,7 @@ main(int argc, char **argv)
 		if (wsync_client_push(client, items, n, (const char *const *)targets, ntargets,
 		    timeout_ms, &err) < 0)
 			cli_die_err(&err);
+		cli_progress_end();
 		for (int i = 0; i < n; i++) {
 			if (n == 1)
 				printf("%" PRIu64 "\n", items[i].version);

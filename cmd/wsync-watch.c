@@ -17,7 +17,7 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
-    "                   [--max-lag N] [-t SEC] [--log-format text|json]\n"
+    "                   [--max-lag N] [-t SEC] [-q] [--log-format text|json]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -42,6 +42,8 @@ s_help(void)
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
+	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
+	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -174,6 +176,7 @@ main(int argc, char **argv)
 		{ "model", required_argument, NULL, 'm' },
 		{ "once", no_argument, NULL, OPT_ONCE },
 		{ "output", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -191,12 +194,13 @@ main(int argc, char **argv)
 	gethostname(host, sizeof(host) - 1);
 	snprintf(worker, sizeof(worker), "%s:%ld", host, (long)getpid());
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":e:hm:o:t:Vx:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":e:hm:o:qt:Vx:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': w.endpoint = optarg; break;
 		case 'h': s_help(); break;
 		case 'm': models = cli_split(optarg, &nmodels); break;
 		case 'o': out = optarg; break;
+		case 'q': cli_quiet(); break;
 		case 't': w.connect_timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'V': cli_version(); break;
 		case 'x': hook.cmd = optarg; break;

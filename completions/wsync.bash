@@ -234,11 +234,11 @@ _wsync() {
 	case $prog in
 	wsync-serve) opts="-e --endpoint --store --keep --log-format -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for -h --help -V --version" ;;
+		--wait-for -q --quiet --progress -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer -t --timeout -h --help -V --version" ;;
+		--if-newer -t --timeout -q --quiet --progress -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag -t --timeout --log-format -h --help -V --version" ;;
+		--once --max-lag -t --timeout -q --quiet --log-format -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		-h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;

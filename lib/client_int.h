@@ -20,6 +20,8 @@ struct wsync_client {
 	uint32_t chunk;
 	uint32_t window;
 	uint32_t heartbeat_ms;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 };
 
 /*

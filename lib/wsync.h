@@ -213,7 +213,10 @@ int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t 
 
 typedef struct wsync_client wsync_client_t;
 
-/* Who a client is; every pointer is borrowed for the call to wsync_client_new only. */
+/*
+ * Who a client is; every pointer is borrowed for the call to wsync_client_new
+ * only, except progress_arg, passed to progress until wsync_client_destroy.
+ */
 typedef struct wsync_client_opts {
 	const char *endpoint;           /* NULL: wsync_endpoint_resolve(NULL) */
 	const char *role;               /* "push", "pull", "watch" or "inspect" */
@@ -221,6 +224,9 @@ typedef struct wsync_client_opts {
 	const char *const *models;      /* the models it works on */
 	int nmodels;
 	int timeout_ms;                 /* how long to wait for the hub's hello */
+	/* Called as a transfer's bytes arrive or are taken by the hub; may be NULL. */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */

@@ -112,3 +112,27 @@ hub_teardown() {
 		wait "$pid" 2>/dev/null || true
 	done
 }
+
+# make_big FILE MIB: a safetensors file of one u8 tensor of MIB MiB of zeros,
+# sparse on disk: several chunks for a transfer.
+make_big() {
+	"$PY" - "$1" "$2" <<'PYEOF'
+import json, struct, sys
+n = int(sys.argv[2]) << 20
+h = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + n)
+PYEOF
+}
+
+# on_tty CMD...: runs CMD with stdout and stderr on a pseudo-terminal (script
+# from bsdutils); prints what the terminal got, carriage returns as newlines,
+# without the erase-to-end-of-line sequences.
+on_tty() {
+	local cmd
+	printf -v cmd '%q ' "$@"
+	script -qec "$cmd" /dev/null | tr '\r' '\n' | sed -e 's/\x1b\[K//g' -e '/^$/d'
+	return "${PIPESTATUS[0]}"
+}

@@ -71,3 +71,68 @@ PYEOF
 	run -0 ls -A out
 	assert_output ""
 }
+
+# A progress line as a terminal shows it, for TOTAL bytes, all of them done.
+s_progress_done() {
+	echo "^$1: $2 / $2 100% [0-9.]+ (B|KiB|MiB|GiB)/s ETA 0:00"
+}
+
+@test "wsync-pull --progress on a terminal redraws one line: bytes, percent, rate, ETA" {
+	make_big big.safetensors 12
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 on_tty wsync-pull --progress -m big -o big.wsync
+	assert_line --index 0 --regexp '^wsync-pull: [0-9.]+ MiB / 12.0 MiB +[0-9]+% '
+	assert_line --index $((${#lines[@]} - 2)) --regexp "$(s_progress_done wsync-pull "12.0 MiB")"
+	assert_line --index $((${#lines[@]} - 1)) "1"
+	run -0 script -qec "wsync-pull --progress -m big -o big.wsync" /dev/null
+	assert_output --partial $'\r''wsync-pull: '
+	assert_output --partial $'\e[K'
+}
+
+@test "a pull shorter than a second shows no progress, even on a terminal" {
+	make_big big.safetensors 1
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 on_tty wsync-pull -m big -o big.wsync
+	assert_output "1"
+}
+
+@test "a pull that takes over a second shows its progress on a terminal" {
+	make_big big.safetensors 8
+	start_hub
+	wsync-push -m big big.safetensors
+	kill -STOP "$HUB_PID"
+	on_tty wsync-pull -m big -o big.wsync >tty.out &
+	local pull=$!
+	PIDS+=("$pull")
+	# The hub holds the pull for longer than the second after which progress shows.
+	sleep 1.2
+	kill -CONT "$HUB_PID"
+	wait "$pull"
+	run -0 cat tty.out
+	assert_line --regexp "$(s_progress_done wsync-pull "8.0 MiB")"
+	assert_line --index $((${#lines[@]} - 1)) "1"
+}
+
+@test "--progress writes whole lines on stderr when it is not a terminal" {
+	make_big big.safetensors 8
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 --separate-stderr wsync-pull --progress -m big -o big.wsync
+	assert_output "1"
+	[[ $stderr != *$'\r'* ]] || fail "a carriage return on a stderr that is no terminal"
+	assert_equal "$(grep -cvE '^wsync-pull: [0-9.]+ (B|KiB|MiB) / 8.0 MiB ' <<<"$stderr")" 0
+	[[ ${stderr##*$'\n'} =~ $(s_progress_done wsync-pull "8.0 MiB") ]] ||
+	    fail "last line: ${stderr##*$'\n'}"
+}
+
+@test "--quiet silences the progress line, not the errors" {
+	make_big big.safetensors 8
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 on_tty wsync-pull -q --progress -m big -o big.wsync
+	assert_output "1"
+	run -66 on_tty wsync-pull --quiet -m nothing -o x.wsync
+	assert_output 'wsync-pull: model "nothing" has no version'
+}

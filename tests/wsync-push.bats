@@ -102,3 +102,15 @@ PYEOF
 	assert_equal "$(content_of back.wsync)" "$(content_of big.wsync)"
 	run -0 wsync-inspect diff big.safetensors back.wsync
 }
+
+@test "wsync-push --progress on a terminal shows the upload's bytes, rate and ETA" {
+	make_big big.safetensors 12
+	start_hub
+	run -0 on_tty wsync-push --progress -m big big.safetensors
+	assert_line --index 0 --regexp '^wsync-push: [0-9.]+ MiB / 12.0 MiB +[0-9]+% '
+	assert_line --index $((${#lines[@]} - 2)) \
+	    --regexp '^wsync-push: 12.0 MiB / 12.0 MiB 100% [0-9.]+ (B|KiB|MiB|GiB)/s ETA 0:00$'
+	assert_line --index $((${#lines[@]} - 1)) "1"
+	run -0 on_tty wsync-push -q --progress -m big big.safetensors
+	assert_output "2"
+}
