@@ -22,18 +22,19 @@ s_help(void)
 	    "Run a hub: take pushed versions of models, keep them in a store, announce\n"
 	    "them to watchers and serve them. Log lines go to stderr.\n"
 	    "\n"
-	    "  -e, --endpoint=ENDPOINT   listen on tcp://HOST:PORT or ipc://PATH; may be\n"
-	    "                            repeated (default: $WSYNC_ENDPOINT, else\n"
-	    "                            ipc://RUNDIR/hub)\n"
-	    "      --store=DIR           keep versions in DIR (default: RUNDIR/store)\n"
-	    "      --keep=N              versions kept per model (default 3)\n"
-	    "      --log-format=FORMAT   log lines as text (time=... event=... key=value)\n"
-	    "                            or json (one object per line)\n"
-	    "  -h, --help                print this help and exit\n"
-	    "  -V, --version             print the version and exit\n"
+	    "  -e, --endpoint ENDPOINT  listen on tcp://HOST:PORT or ipc://PATH; may be\n"
+	    "                           repeated (default: $WSYNC_ENDPOINT, else\n"
+	    "                           ipc://RUNDIR/hub)\n"
+	    "      --store DIR          keep versions in DIR (default: RUNDIR/store)\n"
+	    "      --keep N             versions kept per model (default 3)\n"
+	    "      --log-format FORMAT  log lines as text (time=... event=... key=value)\n"
+	    "                           or json (one object per line)\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
 	    "\n"
-	    "SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot\n"
-	    "listen, 74 store errors. See wsync-serve(1).\n", s_usage);
+	    "SIGTERM or SIGINT stops the hub. Exit status: 0 stopped, 64 usage,\n"
+	    "69 cannot listen, 70 internal error, 74 store error, 77 permission denied.\n"
+	    "See wsync-serve(1).\n", s_usage);
 	exit(0);
 }
 

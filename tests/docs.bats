@@ -375,3 +375,22 @@ EOF
 	run -0 complete_fish "wsync-push -m policy ./fixtures-dir/"
 	assert_output $'./fixtures-dir/a.wsync\n./fixtures-dir/b.safetensors\n./fixtures-dir/sub/'
 }
+
+@test "the README's five-minute tour runs as pasted" {
+	sed -n '/^## A five-minute tour$/,/^## /p' "$ROOT/README.md" |
+	    sed -n '/^```sh$/,/^```$/p' | sed '1d;$d' >tour.sh
+	[ -s tour.sh ]
+	# The tour's build directory is this suite's, its default hub private to the test.
+	sed -i "s|\$PWD/build/cc/bin|$WSYNC_BIN|; s|\$PWD/examples|$ROOT/examples|" tour.sh
+	mkdir -m 700 run
+	cd "$ROOT"
+	run -0 --separate-stderr env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" TMPDIR="$TMP" \
+	    timeout 60 bash -e "$TMP/tour.sh"
+	assert_line --index 0 "1"
+	assert_line --index 1 "policy 1 policy.wsync"
+	assert_line "model     policy"
+	assert_line "meta      step=100"
+	assert_line "2"
+	assert_line "stdin: OK"
+	assert_line --regexp '^gpu0 +policy +2 +0 .* alive '
+}

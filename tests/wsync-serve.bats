@@ -65,21 +65,24 @@ free_port() {
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-serve --help
 	assert_output - <<'EOF'
-usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]
+usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]
 
 Run a hub: take pushed versions of models, keep them in a store, announce
 them to watchers and serve them. Log lines go to stderr.
 
-  -e, --endpoint=ENDPOINT   listen on tcp://HOST:PORT or ipc://PATH; may be
-                            repeated (default: $WSYNC_ENDPOINT, else
-                            ipc://RUNDIR/hub)
-      --store=DIR           keep versions in DIR (default: RUNDIR/store)
-      --keep=N              versions kept per model (default 3)
-  -h, --help                print this help and exit
-  -V, --version             print the version and exit
+  -e, --endpoint ENDPOINT  listen on tcp://HOST:PORT or ipc://PATH; may be
+                           repeated (default: $WSYNC_ENDPOINT, else
+                           ipc://RUNDIR/hub)
+      --store DIR          keep versions in DIR (default: RUNDIR/store)
+      --keep N             versions kept per model (default 3)
+      --log-format FORMAT  log lines as text (time=... event=... key=value)
+                           or json (one object per line)
+  -h, --help               show this help
+  -V, --version            show the version
 
-SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot
-listen, 74 store errors. See wsync-serve(1).
+SIGTERM or SIGINT stops the hub. Exit status: 0 stopped, 64 usage,
+69 cannot listen, 70 internal error, 74 store error, 77 permission denied.
+See wsync-serve(1).
 EOF
 	assert_equal "$stderr" ""
 }
