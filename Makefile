@@ -105,22 +105,15 @@ PROGNAMES := $(CMD_SRC:cmd/%.c=%)
 MANPAGES := $(sort $(wildcard man/*.[1-8]))
 D        := $(DESTDIR)
 
-# The pkg-config file: the shared library needs only -lwsync; a static link
-# gets its dependencies from Libs.private (pkg-config --static). They are not
-# Requires.private, which would add their include paths: wsync.h needs none.
-$(BUILD)/libwsync.pc: lib/wsync.h Makefile
-	@mkdir -p $(@D)
-	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
-	    'Name: libwsync' \
-	    'Description: neural-network weights from a trainer to workers: format, hub, clients' \
-	    'Version: $(VERSION)' 'Libs: -L$${libdir} -lwsync' \
-	    'Libs.private: $(PKG_LIBS)' 'Cflags: -I$${includedir}' >$@
-
 # Programs, the library (real file, soname link, development link), header,
 # pkg-config file, man pages, and a completion per program in the directories
 # bash-completion, zsh and fish search. Run ldconfig afterwards when installing
 # into a system library directory.
-install: all $(BUILD)/libwsync.pc
+# The pkg-config file is written for PREFIX: the shared library needs only
+# -lwsync; a static link gets its dependencies from Libs.private (pkg-config
+# --static), not from Requires.private, which would add their include paths
+# (wsync.h needs none).
+install: all
 	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCDIR) $(D)$(PCDIR) \
 	    $(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man7 \
 	    $(D)$(BASHDIR) $(D)$(ZSHDIR) $(D)$(FISHDIR)
@@ -130,7 +123,11 @@ install: all $(BUILD)/libwsync.pc
 	ln -sf libwsync.so.$(SOMAJOR) $(D)$(LIBDIR)/libwsync.so
 	install -m 644 $(STATIC) $(D)$(LIBDIR)
 	install -m 644 lib/wsync.h $(D)$(INCDIR)
-	install -m 644 $(BUILD)/libwsync.pc $(D)$(PCDIR)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+	    'Name: libwsync' \
+	    'Description: neural-network weights from a trainer to workers: format, hub, clients' \
+	    'Version: $(VERSION)' 'Libs: -L$${libdir} -lwsync' \
+	    'Libs.private: $(PKG_LIBS)' 'Cflags: -I$${includedir}' >$(D)$(PCDIR)/libwsync.pc
 	for m in $(MANPAGES); do \
 		install -m 644 $$m $(D)$(MANDIR)/man$${m##*.} || exit 1; done
 	install -m 644 completions/wsync.bash $(D)$(BASHDIR)/wsync
