@@ -199,6 +199,16 @@ cli_number(const char *option, const char *s)
 	return v;
 }
 
+int
+cli_transfer(const char *mode)
+{
+	int t = wsync_transfer_parse(mode);
+
+	if (t < 0)
+		cli_usage_error("--transfer wants auto, link, copy or socket, not \"%s\"", mode);
+	return t;
+}
+
 char **
 cli_split(char *s, int *n)
 {

@@ -35,6 +35,8 @@ _Noreturn void cli_bad_option(char *const *argv, int c);
 int cli_seconds(const char *option, const char *sec);
 /* Parses a whole number for option; exits 64 if bad. */
 uint64_t cli_number(const char *option, const char *s);
+/* Parses a --transfer MODE (auto, link, copy, socket); exits 64 if bad. */
+int cli_transfer(const char *mode);
 /* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
 char **cli_split(char *s, int *n);
 /*

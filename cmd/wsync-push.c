@@ -11,10 +11,10 @@
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
-    "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] [-q|--progress]\n"
-    "                  -m MODEL FILE|-\n"
-    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] [-q|--progress]\n"
-    "                  -m MODEL=FILE...\n"
+    "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
+    "                  [--transfer MODE] [-q|--progress] -m MODEL FILE|-\n"
+    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
+    "                  [--transfer MODE] [-q|--progress] -m MODEL=FILE...\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n";
 
 static void
@@ -32,6 +32,8 @@ s_help(void)
 	    "                           workers have applied the version (or a newer one)\n"
 	    "  -W, --workers ID,...     announce the version to these workers only\n"
 	    "      --wait-for VERSION   push nothing; wait for VERSION of MODEL (with --wait)\n"
+	    "      --transfer MODE      auto (default), copy or link (write the files into the\n"
+	    "                           hub's store on this host), or socket (send them)\n"
 	    "      --progress           show the upload's progress on stderr even when it is\n"
 	    "                           not a terminal or the push is short\n"
 	    "  -q, --quiet              no progress line; only errors on stderr\n"
@@ -81,7 +83,7 @@ s_wait(wsync_client_t *c, const char *model, uint64_t version, char *spec, int t
 int
 main(int argc, char **argv)
 {
-	enum { OPT_WAIT_FOR = 256, OPT_PROGRESS };
+	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_PROGRESS };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
@@ -92,6 +94,7 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ "wait", required_argument, NULL, 'w' },
 		{ "wait-for", required_argument, NULL, OPT_WAIT_FOR },
+		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "workers", required_argument, NULL, 'W' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -100,6 +103,7 @@ main(int argc, char **argv)
 	const char *endpoint = NULL;
 	char *wait = NULL, *workers = NULL, **targets = NULL;
 	int n = 0, ntargets = 0, timeout_ms = 30000, c, with_files = 0;
+	int transfer = WSYNC_TRANSFER_AUTO;
 	uint64_t wait_for = 0;
 	int64_t deadline;
 	wsync_client_t *client;
@@ -138,6 +142,7 @@ main(int argc, char **argv)
 			if (wait_for == 0)
 				cli_usage_error("--wait-for wants a version of 1 or more");
 			break;
+		case OPT_TRANSFER: transfer = cli_transfer(optarg); break;
 		case OPT_PROGRESS: cli_progress_force(); break;
 		default: cli_bad_option(argv, c);
 		}
@@ -164,7 +169,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "push",
-	    .models = models, .nmodels = n, .progress = cli_progress,
+	    .models = models, .nmodels = n, .transfer = transfer, .progress = cli_progress,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);

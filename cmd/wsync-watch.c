@@ -17,7 +17,7 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
-    "                   [--max-lag N] [-t SEC] [-q] [--log-format text|json]\n"
+    "                   [--max-lag N] [--transfer MODE] [-t SEC] [-q] [--log-format text|json]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -41,6 +41,9 @@ s_help(void)
 	    "                           later) and report it failed (default: no limit)\n"
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
+	    "      --transfer MODE      auto (default), link (each file a hard link to the\n"
+	    "                           hub's, read-only), copy, or socket; link and copy need\n"
+	    "                           the hub's store on this host\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
 	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
 	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
@@ -164,7 +167,10 @@ s_on_signal(int sig)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_LOG_FORMAT };
+	enum {
+		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
+		OPT_LOG_FORMAT
+	};
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "exec", required_argument, NULL, 'x' },
@@ -175,6 +181,7 @@ main(int argc, char **argv)
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "model", required_argument, NULL, 'm' },
 		{ "once", no_argument, NULL, OPT_ONCE },
+		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
@@ -208,6 +215,7 @@ main(int argc, char **argv)
 		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_ONCE: w.once = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
+		case OPT_TRANSFER: w.transfer = cli_transfer(optarg); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;

@@ -748,12 +748,19 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 	s->keep = keep > 0 ? keep : 1;
 	s->log = log;
 	s->log_arg = log_arg;
-	if ((s->dir = strdup(dir)) == NULL || asprintf(&s->uploads, "%s/.uploads", dir) < 0) {
+	if (s_mkdir(dir, err) < 0)
+		goto fail;
+	/* Absolute, so that clients on this host can find its files (wsync(7), transfer). */
+	if ((s->dir = realpath(dir, NULL)) == NULL) {
+		wsync_err_set(err, EX_IOERR, "%s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	if (asprintf(&s->uploads, "%s/.uploads", s->dir) < 0) {
 		s->uploads = NULL;
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
-	if (s_mkdir(s->dir, err) < 0 || s_lock(s, err) < 0 || s_identity(s, err) < 0 ||
+	if (s_lock(s, err) < 0 || s_identity(s, err) < 0 ||
 	    s_mkdir(s->uploads, err) < 0 ||
 	    s_clean_uploads(s, err) < 0 || s_scan(s, err) < 0)
 		goto fail;

@@ -214,6 +214,22 @@ int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t 
 typedef struct wsync_client wsync_client_t;
 
 /*
+ * How a version travels between a client and a hub (wsync(7), TRANSFER):
+ * auto takes the cheapest that works; link and copy need the hub's store
+ * visible on this host; socket always works.
+ */
+enum {
+	WSYNC_TRANSFER_AUTO,
+	WSYNC_TRANSFER_LINK,            /* a hard link to the store's immutable file */
+	WSYNC_TRANSFER_COPY,            /* a copy of it made in the kernel */
+	WSYNC_TRANSFER_SOCKET           /* bytes over the connection */
+};
+/* The mode a name (auto, link, copy, socket) stands for; -1 for anything else. */
+int wsync_transfer_parse(const char *name);
+/* The name of a mode. */
+const char *wsync_transfer_name(int mode);
+
+/*
  * Who a client is; every pointer is borrowed for the call to wsync_client_new
  * only, except progress_arg, passed to progress until wsync_client_destroy.
  */
@@ -227,6 +243,7 @@ typedef struct wsync_client_opts {
 	/* Called as a transfer's bytes arrive or are taken by the hub; may be NULL. */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	int transfer;                   /* WSYNC_TRANSFER_*: how versions travel */
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */
@@ -247,6 +264,8 @@ typedef struct wsync_push_item {
 
 /* Connects and says hello; 69 (EX_UNAVAILABLE) when no hub answers within timeout_ms. */
 wsync_client_t *wsync_client_new(const wsync_client_opts_t *opts, wsync_err_t *err);
+/* How the last pull or fetch of this client travelled: "link", "copy" or "socket". */
+const char *wsync_client_transfer(const wsync_client_t *client);
 /* Closes the connection and sets *client to NULL. */
 void wsync_client_destroy(wsync_client_t **client);
 /* The endpoint in use; borrowed. */
@@ -326,6 +345,7 @@ typedef struct wsync_watch_opts {
 	int connect_timeout_ms;         /* 0: wait for a hub for ever */
 	int once;                       /* return after the first update of every model */
 	uint64_t max_lag;               /* 0: none; else 75 when further behind the head */
+	int transfer;                   /* WSYNC_TRANSFER_*: how versions come */
 	wsync_apply_fn apply;
 	void *arg;
 	void (*log)(void *arg, const char *line);  /* what a person should know; may be NULL */

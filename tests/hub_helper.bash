@@ -58,6 +58,12 @@ start_watcher() {
 	PIDS+=("$!")
 }
 
+# 0 when the hub counts worker $1 as alive (it said hello).
+hub_has_worker() {
+	wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -e --arg id "$1" '.workers[] | select(.worker == $id and .alive)' >/dev/null
+}
+
 # The last version a watcher printed (0 if none).
 last_version() {
 	local v
@@ -113,17 +119,18 @@ hub_teardown() {
 	done
 }
 
-# make_big FILE MIB: a safetensors file of one u8 tensor of MIB MiB of zeros,
-# sparse on disk: several chunks for a transfer.
+# Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
 make_big() {
-	"$PY" - "$1" "$2" <<'PYEOF'
+	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
 import json, struct, sys
-n = int(sys.argv[2]) << 20
-h = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
-h += b" " * (-len(h) % 8)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    f.truncate(8 + len(h) + n)
+import numpy as np
+out, mib = sys.argv[1], int(sys.argv[2])
+raw = np.random.default_rng(7).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
+head = json.dumps({"w": {"dtype": "U8", "shape": [len(raw)],
+                         "data_offsets": [0, len(raw)]}}).encode()
+head += b" " * (-len(head) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(head)) + head + raw)
 PYEOF
 }
 

@@ -54,7 +54,7 @@ PYEOF
 	start_hub
 	wsync-push -m policy big.safetensors
 	mkdir out
-	wsync-pull -m policy -o out/p.wsync 2>pull.err &
+	wsync-pull -m policy --transfer socket -o out/p.wsync 2>pull.err &
 	local pull=$!
 	PIDS+=("$pull")
 	# Hold the transfer in the middle: the pull waits for data that does not come.
@@ -78,32 +78,32 @@ s_progress_done() {
 }
 
 @test "wsync-pull --progress on a terminal redraws one line: bytes, percent, rate, ETA" {
-	make_big big.safetensors 12
+	make_big 12
 	start_hub
 	wsync-push -m big big.safetensors
-	run -0 on_tty wsync-pull --progress -m big -o big.wsync
+	run -0 on_tty wsync-pull --transfer socket --progress -m big -o big.wsync
 	assert_line --index 0 --regexp '^wsync-pull: [0-9.]+ MiB / 12.0 MiB +[0-9]+% '
 	assert_line --index $((${#lines[@]} - 2)) --regexp "$(s_progress_done wsync-pull "12.0 MiB")"
 	assert_line --index $((${#lines[@]} - 1)) "1"
-	run -0 script -qec "wsync-pull --progress -m big -o big.wsync" /dev/null
+	run -0 script -qec "wsync-pull --transfer socket --progress -m big -o big.wsync" /dev/null
 	assert_output --partial $'\r''wsync-pull: '
 	assert_output --partial $'\e[K'
 }
 
 @test "a pull shorter than a second shows no progress, even on a terminal" {
-	make_big big.safetensors 1
+	make_big 1
 	start_hub
 	wsync-push -m big big.safetensors
-	run -0 on_tty wsync-pull -m big -o big.wsync
+	run -0 on_tty wsync-pull --transfer socket -m big -o big.wsync
 	assert_output "1"
 }
 
 @test "a pull that takes over a second shows its progress on a terminal" {
-	make_big big.safetensors 8
+	make_big 8
 	start_hub
 	wsync-push -m big big.safetensors
 	kill -STOP "$HUB_PID"
-	on_tty wsync-pull -m big -o big.wsync >tty.out &
+	on_tty wsync-pull --transfer socket -m big -o big.wsync >tty.out &
 	local pull=$!
 	PIDS+=("$pull")
 	# The hub holds the pull for longer than the second after which progress shows.
@@ -116,10 +116,10 @@ s_progress_done() {
 }
 
 @test "--progress writes whole lines on stderr when it is not a terminal" {
-	make_big big.safetensors 8
+	make_big 8
 	start_hub
 	wsync-push -m big big.safetensors
-	run -0 --separate-stderr wsync-pull --progress -m big -o big.wsync
+	run -0 --separate-stderr wsync-pull --transfer socket --progress -m big -o big.wsync
 	assert_output "1"
 	[[ $stderr != *$'\r'* ]] || fail "a carriage return on a stderr that is no terminal"
 	assert_equal "$(grep -cvE '^wsync-pull: [0-9.]+ (B|KiB|MiB) / 8.0 MiB ' <<<"$stderr")" 0
@@ -128,11 +128,87 @@ s_progress_done() {
 }
 
 @test "--quiet silences the progress line, not the errors" {
-	make_big big.safetensors 8
+	make_big 8
 	start_hub
 	wsync-push -m big big.safetensors
-	run -0 on_tty wsync-pull -q --progress -m big -o big.wsync
+	run -0 on_tty wsync-pull --transfer socket -q --progress -m big -o big.wsync
 	assert_output "1"
 	run -66 on_tty wsync-pull --quiet -m nothing -o x.wsync
 	assert_output 'wsync-pull: model "nothing" has no version'
+}
+
+inode() { stat -c %i "$1"; }
+
+@test "--transfer link makes the output the store's own file; copy and socket copy it" {
+	make_versions 2
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	run -0 wsync-pull -m policy --transfer link -o linked.wsync
+	assert_output 2
+	assert_equal "$(inode linked.wsync)" "$(inode "$STORE/policy/2.wsync")"
+	for mode in copy socket auto; do
+		run -0 wsync-pull -m policy -v 1 --transfer "$mode" -o "$mode.wsync"
+		assert_output 1
+		cmp "$mode.wsync" "$STORE/policy/1.wsync"
+	done
+	[ "$(inode copy.wsync)" != "$(inode "$STORE/policy/1.wsync")" ]
+	[ "$(inode socket.wsync)" != "$(inode "$STORE/policy/1.wsync")" ]
+	# auto links when it can.
+	assert_equal "$(inode auto.wsync)" "$(inode "$STORE/policy/1.wsync")"
+	run -0 bash -c "wsync-pull -m policy --transfer copy -o - | cmp - '$STORE/policy/2.wsync'"
+	ls -a | grep -c '\.tmp\.' | grep -qx 0
+}
+
+@test "--transfer link across file systems exits 64; auto copies instead" {
+	[ "$(stat -c %d /dev/shm)" != "$(stat -c %d "$TMP")" ] ||
+	    skip "/dev/shm and $TMP are one file system here"
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	run -64 wsync-pull -m policy --transfer link -o l.wsync
+	assert_output "wsync-pull: --transfer link: cannot link $STORE/policy/1.wsync to l.wsync: Invalid cross-device link (--transfer copy works across file systems)"
+	[ ! -e l.wsync ]
+	run -0 wsync-pull -m policy -o a.wsync
+	cmp a.wsync "$STORE/policy/1.wsync"
+	stop_hub
+	rm -rf "$STORE"
+}
+
+@test "link and copy exit 64 where the hub's store is not visible; socket works" {
+	[ "$(id -u)" = 0 ] && command -v unshare >/dev/null ||
+	    skip "needs root and unshare to hide the store in a mount namespace"
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	make_big 5
+	# A tmpfs over the store: the hub's socket is still there, its files are not.
+	hidden() { unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' "$STORE" "$@"; }
+	run -64 hidden wsync-pull -m policy --transfer link -o x.wsync
+	assert_output "wsync-pull: --transfer link: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
+	run -64 hidden wsync-push -m policy --transfer copy big.safetensors
+	assert_output "wsync-push: --transfer copy: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
+	run -0 hidden wsync-pull -m policy -o x.wsync
+	cmp x.wsync "$STORE/policy/1.wsync"
+	run -0 hidden wsync-push -m policy big.safetensors
+	assert_output 2
+	run -0 grep -c "event=begin.*transfer=socket" hub.log
+}
+
+@test "a push of more than one message on the hub's host is handed over through the store" {
+	make_big 6
+	start_hub
+	run -0 wsync-push -m policy big.safetensors
+	assert_output 1
+	run -0 wsync-push -m policy --transfer socket big.safetensors
+	assert_output 2
+	run -0 grep -o "event=begin.*transfer=[a-z]*" hub.log
+	assert_line --index 0 --regexp 'transfer=copy$'
+	assert_line --index 1 --regexp 'transfer=socket$'
+	wsync-pull -m policy -v 1 -o one.wsync >/dev/null
+	run -0 wsync-inspect diff big.safetensors one.wsync
+	assert_equal "$(content_of one.wsync)" "$(content_of "$STORE/policy/2.wsync")"
+	run -0 find "$STORE/.uploads" -type f
+	assert_output ""
 }

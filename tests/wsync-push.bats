@@ -104,13 +104,13 @@ PYEOF
 }
 
 @test "wsync-push --progress on a terminal shows the upload's bytes, rate and ETA" {
-	make_big big.safetensors 12
+	make_big 12
 	start_hub
-	run -0 on_tty wsync-push --progress -m big big.safetensors
+	run -0 on_tty wsync-push --transfer socket --progress -m big big.safetensors
 	assert_line --index 0 --regexp '^wsync-push: [0-9.]+ MiB / 12.0 MiB +[0-9]+% '
 	assert_line --index $((${#lines[@]} - 2)) \
 	    --regexp '^wsync-push: 12.0 MiB / 12.0 MiB 100% [0-9.]+ (B|KiB|MiB|GiB)/s ETA 0:00$'
 	assert_line --index $((${#lines[@]} - 1)) "1"
-	run -0 on_tty wsync-push -q --progress -m big big.safetensors
+	run -0 on_tty wsync-push --transfer socket -q --progress -m big big.safetensors
 	assert_output "2"
 }

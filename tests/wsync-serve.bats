@@ -162,11 +162,11 @@ s_log_events() {
 	assert_output $'wsync-serve: --log-format wants text or json, not "xml"\nTry \'wsync-serve --help\'.'
 }
 
-@test "hello tells the PUB endpoint, the hub and its limits" {
+@test "hello tells the PUB endpoint, the hub, its store and its limits" {
 	start_hub
 	run -0 hub req '{"op":"hello","proto":1,"role":"pull","host":"h","pid":7}'
 	run -0 jq -c 'del(.hub)' <<<"$output"
-	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"window\":8}"
+	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"store\":\"$TMP/store\",\"store_id\":\"$(cat "$TMP/store/.id")\",\"window\":8}"
 	run -0 grep -c 'event=hello role=pull host=h pid=7' "$TMP/hub.log"
 }
 

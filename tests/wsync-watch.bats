@@ -165,6 +165,7 @@ PYEOF
 	make_versions 1
 	start_hub
 	start_watcher hung -x 'exec sleep 60' --exec-timeout 1
+	wait_until hub_has_worker hung
 	run -75 --separate-stderr wsync-push --wait all --timeout 4 -m policy v1.wsync
 	assert_regex "${stderr_lines[1]}" '^  hung: has no version, last seen [0-9.]+ s ago, last failure: hook timed out after 1.0 s$'
 	kill -0 "${WPID[hung]}"
@@ -187,4 +188,58 @@ PYEOF
 	run -0 --separate-stderr wsync-watch -q --once -m policy -o w.wsync
 	assert_output "policy 1 w.wsync"
 	assert_equal "$stderr" ""
+}
+
+@test "a watcher on the hub's host links each version; inspect shows how each came" {
+	make_versions 2
+	start_hub
+	start_watcher near
+	start_watcher far --transfer socket
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until watcher_at near 2
+	wait_until watcher_at far 2
+	assert_equal "$(stat -c %i near.wsync)" "$(stat -c %i "$STORE/policy/2.wsync")"
+	[ "$(stat -c %i far.wsync)" != "$(stat -c %i "$STORE/policy/2.wsync")" ]
+	cmp far.wsync near.wsync
+	# The link to version 1 went when version 2 was applied.
+	assert_equal "$(stat -c %h "$STORE/policy/1.wsync")" 1
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.workers[] | "\(.worker) \(.transfer)"' <<<"$output")" \
+	    "$(printf 'far socket\nnear link')"
+	run -0 wsync-inspect --hub
+	assert_line --regexp '^near +policy +2 +0 .* alive  link +-$'
+	run -0 grep -c "event=ack worker=near model=policy version=2 transfer=link" hub.log
+}
+
+@test "a reader holding an old version keeps its bytes after 10 newer ones retire it" {
+	make_versions 11
+	start_hub
+	start_watcher w1
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w1 1
+	wsync-pull -m policy --transfer socket -o saved1.wsync >/dev/null
+	# The reader maps the watcher's file (a link to version 1) and keeps it.
+	"$PY" - <<'PYEOF' &
+import mmap, os, time
+f = open("w1.wsync", "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+open("reader.ready", "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists("reader.go") and time.monotonic() < deadline:
+    time.sleep(0.02)
+with open("dump.wsync", "wb") as out:
+    out.write(m[:])
+PYEOF
+	local reader=$!
+	PIDS+=("$reader")
+	wait_until test -e reader.ready
+	for ((v = 2; v <= 11; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 11
+	[ ! -e "$STORE/policy/1.wsync" ]
+	touch reader.go
+	wait "$reader"
+	cmp dump.wsync saved1.wsync
+	run -0 wsync-inspect --verify dump.wsync
+	assert_equal "$(wsync-inspect --json dump.wsync | jq .version)" 1
 }
