@@ -77,6 +77,18 @@ s_progress_done() {
 	echo "^$1: $2 / $2 100% [0-9.]+ (B|KiB|MiB|GiB)/s ETA 0:00"
 }
 
+# Runs "$@" in the background with the hub stopped for 1.2 s, longer than the
+# second after which progress shows, then waits for it.
+s_hub_held() {
+	kill -STOP "$HUB_PID"
+	"$@" &
+	local pid=$!
+	PIDS+=("$pid")
+	sleep 1.2
+	kill -CONT "$HUB_PID"
+	wait "$pid"
+}
+
 @test "wsync-pull --progress on a terminal redraws one line: bytes, percent, rate, ETA" {
 	make_big 12
 	start_hub
@@ -102,17 +114,19 @@ s_progress_done() {
 	make_big 8
 	start_hub
 	wsync-push -m big big.safetensors
-	kill -STOP "$HUB_PID"
-	on_tty wsync-pull --transfer socket -m big -o big.wsync >tty.out &
-	local pull=$!
-	PIDS+=("$pull")
-	# The hub holds the pull for longer than the second after which progress shows.
-	sleep 1.2
-	kill -CONT "$HUB_PID"
-	wait "$pull"
+	s_hub_held on_tty wsync-pull --transfer socket -m big -o big.wsync >tty.out
 	run -0 cat tty.out
 	assert_line --regexp "$(s_progress_done wsync-pull "8.0 MiB")"
 	assert_line --index $((${#lines[@]} - 1)) "1"
+}
+
+@test "a pull over a second shows nothing when stderr is not a terminal" {
+	make_big 8
+	start_hub
+	wsync-push -m big big.safetensors
+	s_hub_held wsync-pull --transfer socket -m big -o big.wsync >pull.out 2>pull.err
+	assert_equal "$(cat pull.out)" "1"
+	assert_equal "$(cat pull.err)" ""
 }
 
 @test "--progress writes whole lines on stderr when it is not a terminal" {
