@@ -235,7 +235,7 @@ _wsync() {
 	case $prog in
 	wsync-serve) opts="-e --endpoint --store --keep --log-format -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for --transfer -q --quiet --progress -h --help -V --version" ;;
+		--wait-for --transfer -q --quiet --progress --batch -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer -t --timeout -q --quiet --progress -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout

@@ -131,6 +131,7 @@ complete -c wsync-push -l wait-for -x -a '(__wsync_hub versions)' -d 'Push nothi
 complete -c wsync-push -l transfer -x -a 'auto copy link socket' -d 'How the files reach the hub'
 complete -c wsync-push -l progress -d 'Show the progress even off a terminal'
 complete -c wsync-push -s q -l quiet -d 'Only errors on stderr'
+complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull

@@ -350,6 +350,7 @@ s_head_from(const msgpack_object *o, wsync_head_t *h)
 	    wsync_obj_u64(wsync_obj_get(o, "content"), &h->content) < 0)
 		return -1;
 	wsync_obj_double(wsync_obj_get(o, "time"), &h->time);
+	wsync_obj_u64(wsync_obj_get(o, "mtime"), &h->mtime);
 	return 0;
 }
 
@@ -596,14 +597,32 @@ s_link_temp(const char *src, const char *path, char *buf, size_t size)
 	return -1;
 }
 
-/* Checks that fd holds version got of model: every hash, the content id, the stamp. */
+/*
+ * 1 when fd is the store's file just as the hub verified it: the hub gave its
+ * modification time then, and nothing has written to it since.
+ */
 static int
-s_verify_fd(int fd, const char *model, const wsync_head_t *got, wsync_err_t *err)
+s_unchanged(int fd, const wsync_head_t *got)
+{
+	struct stat st;
+
+	return got->mtime != 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == got->size &&
+	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec ==
+	    got->mtime;
+}
+
+/*
+ * Checks that fd holds version got of model: every hash (unless hashes is 0),
+ * the content id, the stamp.
+ */
+static int
+s_verify_fd(int fd, const char *model, const wsync_head_t *got, int hashes,
+    wsync_err_t *err)
 {
 	wsync_file_t *f = wsync_file_open_fd(fd, model, err);
 	int rc = -1;
 
-	if (f == NULL || wsync_file_verify(f, NULL, NULL, err) < 0)
+	if (f == NULL || (hashes && wsync_file_verify(f, NULL, NULL, err) < 0))
 		goto out;
 	if (wsync_file_content_id(f) != got->content || wsync_file_version(f) != got->version) {
 		wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": received content "
@@ -717,8 +736,11 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 		if (s_get_all(c, model, got, worker, fd, deadline, err) < 0)
 			goto fail;
 	}
-	/* A link is the store's own file: its mode is the store's, and it is on disk already. */
-	if (s_verify_fd(fd, model, got, err) < 0)
+	/*
+	 * A link is the store's own file: its mode is the store's, and it is on
+	 * disk already. Untouched since the hub verified it, its hashes hold.
+	 */
+	if (s_verify_fd(fd, model, got, !(linked && s_unchanged(fd, got)), err) < 0)
 		goto fail;
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -772,7 +794,7 @@ s_pull_local_stdout(wsync_client_t *c, const char *model, uint64_t version,
 			return -1;
 	}
 	c->used = "copy";
-	rc = s_verify_fd(fd, model, got, err);
+	rc = s_verify_fd(fd, model, got, !s_unchanged(fd, got), err);
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = wsync_err_set(err, EX_IOERR, "%s: %s", model, strerror(errno));
 	if (rc == 0)
@@ -838,6 +860,7 @@ struct s_source {
 	size_t maplen;
 	const unsigned char *base;
 	size_t size;
+	int shared;                     /* base is a shared file mapping: pages may be let go */
 };
 
 static void
@@ -851,8 +874,8 @@ s_source_free(struct s_source *src)
 
 /*
  * Makes the bytes to upload for item: a .wsync input of the same model as it
- * is (after verifying its hashes); anything else re-written as .wsync of
- * item->model into memory (tensors split into a tree at '.').
+ * is (its hashes still to be verified: src->verify); anything else re-written
+ * as .wsync of item->model into memory (tensors split into a tree at '.').
  */
 static int
 s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *err)
@@ -866,15 +889,17 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	if (in == NULL)
 		return -1;
 	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC) {
-		if (wsync_file_verify(in, NULL, NULL, err) < 0)
-			goto out;
 		if (strcmp(wsync_file_model(in), item->model) == 0) {
 			src->file = in;
 			src->base = wsync_file_bytes(in);
 			src->size = wsync_file_size(in);
+			src->shared = in->mem == WSYNC_MEM_MMAP;
 			return 0;
 		}
 	}
+	/* Re-written, its hashes are computed afresh: the old ones must hold first. */
+	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC && wsync_file_verify(in, NULL, NULL, err) < 0)
+		goto out;
 	if ((tree = wsync_tree_new(item->model, err)) == NULL)
 		goto out;
 	for (size_t i = 0; i < wsync_file_meta_count(in); i++) {
@@ -905,6 +930,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	}
 	src->maplen = src->size = (size_t)st.st_size;
 	src->base = src->map;
+	src->shared = 1;
 	rc = 0;
 out:
 	if (fd >= 0)
@@ -960,6 +986,9 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 			wsync_enc_free(&e);
 			if (rc < 0)
 				return -1;
+			/* ZeroMQ copied the chunk: its pages can go. */
+			if (src[file].shared)
+				wsync_pages_release(src[file].base + off, len);
 			off += len;
 			if (off >= src[file].size) {
 				file++;
@@ -991,6 +1020,23 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 }
 
 /*
+ * Writes a mapped source to fd a window at a time, letting each window's
+ * pages go once written: a push of any size holds a window of it.
+ */
+static int
+s_write_window(int fd, const unsigned char *p, size_t size, int shared)
+{
+	for (size_t off = 0; off < size; off += S_ALLOC_AHEAD) {
+		size_t n = size - off < S_ALLOC_AHEAD ? size - off : S_ALLOC_AHEAD;
+		if (wsync_write_all(fd, p + off, n) < 0)
+			return -1;
+		if (shared)
+			wsync_pages_release(p + off, n);
+	}
+	return 0;
+}
+
+/*
  * Writes each source into the file the hub made for it (begin's "paths"): the
  * hand-over of a pusher that sees the hub's store. The hub verifies at commit.
  */
@@ -1015,7 +1061,7 @@ s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src,
 		if (fallocate(fd, 0, 0, (off_t)src[i].size) < 0 && errno != EOPNOTSUPP)
 			rc = -1;
 		else
-			rc = wsync_write_all(fd, src[i].base, src[i].size);
+			rc = s_write_window(fd, src[i].base, src[i].size, src[i].shared);
 		if (close(fd) < 0)
 			rc = -1;
 		if (rc < 0)
@@ -1138,6 +1184,14 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	local = c->local && (c->transfer == WSYNC_TRANSFER_LINK ||
 	    c->transfer == WSYNC_TRANSFER_COPY ||
 	    (c->transfer == WSYNC_TRANSFER_AUTO && total > c->chunk));
+	/*
+	 * Nothing bad is sent: an input that travels as it is gets verified here.
+	 * Handed over, it is the hub's own verification, before the commit, that
+	 * keeps it out, and the input is read once instead of twice.
+	 */
+	for (i = 0; i < n && !local; i++)
+		if (src[i].file != NULL && wsync_file_verify(src[i].file, NULL, NULL, err) < 0)
+			goto out;
 	if (total <= c->chunk && !local) {
 		rc = s_put(c, items, src, n, total, workers, nworkers, s_left(deadline), err);
 		goto out;

@@ -725,11 +725,12 @@ fail:
 static void
 s_pack_head(wsync_enc_t *e, const wsync_version_t *v)
 {
-	msgpack_pack_map(&e->pk, 4);
+	msgpack_pack_map(&e->pk, 5);
 	wsync_enc_kv_u64(e, "version", v->version);
 	wsync_enc_kv_u64(e, "size", v->size);
 	wsync_enc_kv_u64(e, "content", v->content);
 	wsync_enc_kv_double(e, "time", v->time);
+	wsync_enc_kv_u64(e, "mtime", v->mtime_ns);
 }
 
 /* Records a heartbeat's applied map {model: version} for worker w. */
@@ -892,12 +893,13 @@ s_op_stat(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		return -1;
 	if ((v = s_lookup(h, model, version, worker[0] ? worker : NULL, err)) == NULL)
 		return -1;
-	s_ok(&e, r->id, 5);
+	s_ok(&e, r->id, 6);
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", v->version);
 	wsync_enc_kv_u64(&e, "size", v->size);
 	wsync_enc_kv_u64(&e, "content", v->content);
 	wsync_enc_kv_double(&e, "time", v->time);
+	wsync_enc_kv_u64(&e, "mtime", v->mtime_ns);
 	s_reply(h, r, &e);
 	return 0;
 }
@@ -1107,7 +1109,7 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 	wsync_enc_t e;
 
 	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 6);
+	msgpack_pack_map(&e.pk, 7);
 	wsync_enc_str(&e, "group");
 	msgpack_pack_array(&e.pk, u->nfiles);
 	for (size_t i = 0; i < u->nfiles; i++)
@@ -1116,6 +1118,7 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 	wsync_enc_kv_u64(&e, "version", c->version);
 	wsync_enc_kv_u64(&e, "size", c->size);
 	wsync_enc_kv_u64(&e, "content", c->content);
+	wsync_enc_kv_u64(&e, "mtime", c->mtime_ns);
 	wsync_enc_str(&e, "workers");
 	if (u->targets == NULL)
 		msgpack_pack_nil(&e.pk);

@@ -243,8 +243,12 @@ static void
 s_map_release(void *data, void *hint)
 {
 	wsync_map_t *m = hint;
+	const unsigned char *end = (const unsigned char *)m->base + m->len;
 
-	(void)data;
+	/* A chunk sent: its pages stay in the file, not in the hub's memory. */
+	if (data != NULL)
+		wsync_pages_release(data, (size_t)(end - (const unsigned char *)data) <
+		    WSYNC_CHUNK ? (size_t)(end - (const unsigned char *)data) : WSYNC_CHUNK);
 	if (atomic_fetch_sub(&m->refs, 1) == 1) {
 		munmap(m->base, m->len);
 		free(m);
@@ -946,12 +950,18 @@ s_publish(wsync_store_t *s, wsync_store_temp_t *files, size_t n, struct s_staged
 		wsync_version_t v = { .version = st[i].version, .size = st[i].size,
 		    .content = st[i].content, .time = info->time, .fd = files[i].fd };
 		wsync_model_t *m = s_model_get(s, files[i].model);
+		struct stat sb;
+		/* Verified, stamped and synced: from now on, only a write changes this. */
+		if (fstat(v.fd, &sb) == 0)
+			v.mtime_ns = (uint64_t)sb.st_mtim.tv_sec * 1000000000u +
+			    (uint64_t)sb.st_mtim.tv_nsec;
 		files[i].fd = -1;
 		files[i].path[0] = '\0';
 		snprintf(out[i].model, sizeof(out[i].model), "%s", files[i].model);
 		out[i].version = st[i].version;
 		out[i].size = st[i].size;
 		out[i].content = st[i].content;
+		out[i].mtime_ns = v.mtime_ns;
 		if (m == NULL || (v.pusher = strdup(info->pusher)) == NULL ||
 		    s_targets_copy(&v, info->targets, info->ntargets) < 0) {
 			/* On disk already: the next open of the store finds it. */

@@ -281,8 +281,10 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	else if (w->o->nmodels > 1 || wsync_msg_u64(&m, "size", &head->size) < 0 ||
 	    wsync_msg_u64(&m, "content", &head->content) < 0)
 		rc = 1;
-	else
+	else {
+		wsync_msg_u64(&m, "mtime", &head->mtime);
 		rc = 2;
+	}
 	wsync_msg_free(&m);
 	return rc;
 }

@@ -252,6 +252,7 @@ typedef struct wsync_head {
 	uint64_t size;                  /* bytes of the .wsync file */
 	uint64_t content;               /* content id */
 	double time;                    /* commit time, seconds since the epoch */
+	uint64_t mtime;                 /* the store file's mtime (ns) once verified; 0: unknown */
 } wsync_head_t;
 
 /* One file of a push: model and path (or "-") in; version and content out. */

@@ -97,6 +97,21 @@ PYEOF
 	done
 }
 
+# Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
+make_big() {
+	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+out, mib = sys.argv[1], int(sys.argv[2])
+raw = np.random.default_rng(7).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
+head = json.dumps({"w": {"dtype": "U8", "shape": [len(raw)],
+                         "data_offsets": [0, len(raw)]}}).encode()
+head += b" " * (-len(head) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(head)) + head + raw)
+PYEOF
+}
+
 # The content id of a file.
 content_of() {
 	wsync-inspect --json "$1" | jq -r .content_id
@@ -117,21 +132,6 @@ hub_teardown() {
 	for pid in "${PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
-}
-
-# Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
-make_big() {
-	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
-import json, struct, sys
-import numpy as np
-out, mib = sys.argv[1], int(sys.argv[2])
-raw = np.random.default_rng(7).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
-head = json.dumps({"w": {"dtype": "U8", "shape": [len(raw)],
-                         "data_offsets": [0, len(raw)]}}).encode()
-head += b" " * (-len(head) % 8)
-with open(out, "wb") as f:
-    f.write(struct.pack("<Q", len(head)) + head + raw)
-PYEOF
 }
 
 # on_tty CMD...: runs CMD with stdout and stderr on a pseudo-terminal (script

@@ -226,3 +226,41 @@ inode() { stat -c %i "$1"; }
 	run -0 find "$STORE/.uploads" -type f
 	assert_output ""
 }
+
+@test "a 5 GiB model of two 2.5 GiB tensors round-trips; a tensor over 4 GiB is refused" {
+	local free_kib
+	free_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	((free_kib > 14 * 1024 * 1024)) || skip "needs 14 GiB of free memory, has $((free_kib / 1048576)) GiB"
+	[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || skip "needs a tmpfs at /dev/shm"
+	# Sparse inputs: zeros that take no room until written.
+	"$PY" - <<'PYEOF'
+import json, struct
+def sparse(path, tensors):
+    head, off = {}, 0
+    for name, n in tensors:
+        head[name] = {"dtype": "U8", "shape": [n], "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+half = 5 << 29
+sparse("five.safetensors", [("a", half), ("b", half)])
+sparse("huge.safetensors", [("w", (4 << 30) + 4096)])
+PYEOF
+	run -65 wsync-convert huge.safetensors huge.wsync
+	assert_output "wsync-convert: huge.safetensors: tensor w: 4294971392 bytes: a .wsync tensor holds at most 4294967295 (one msgpack bin, see wsync-format(5))"
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	start_hub
+	run -0 wsync-push -t 300 -m policy five.safetensors
+	assert_output 1
+	out=$(dirname "$STORE")/$(basename "$STORE").out
+	run -0 wsync-pull -t 300 -m policy -o "$out"
+	assert_output 1
+	run -0 wsync-inspect --json "$out"
+	assert_equal "$(jq -c '[.bytes, .tensors]' <<<"$output")" "[5368709120,2]"
+	run -0 wsync-inspect diff five.safetensors "$out"
+	stop_hub
+	rm -rf "$STORE" "$out"
+}

@@ -243,3 +243,19 @@ PYEOF
 	run -0 wsync-inspect --verify dump.wsync
 	assert_equal "$(wsync-inspect --json dump.wsync | jq .version)" 1
 }
+
+@test "a byte flipped in the store's file is caught by a linking watcher, not applied" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	local off
+	off=$(wsync-inspect --json "$STORE/policy/1.wsync" | jq '.tree[0].offset + 3')
+	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+	start_watcher w1
+	wait_until grep -q "not applied" w1.err
+	run -0 cat w1.err
+	assert_line "wsync-watch: policy version 1 not applied: policy: tensor actor.0.bias: data does not match its hash"
+	[ ! -e w1.wsync ]
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.workers[0].failure.version' <<<"$output")" 1
+}
