@@ -5,7 +5,9 @@
  *   STORE/MODEL/VERSION.wsync   a committed version, stamped with its number
  *   STORE/MODEL/VERSION.json    its sidecar: {"pusher", "time", "targets"}
  *   STORE/.uploads/             uploads in progress; emptied when the store opens
- * Directories are 0700, files 0600. A committed file is never written again;
+ * Directories are 0700, files 0600, a committed version 0444 (read-only: a
+ * client's hard link is this very file; the directory keeps others out).
+ * A committed file is never written again;
  * retiring a version unlinks it, so a reader holding a descriptor or a link
  * keeps its bytes.
  */

@@ -161,6 +161,10 @@ inode() { stat -c %i "$1"; }
 	run -0 wsync-pull -m policy --transfer link -o linked.wsync
 	assert_output 2
 	assert_equal "$(inode linked.wsync)" "$(inode "$STORE/policy/2.wsync")"
+	# Read-only: it is the version everyone gets. Pulled again: nothing left over.
+	assert_equal "$(stat -c %a linked.wsync)" 444
+	run -0 wsync-pull -m policy --transfer link -o linked.wsync
+	assert_equal "$(stat -c %h linked.wsync)" 2
 	for mode in copy socket auto; do
 		run -0 wsync-pull -m policy -v 1 --transfer "$mode" -o "$mode.wsync"
 		assert_output 1
