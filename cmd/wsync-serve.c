@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 
@@ -13,9 +12,9 @@
 #define S_MAX_LISTS 64
 
 static const char s_usage[] =
-    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]\n"
-    "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] --secret-key FILE\n"
-    "           [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n";
+    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n"
+    "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n"
+    "           --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n";
 
 static volatile int s_stop, s_reload;
 
@@ -26,23 +25,28 @@ s_help(void)
 	    "Run a hub: take pushed versions of models, keep them in a store, announce\n"
 	    "them to watchers and serve them. Log lines go to stderr.\n"
 	    "\n"
-	    "  -e, --endpoint=ENDPOINT   listen on tcp://HOST:PORT or ipc://PATH; may be\n"
-	    "                            repeated (default: $WSYNC_ENDPOINT, else\n"
-	    "                            ipc://RUNDIR/hub)\n"
-	    "      --store=DIR           keep versions in DIR (default: RUNDIR/store)\n"
-	    "      --keep=N              versions kept per model (default 3)\n"
-	    "      --secret-key=FILE     the hub's secret key (wsync-keygen): CURVE on every\n"
-	    "                            socket, only clients on the allow lists get in\n"
-	    "      --allow-push=DIR|FILE public keys (a certificate, or a directory of them)\n"
-	    "                            that may push and pull; may be repeated\n"
-	    "      --allow-pull=DIR|FILE public keys that may only pull and watch\n"
-	    "      --insecure            listen on non-loopback tcp without keys (warns)\n"
-	    "  -h, --help                print this help and exit\n"
-	    "  -V, --version             print the version and exit\n"
+	    "  -e, --endpoint ENDPOINT  listen on tcp://HOST:PORT or ipc://PATH; may be\n"
+	    "                           repeated (default: $WSYNC_ENDPOINT, else\n"
+	    "                           ipc://RUNDIR/hub)\n"
+	    "      --store DIR          keep versions in DIR (default: RUNDIR/store)\n"
+	    "      --keep N             versions kept per model (default 3)\n"
+	    "      --log-format FORMAT  log lines as text (time=... event=... key=value)\n"
+	    "                           or json (one object per line)\n"
+	    "      --secret-key FILE    the hub's secret key (wsync-keygen): CURVE on every\n"
+	    "                           socket, only clients on the allow lists get in\n"
+	    "      --allow-push DIR|FILE\n"
+	    "                           public keys that may push and pull: a key file or a\n"
+	    "                           directory of them; may be repeated\n"
+	    "      --allow-pull DIR|FILE\n"
+	    "                           public keys that may only pull and watch\n"
+	    "      --insecure           listen on non-loopback tcp without keys (warns)\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
 	    "\n"
-	    "SIGTERM or SIGINT stops the hub (exit 0); SIGHUP rereads the allow lists.\n"
-	    "Exit status: 64 usage, 65 bad key file, 66 key file missing, 69 cannot listen,\n"
-	    "74 store errors, 77 key file not private. See wsync-serve(1).\n", s_usage);
+	    "SIGTERM or SIGINT stops the hub; SIGHUP rereads the allow lists. Exit status:\n"
+	    "0 stopped, 64 usage, 65 bad key file, 66 key file missing, 69 cannot listen,\n"
+	    "70 internal error, 74 store error, 77 permission denied. See wsync-serve(1).\n",
+	    s_usage);
 	exit(0);
 }
 
@@ -53,21 +57,6 @@ s_on_signal(int sig)
 		s_reload = 1;
 	else
 		s_stop = 1;
-}
-
-/* Writes one log line to stderr, after an ISO-8601 UTC timestamp. */
-static void
-s_log(void *arg, const char *line)
-{
-	struct timespec ts;
-	struct tm tm;
-	char stamp[32];
-
-	(void)arg;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-	fprintf(stderr, "%s.%03ldZ %s\n", stamp, ts.tv_nsec / 1000000, line);
 }
 
 static unsigned
@@ -85,8 +74,8 @@ s_keep(const char *arg)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_KEEP = 256, OPT_STORE, OPT_SECRET_KEY, OPT_ALLOW_PUSH, OPT_ALLOW_PULL,
-	    OPT_INSECURE };
+	enum { OPT_KEEP = 256, OPT_STORE, OPT_LOG_FORMAT, OPT_SECRET_KEY, OPT_ALLOW_PUSH,
+	    OPT_ALLOW_PULL, OPT_INSECURE };
 	static const struct option opts[] = {
 		{ "allow-pull", required_argument, NULL, OPT_ALLOW_PULL },
 		{ "allow-push", required_argument, NULL, OPT_ALLOW_PUSH },
@@ -94,6 +83,7 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "insecure", no_argument, NULL, OPT_INSECURE },
 		{ "keep", required_argument, NULL, OPT_KEEP },
+		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 		{ "secret-key", required_argument, NULL, OPT_SECRET_KEY },
 		{ "store", required_argument, NULL, OPT_STORE },
 		{ "version", no_argument, NULL, 'V' },
@@ -101,7 +91,7 @@ main(int argc, char **argv)
 	};
 	const char *endpoints[S_MAX_ENDPOINTS], *allow_push[S_MAX_LISTS], *allow_pull[S_MAX_LISTS];
 	char fallback[512];
-	wsync_hub_opts_t ho = { .keep = 3, .log = s_log, .allow_push = allow_push,
+	wsync_hub_opts_t ho = { .keep = 3, .log = cli_log_kv, .allow_push = allow_push,
 	    .allow_pull = allow_pull, .reload = &s_reload };
 	struct sigaction sa;
 	wsync_hub_t *hub;
@@ -121,6 +111,7 @@ main(int argc, char **argv)
 		case 'V': cli_version(); break;
 		case OPT_KEEP: ho.keep = s_keep(optarg); break;
 		case OPT_STORE: ho.store = optarg; break;
+		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_SECRET_KEY: ho.secret_key = optarg; break;
 		case OPT_INSECURE: ho.insecure = 1; break;
 		case OPT_ALLOW_PUSH:
