@@ -146,8 +146,8 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	local cmd
 	cmd=$(sed -n 's/^ExecStart=//p' "$EX/systemd/wsync-serve.service")
 	cmd=${cmd//%S/$TMP/state}
-	cmd=${cmd//%d/$TMP/etc/wsync}
 	cmd=${cmd//\/etc\//$TMP/etc/}
+	cmd=${cmd//%d/$TMP/etc/wsync}
 	cmd=${cmd//tcp:\/\/0.0.0.0:7355/$WSYNC_ENDPOINT}
 	mkdir -p "$TMP/state/wsync" "$TMP/etc/wsync/push" "$TMP/etc/wsync/pull"
 	wsync-keygen "$TMP/etc/wsync/hub" >/dev/null

@@ -34,7 +34,7 @@ setup() {
 	run -0 s_make install
 	run -0 s_files
 	local p expected=""
-	for p in wsync-convert wsync-inspect wsync-pull wsync-push wsync-serve wsync-watch; do
+	for p in wsync-convert wsync-inspect wsync-keygen wsync-pull wsync-push wsync-serve wsync-watch; do
 		expected+="/usr/bin/$p"$'\n'
 	done
 	expected+="/usr/include/wsync.h
@@ -44,14 +44,14 @@ setup() {
 /usr/lib/libwsync.so.$VERSION
 /usr/lib/pkgconfig/libwsync.pc
 /usr/share/bash-completion/completions/wsync"$'\n'
-	for p in wsync-convert wsync-inspect wsync-pull wsync-push wsync-serve wsync-watch; do
+	for p in wsync-convert wsync-inspect wsync-keygen wsync-pull wsync-push wsync-serve wsync-watch; do
 		expected+="/usr/share/bash-completion/completions/$p"$'\n'
 	done
-	for p in wsync-convert wsync-inspect wsync-pull wsync-push wsync-serve wsync-watch; do
+	for p in wsync-convert wsync-inspect wsync-keygen wsync-pull wsync-push wsync-serve wsync-watch; do
 		expected+="/usr/share/fish/vendor_completions.d/$p.fish"$'\n'
 	done
 	expected+="/usr/share/fish/vendor_completions.d/wsync.fish"$'\n'
-	for p in wsync-convert.1 wsync-inspect.1 wsync-pull.1 wsync-push.1 wsync-serve.1 \
+	for p in wsync-convert.1 wsync-inspect.1 wsync-keygen.1 wsync-pull.1 wsync-push.1 wsync-serve.1 \
 	    wsync-watch.1; do
 		expected+="/usr/share/man/man1/$p"$'\n'
 	done
