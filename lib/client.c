@@ -562,12 +562,17 @@ s_store_open(const wsync_client_t *c, const char *model, uint64_t version, wsync
  * sendfile), a window at a time so that progress can be shown.
  */
 static int
-s_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size, wsync_err_t *err)
+s_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size, int64_t deadline,
+    wsync_err_t *err)
 {
 	uint64_t done = 0;
 	int range = 1;
 
 	while (done < size) {
+		if (c->stop != NULL && *c->stop)
+			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
+		if (deadline != 0 && s_left(deadline) == 0)
+			return wsync_err_set(err, EX_TEMPFAIL, "copy: not done within the timeout");
 		size_t want = size - done > S_ALLOC_AHEAD ? S_ALLOC_AHEAD : (size_t)(size - done);
 		off_t ioff = (off_t)done, ooff = (off_t)done;
 		ssize_t n;
@@ -714,7 +719,7 @@ s_fetch_local(wsync_client_t *c, const char *model, const wsync_head_t *got,
 	c->used = "copy";
 	if ((in = s_store_open(c, model, got->version, err)) < 0)
 		return -1;
-	if (s_copy_fd(c, in, *fd, got->size, err) < 0) {
+	if (s_copy_fd(c, in, *fd, got->size, 0, err) < 0) {
 		close(in);
 		return -1;
 	}
@@ -882,6 +887,7 @@ struct s_source {
 	const unsigned char *base;
 	size_t size;
 	int shared;                     /* base is a shared file mapping: pages may be let go */
+	int fd;                         /* the same bytes, for a kernel copy; -1: none */
 };
 
 static void
@@ -890,13 +896,17 @@ s_source_free(struct s_source *src)
 	wsync_file_close(&src->file);
 	if (src->map != NULL)
 		munmap(src->map, src->maplen);
+	if (src->fd >= 0)
+		close(src->fd);
 	memset(src, 0, sizeof(*src));
+	src->fd = -1;
 }
 
 /*
  * Makes the bytes to upload for item: a .wsync input of the same model as it
- * is (its hashes still to be verified: src->verify); anything else re-written
- * as .wsync of item->model into memory (tensors split into a tree at '.').
+ * is (its hashes still to be verified); anything else re-written as .wsync of
+ * item->model into memory (tensors split into a tree at '.'). Both mapped, and
+ * open as src->fd when they are files, for a hand-over the kernel copies.
  */
 static int
 s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *err)
@@ -907,6 +917,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	struct stat st;
 
 	memset(src, 0, sizeof(*src));
+	src->fd = -1;
 	if (in == NULL)
 		return -1;
 	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC) {
@@ -915,6 +926,12 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 			src->base = wsync_file_bytes(in);
 			src->size = wsync_file_size(in);
 			src->shared = in->mem == WSYNC_MEM_MMAP;
+			/* The very file mapped (same size), or none: the hub verifies either way. */
+			if (src->shared && (src->fd = open(item->path, O_RDONLY | O_CLOEXEC)) >= 0 &&
+			    (fstat(src->fd, &st) < 0 || (uint64_t)st.st_size != src->size)) {
+				close(src->fd);
+				src->fd = -1;
+			}
 			return 0;
 		}
 	}
@@ -952,6 +969,8 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	src->maplen = src->size = (size_t)st.st_size;
 	src->base = src->map;
 	src->shared = 1;
+	src->fd = fd;
+	fd = -1;
 	rc = 0;
 out:
 	if (fd >= 0)
@@ -1128,7 +1147,8 @@ s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src,
 			    src[i].size, strerror(errno));
 			goto out;
 		}
-		if (s_write_window(c, fds[i], &src[i], deadline, err) < 0)
+		if ((src[i].fd >= 0 ? s_copy_fd(c, src[i].fd, fds[i], src[i].size, deadline, err) :
+		    s_write_window(c, fds[i], &src[i], deadline, err)) < 0)
 			goto out;
 	}
 	rc = 0;
@@ -1241,6 +1261,8 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 
 	if (src == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (i = 0; i < n; i++)
+		src[i].fd = -1;
 	for (i = 0; i < n; i++) {
 		if (s_source_make(&items[i], &src[i], err) < 0)
 			goto out;
