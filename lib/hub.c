@@ -13,6 +13,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "hub_int.h"
 #include "index_int.h"
 #include "net_int.h"
 #include "proto_int.h"
@@ -1497,9 +1498,8 @@ static const struct {
 	{ "wait", s_op_wait },
 };
 
-/* Serves one message: [identity][empty][request] or [identity][empty][request][data]. */
-static void
-s_serve(wsync_hub_t *h, wsync_parts_t *p)
+void
+wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 {
 	struct s_req r = { .parts = p };
 	char quoted[2200];
@@ -1530,6 +1530,7 @@ s_serve(wsync_hub_t *h, wsync_parts_t *p)
 		;
 	if (i == nops) {
 		wsync_err_set(&err, EX_PROTOCOL, "unknown op \"%s\"", wsync_log_quote(r.op, quoted, 64));
+		r.op[0] = '\0';        /* named, quoted, in the error only: the log stays one line */
 		goto refuse;
 	}
 	if (p->n == 4 && strcmp(r.op, "chunk") != 0 && strcmp(r.op, "put") != 0) {
@@ -1600,7 +1601,7 @@ wsync_hub_run(wsync_hub_t *h, volatile int *stop, wsync_err_t *err)
 				return wsync_err_set(err, EX_SOFTWARE, "receive: %s",
 				    zmq_strerror(errno));
 			}
-			s_serve(h, &p);
+			wsync_hub_serve(h, &p);
 			wsync_parts_close(&p);
 		}
 		s_timers(h);
