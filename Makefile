@@ -29,6 +29,7 @@ CMD_SRC  := $(sort $(wildcard cmd/wsync-*.c))
 PROGS    := $(CMD_SRC:cmd/%.c=$(BUILD)/bin/%)
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNITS    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/unit/%)
+QUICK    ?= 0
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 SOMAJOR  := 0
@@ -86,7 +87,7 @@ demo: all
 	@BUILD=$(BUILD) scripts/demo
 
 bench: all $(BENCHES)
-	@BUILD=$(BUILD) bench/run
+	@BUILD=$(BUILD) QUICK=$(QUICK) bench/run
 
 fuzz:
 	@scripts/deps check-or-install fuzz

@@ -1,4 +1,5 @@
 /* cli.c - messages and exits shared by the wsync programs. */
+#include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
@@ -109,28 +110,57 @@ cli_bad_option(char *const *argv, int c)
 }
 
 int
-cli_seconds(const char *option, const char *sec)
+cli_parse_seconds(const char *sec, int *ms)
 {
 	char *end;
 	double v = strtod(sec, &end);
 
 	if (end == sec || *end != '\0' || !(v >= 0) || v > 86400.0 * 365)
+		return -1;
+	*ms = (int)(v * 1000 + 0.5);
+	return 0;
+}
+
+int
+cli_parse_number(const char *s, uint64_t *v)
+{
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	*v = strtoull(s, &end, 10);
+	return *end != '\0' || errno != 0 ? -1 : 0;
+}
+
+int
+cli_seconds(const char *option, const char *sec)
+{
+	int ms;
+
+	if (cli_parse_seconds(sec, &ms) < 0)
 		cli_usage_error("%s wants seconds (like 2.5), not \"%s\"", option, sec);
-	return (int)(v * 1000 + 0.5);
+	return ms;
 }
 
 uint64_t
 cli_number(const char *option, const char *s)
 {
-	char *end;
-	unsigned long long v;
+	uint64_t v;
 
-	if (*s < '0' || *s > '9')
-		cli_usage_error("%s wants a whole number, not \"%s\"", option, s);
-	v = strtoull(s, &end, 10);
-	if (*end != '\0')
+	if (cli_parse_number(s, &v) < 0)
 		cli_usage_error("%s wants a whole number, not \"%s\"", option, s);
 	return v;
+}
+
+int
+cli_transfer(const char *mode)
+{
+	int t = wsync_transfer_parse(mode);
+
+	if (t < 0)
+		cli_usage_error("--transfer wants auto, link, copy or socket, not \"%s\"", mode);
+	return t;
 }
 
 char **

@@ -31,10 +31,16 @@ _Noreturn void cli_usage_error(const char *fmt, ...)
  * ':' in the option string, c being what it returned) and exits 64.
  */
 _Noreturn void cli_bad_option(char *const *argv, int c);
+/* Parses SEC (seconds, a decimal >= 0) into *ms; -1 when it is not one. */
+int cli_parse_seconds(const char *sec, int *ms);
+/* Parses a whole decimal number into *v; -1 when it is not one. */
+int cli_parse_number(const char *s, uint64_t *v);
 /* Parses SEC (seconds, a decimal >= 0) as milliseconds; exits 64 naming option if bad. */
 int cli_seconds(const char *option, const char *sec);
 /* Parses a whole number for option; exits 64 if bad. */
 uint64_t cli_number(const char *option, const char *s);
+/* Parses a --transfer MODE (auto, link, copy, socket); exits 64 if bad. */
+int cli_transfer(const char *mode);
 /* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
 char **cli_split(char *s, int *n);
 /* Prints "PROG VERSION" on stdout and exits 0. */

@@ -194,7 +194,8 @@ s_tree(const wsync_file_t *f, const struct args *a, int to)
 			    t->data, t->nbytes, &err);
 		if (rc < 0)
 			cli_die(err.code, "%s: %s%s", wsync_file_name(f), err.msg,
-			    a->layout == LAYOUT_TREE && err.code == EX_DATAERR ?
+			    a->layout == LAYOUT_TREE && err.code == EX_DATAERR &&
+			    t->nbytes <= UINT32_MAX ?
 			    " (use --layout flat)" : "");
 	}
 	return tree;

@@ -411,8 +411,8 @@ s_show_hub_text(json_t *st, const char *endpoint)
 			    s_jtext(v, "content"), s_jtext(v, "pusher"));
 		}
 	}
-	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %s\n", "WORKER", "MODEL", "APPLIED", "LAG",
-	    "SEEN", "STATE", "LAST FAILURE");
+	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %-8s  %s\n", "WORKER", "MODEL", "APPLIED",
+	    "LAG", "SEEN", "STATE", "TRANSFER", "LAST FAILURE");
 	json_array_foreach(workers, i, w) {
 		json_t *applied = json_object_get(w, "applied"), *fail = json_object_get(w, "failure");
 		json_array_foreach(json_object_get(w, "models"), j, name) {
@@ -424,10 +424,12 @@ s_show_hub_text(json_t *st, const char *endpoint)
 				snprintf(failure, sizeof(failure), "version %lld: %s",
 				    (long long)json_integer_value(json_object_get(fail, "version")),
 				    s_jtext(fail, "reason"));
-			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %s\n", s_jtext(w, "worker"),
-			    s_safe(model), (long long)a, (long long)(head > a ? head - a : 0),
+			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %-8s  %s\n",
+			    s_jtext(w, "worker"), s_safe(model), (long long)a,
+			    (long long)(head > a ? head - a : 0),
 			    json_number_value(json_object_get(w, "seen")),
-			    json_is_true(json_object_get(w, "alive")) ? "alive" : "gone", failure);
+			    json_is_true(json_object_get(w, "alive")) ? "alive" : "gone",
+			    s_jtext(w, "transfer"), failure);
 		}
 	}
 }

@@ -10,8 +10,8 @@
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
-    "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V] [-t SEC] "
-    "-m MODEL\n";
+    "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
+    "                  [--transfer MODE] [-t SEC] -m MODEL\n";
 
 static void
 s_help(void)
@@ -26,6 +26,9 @@ s_help(void)
 	    "                           written only once verified, and no number is printed)\n"
 	    "  -v, --pull-version V     fetch version V instead of the newest\n"
 	    "      --if-newer V         exit 1 without fetching unless the newest is above V\n"
+	    "      --transfer MODE      auto (default), link (FILE becomes a hard link to the\n"
+	    "                           hub's file), copy, or socket; link and copy need the\n"
+	    "                           hub's store on this host\n"
 	    "  -t, --timeout SEC        bound on the whole pull (default 30)\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -39,7 +42,7 @@ s_help(void)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_IF_NEWER = 256 };
+	enum { OPT_IF_NEWER = 256, OPT_TRANSFER };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
@@ -48,13 +51,14 @@ main(int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "pull-version", required_argument, NULL, 'v' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *endpoint = NULL, *model = NULL, *out = NULL;
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
-	int have_if_newer = 0, timeout_ms = 30000, c;
+	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
 	int64_t deadline;
 	wsync_client_t *client;
 	wsync_head_t got;
@@ -78,6 +82,7 @@ main(int argc, char **argv)
 			if_newer = cli_number("--if-newer", optarg);
 			have_if_newer = 1;
 			break;
+		case OPT_TRANSFER: transfer = cli_transfer(optarg); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -96,7 +101,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
-	    .models = &model, .nmodels = 1,
+	    .models = &model, .nmodels = 1, .transfer = transfer,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);

@@ -1,6 +1,7 @@
 /* wsync-push - publish weight files as the next version of models; optionally wait. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +12,12 @@
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
-    "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] -m MODEL FILE|-\n"
-    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...] -m MODEL=FILE...\n"
-    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n";
+    "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
+    "                  [--transfer MODE] -m MODEL FILE|-\n"
+    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
+    "                  [--transfer MODE] -m MODEL=FILE...\n"
+    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n"
+    "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] --batch\n";
 
 static void
 s_help(void)
@@ -30,6 +34,12 @@ s_help(void)
 	    "                           workers have applied the version (or a newer one)\n"
 	    "  -W, --workers ID,...     announce the version to these workers only\n"
 	    "      --wait-for VERSION   push nothing; wait for VERSION of MODEL (with --wait)\n"
+	    "      --transfer MODE      auto (default), copy or link (write the files into the\n"
+	    "                           hub's store on this host), or socket (send them)\n"
+	    "      --batch              stay connected: read one push a line on stdin (its\n"
+	    "                           options as above), answer \"ok MODEL VERSION...\" or\n"
+	    "                           \"error CODE MESSAGE\" a line on stdout, until end of\n"
+	    "                           input (-t bounds connecting)\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -39,28 +49,295 @@ s_help(void)
 	exit(0);
 }
 
-/* Waits for version of model per the --wait spec; exits 75 with the missing workers. */
-static void
-s_wait(wsync_client_t *c, const char *model, uint64_t version, char *spec, int timeout_ms)
-{
-	const char *mode = "all";
-	unsigned count = 0;
-	char **ids = NULL, *missing = NULL;
-	int nids = 0;
-	wsync_err_t err;
+/* One push: from the command line, or from one line of --batch. */
+struct s_push {
+	wsync_push_item_t items[S_MAX_MODELS];
+	const char *models[S_MAX_MODELS];
+	int n;
+	const char *wait_mode;          /* NULL: no wait; "all", "count" or "ids" */
+	unsigned wait_count;
+	char **wait_ids, **targets;     /* cli_split arrays (caller frees) */
+	int nwait_ids, ntargets;
+	uint64_t wait_for;
+	int timeout_ms;
+	/* Command line only. */
+	const char *endpoint;
+	int transfer;
+	int batch;
+};
 
-	if (strcmp(spec, "all") != 0) {
-		if (spec[0] >= '0' && spec[0] <= '9' && strspn(spec, "0123456789") ==
-		    strlen(spec)) {
-			mode = "count";
-			count = (unsigned)cli_number("--wait", spec);
-		} else {
-			mode = "ids";
-			ids = cli_split(spec, &nids);
+static void
+s_push_free(struct s_push *p)
+{
+	free(p->wait_ids);
+	free(p->targets);
+	p->wait_ids = p->targets = NULL;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int
+s_bad(char *why, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, size, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* Reads a --wait spec: all, a count, or worker ids. */
+static int
+s_wait_spec(struct s_push *p, char *spec, char *why, size_t size)
+{
+	uint64_t count;
+
+	if (strcmp(spec, "all") == 0)
+		p->wait_mode = "all";
+	else if (spec[0] >= '0' && spec[0] <= '9') {
+		if (cli_parse_number(spec, &count) < 0 || count == 0 || count > 1000000)
+			return s_bad(why, size, "--wait wants all, a number of workers or worker "
+			    "ids, not \"%s\"", spec);
+		p->wait_mode = "count";
+		p->wait_count = (unsigned)count;
+	} else {
+		p->wait_mode = "ids";
+		free(p->wait_ids);
+		p->wait_ids = cli_split(spec, &p->nwait_ids);
+	}
+	return 0;
+}
+
+/*
+ * Parses a push's options and operands (argv[0] is the program). In a batch
+ * line (batch set) the options of the whole coprocess are refused. 0, or -1
+ * with why, a usage error.
+ */
+static int
+s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t size)
+{
+	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_BATCH };
+	static const struct option opts[] = {
+		{ "batch", no_argument, NULL, OPT_BATCH },
+		{ "endpoint", required_argument, NULL, 'e' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "model", required_argument, NULL, 'm' },
+		{ "timeout", required_argument, NULL, 't' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "wait-for", required_argument, NULL, OPT_WAIT_FOR },
+		{ "transfer", required_argument, NULL, OPT_TRANSFER },
+		{ "workers", required_argument, NULL, 'W' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c, with_files = 0;
+
+	memset(p, 0, sizeof(*p));
+	p->timeout_ms = 30000;
+	opterr = 0;
+	optind = 0;     /* GNU getopt starts afresh: each batch line is a new argv */
+	while ((c = getopt_long(argc, argv, ":e:hm:t:Vw:W:", opts, NULL)) != -1) {
+		/* The option as written: before its value when that came as the next word. */
+		const char *arg = optarg != NULL && optind >= 2 && argv[optind - 1] == optarg ?
+		    argv[optind - 2] : argv[optind - 1];
+		if (batch && (c == 'e' || c == 'h' || c == 'V' || c == OPT_BATCH ||
+		    c == OPT_TRANSFER))
+			return s_bad(why, size, "%s is an option of the wsync-push --batch command, "
+			    "not of a request", arg);
+		switch (c) {
+		case 'e': p->endpoint = optarg; break;
+		case 'h': s_help(); break;
+		case 'm': {
+			char *eq = strchr(optarg, '=');
+			if (p->n == S_MAX_MODELS)
+				return s_bad(why, size, "at most %d models in one push", S_MAX_MODELS);
+			p->items[p->n] = (wsync_push_item_t){ .model = optarg, .path = NULL };
+			if (eq != NULL) {
+				*eq = '\0';
+				p->items[p->n].path = eq + 1;
+				with_files++;
+			}
+			if (wsync_model_id_check(optarg) < 0)
+				return s_bad(why, size, "bad model id \"%s\": use 1 to %d of A-Z a-z "
+				    "0-9 . _ - (not starting with '.')", optarg, WSYNC_MAX_MODEL);
+			p->models[p->n] = p->items[p->n].model;
+			p->n++;
+			break;
+		}
+		case 't':
+			if (cli_parse_seconds(optarg, &p->timeout_ms) < 0)
+				return s_bad(why, size, "--timeout wants seconds (like 2.5), not \"%s\"",
+				    optarg);
+			break;
+		case 'V': cli_version(); break;
+		case 'w':
+			if (s_wait_spec(p, optarg, why, size) < 0)
+				return -1;
+			break;
+		case 'W':
+			free(p->targets);
+			p->targets = cli_split(optarg, &p->ntargets);
+			break;
+		case OPT_WAIT_FOR:
+			if (cli_parse_number(optarg, &p->wait_for) < 0 || p->wait_for == 0)
+				return s_bad(why, size, "--wait-for wants a version of 1 or more, not "
+				    "\"%s\"", optarg);
+			break;
+		case OPT_TRANSFER:
+			if ((p->transfer = wsync_transfer_parse(optarg)) < 0)
+				return s_bad(why, size, "--transfer wants auto, link, copy or socket, "
+				    "not \"%s\"", optarg);
+			break;
+		case OPT_BATCH: p->batch = 1; break;
+		case ':': return s_bad(why, size, "option '%s' needs a value", arg);
+		default:
+			if (optopt != 0)
+				return s_bad(why, size, "unknown option '-%c'", optopt);
+			return s_bad(why, size, "unknown option '%s'", arg);
 		}
 	}
-	if (wsync_client_wait(c, model, version, mode, count, (const char *const *)ids, nids,
-	    timeout_ms, &missing, &err) < 0) {
+	argc -= optind;
+	argv += optind;
+	if (p->batch)
+		return p->n == 0 && argc == 0 && p->wait_mode == NULL && p->targets == NULL &&
+		    p->wait_for == 0 ? 0 : s_bad(why, size, "--batch takes its pushes on stdin, "
+		    "not on the command line (only -e, -t and --transfer go with it)");
+	if (p->n == 0)
+		return s_bad(why, size, "no model given (-m MODEL)");
+	if (p->wait_for != 0) {
+		if (p->n != 1 || with_files || argc != 0)
+			return s_bad(why, size, "--wait-for takes one -m MODEL and no file");
+		if (p->wait_mode == NULL)
+			p->wait_mode = "all";
+	} else if (with_files == 0) {
+		if (p->n != 1 || argc != 1)
+			return s_bad(why, size, argc == 0 ? "no file given (use - for stdin)" :
+			    "one file per push; for several models use -m MODEL=FILE");
+		p->items[0].path = argv[0];
+	} else if (with_files != p->n || argc != 0)
+		return s_bad(why, size, "with several models, give each its file as -m MODEL=FILE");
+	return 0;
+}
+
+/*
+ * Pushes (or, with --wait-for, takes the version given), prints the versions
+ * on out (when not NULL), then waits as asked. -1 with err; for a wait that
+ * timed out, *missing (caller frees) lists the workers missing, one a line.
+ */
+static int
+s_run(wsync_client_t *c, struct s_push *p, FILE *out, char **missing, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + p->timeout_ms;
+
+	*missing = NULL;
+	if (p->wait_for != 0)
+		p->items[0].version = p->wait_for;
+	else if (wsync_client_push(c, p->items, p->n, (const char *const *)p->targets,
+	    p->ntargets, p->timeout_ms, err) < 0)
+		return -1;
+	for (int i = 0; out != NULL && p->wait_for == 0 && i < p->n; i++) {
+		if (p->n == 1)
+			fprintf(out, "%" PRIu64 "\n", p->items[i].version);
+		else
+			fprintf(out, "%s %" PRIu64 "\n", p->items[i].model, p->items[i].version);
+	}
+	if (out != NULL && fflush(out) != 0)
+		return wsync_err_set(err, EX_IOERR, "cannot write to stdout");
+	for (int i = 0; p->wait_mode != NULL && i < p->n; i++) {
+		int64_t left = deadline - wsync_now_ms();
+		if (wsync_client_wait(c, p->items[i].model, p->items[i].version, p->wait_mode,
+		    p->wait_count, (const char *const *)p->wait_ids, p->nwait_ids,
+		    left > 0 ? (int)left : 0, missing, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Splits line in place at blanks into argv (argv[0] is the program); returns argc. */
+static int
+s_words(char *line, char **argv, int max)
+{
+	int argc = 0;
+
+	argv[argc++] = (char *)"wsync-push";
+	for (char *w = strtok(line, " \t\r\n"); w != NULL && argc < max - 1;
+	    w = strtok(NULL, " \t\r\n"))
+		argv[argc++] = w;
+	argv[argc] = NULL;
+	return argc;
+}
+
+/*
+ * The coprocess: one request a line on stdin, one answer a line on stdout,
+ * "ok MODEL VERSION..." or "error CODE MESSAGE", until end of input.
+ */
+static int
+s_batch(wsync_client_t *c)
+{
+	char *line = NULL, *argv[4 * S_MAX_MODELS + 16], why[600];
+	size_t cap = 0;
+
+	while (getline(&line, &cap, stdin) >= 0) {
+		struct s_push p;
+		char *missing = NULL;
+		wsync_err_t err;
+		int argc = s_words(line, argv, (int)(sizeof(argv) / sizeof(*argv)));
+
+		if (argc == 1)
+			continue;
+		if (s_parse(argc, argv, 1, &p, why, sizeof(why)) < 0)
+			printf("error %d %s\n", EX_USAGE, why);
+		else if (s_run(c, &p, NULL, &missing, &err) < 0) {
+			wsync_err_t ignored;
+			printf("error %d %s", err.code ? err.code : EX_SOFTWARE, err.msg);
+			for (char *m = missing ? strtok(missing, "\n") : NULL; m != NULL;
+			    m = strtok(NULL, "\n"))
+				printf("; %s", m);
+			printf("\n");
+			/* The hub may have gone or restarted: say hello again for the next one. */
+			if (err.code == EX_UNAVAILABLE || err.code == EX_PROTOCOL ||
+			    (err.code == EX_TEMPFAIL && missing == NULL))
+				wsync_client_reconnect(c, S_CONNECT_MS, &ignored);
+		} else {
+			printf("ok");
+			for (int i = 0; i < p.n; i++)
+				printf(" %s %" PRIu64, p.items[i].model, p.items[i].version);
+			printf("\n");
+		}
+		free(missing);
+		s_push_free(&p);
+		if (fflush(stdout) != 0) {
+			free(line);
+			cli_die(EX_IOERR, "cannot write to stdout");
+		}
+	}
+	free(line);
+	return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct s_push p;
+	wsync_client_t *client;
+	wsync_err_t err;
+	char why[600], *missing = NULL;
+
+	cli_init("wsync-push");
+	if (s_parse(argc, argv, 0, &p, why, sizeof(why)) < 0)
+		cli_usage_error("%s", why);
+	cli_catch_interrupts();
+	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = p.endpoint,
+	    .role = "push", .models = p.models, .nmodels = p.n, .transfer = p.transfer,
+	    .timeout_ms = p.timeout_ms < S_CONNECT_MS ? p.timeout_ms : S_CONNECT_MS }, &err);
+	if (client == NULL)
+		cli_die_err(&err);
+	if (p.batch) {
+		s_batch(client);
+		wsync_client_destroy(&client);
+		return 0;
+	}
+	if (s_run(client, &p, stdout, &missing, &err) < 0) {
 		if (err.code == EX_TEMPFAIL && missing != NULL) {
 			cli_warn("%s", err.msg);
 			for (char *line = strtok(missing, "\n"); line; line = strtok(NULL, "\n"))
@@ -69,116 +346,7 @@ s_wait(wsync_client_t *c, const char *model, uint64_t version, char *spec, int t
 		}
 		cli_die_err(&err);
 	}
-	free(ids);
-	free(missing);
-}
-
-int
-main(int argc, char **argv)
-{
-	enum { OPT_WAIT_FOR = 256 };
-	static const struct option opts[] = {
-		{ "endpoint", required_argument, NULL, 'e' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "model", required_argument, NULL, 'm' },
-		{ "timeout", required_argument, NULL, 't' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "wait", required_argument, NULL, 'w' },
-		{ "wait-for", required_argument, NULL, OPT_WAIT_FOR },
-		{ "workers", required_argument, NULL, 'W' },
-		{ NULL, 0, NULL, 0 },
-	};
-	wsync_push_item_t items[S_MAX_MODELS];
-	const char *models[S_MAX_MODELS];
-	const char *endpoint = NULL;
-	char *wait = NULL, *workers = NULL, **targets = NULL;
-	int n = 0, ntargets = 0, timeout_ms = 30000, c, with_files = 0;
-	uint64_t wait_for = 0;
-	int64_t deadline;
-	wsync_client_t *client;
-	wsync_err_t err;
-
-	cli_init("wsync-push");
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":e:hm:t:Vw:W:", opts, NULL)) != -1) {
-		switch (c) {
-		case 'e': endpoint = optarg; break;
-		case 'h': s_help(); break;
-		case 'm': {
-			char *eq = strchr(optarg, '=');
-			if (n == S_MAX_MODELS)
-				cli_usage_error("at most %d models in one push", S_MAX_MODELS);
-			items[n] = (wsync_push_item_t){ .model = optarg, .path = NULL };
-			if (eq != NULL) {
-				*eq = '\0';
-				items[n].path = eq + 1;
-				with_files++;
-			}
-			if (wsync_model_id_check(optarg) < 0)
-				cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - "
-				    "(not starting with '.')", optarg, WSYNC_MAX_MODEL);
-			models[n] = items[n].model;
-			n++;
-			break;
-		}
-		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
-		case 'V': cli_version(); break;
-		case 'w': wait = optarg; break;
-		case 'W': workers = optarg; break;
-		case OPT_WAIT_FOR:
-			wait_for = cli_number("--wait-for", optarg);
-			if (wait_for == 0)
-				cli_usage_error("--wait-for wants a version of 1 or more");
-			break;
-		default: cli_bad_option(argv, c);
-		}
-	}
-	argc -= optind;
-	argv += optind;
-	if (n == 0)
-		cli_usage_error("no model given (-m MODEL)");
-	if (wait_for != 0) {
-		if (n != 1 || with_files || argc != 0)
-			cli_usage_error("--wait-for takes one -m MODEL and no file");
-		if (wait == NULL)
-			wait = "all";
-	} else if (with_files == 0) {
-		if (n != 1 || argc != 1)
-			cli_usage_error(argc == 0 ? "no file given (use - for stdin)" :
-			    "one file per push; for several models use -m MODEL=FILE");
-		items[0].path = argv[0];
-	} else if (with_files != n || argc != 0)
-		cli_usage_error("with several models, give each its file as -m MODEL=FILE");
-	if (workers != NULL)
-		targets = cli_split(workers, &ntargets);
-
-	cli_catch_interrupts();
-	deadline = wsync_now_ms() + timeout_ms;
-	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "push",
-	    .models = models, .nmodels = n,
-	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
-	if (client == NULL)
-		cli_die_err(&err);
-	if (wait_for != 0) {
-		items[0].version = wait_for;
-	} else {
-		if (wsync_client_push(client, items, n, (const char *const *)targets, ntargets,
-		    timeout_ms, &err) < 0)
-			cli_die_err(&err);
-		for (int i = 0; i < n; i++) {
-			if (n == 1)
-				printf("%" PRIu64 "\n", items[i].version);
-			else
-				printf("%s %" PRIu64 "\n", items[i].model, items[i].version);
-		}
-		if (fflush(stdout) != 0)
-			cli_die(EX_IOERR, "cannot write to stdout");
-	}
-	for (int i = 0; wait != NULL && i < n; i++) {
-		int64_t left = deadline - wsync_now_ms();
-		s_wait(client, items[i].model, items[i].version, wait, left > 0 ? (int)left : 0);
-	}
-	free(targets);
+	s_push_free(&p);
 	wsync_client_destroy(&client);
 	return 0;
 }

@@ -17,7 +17,8 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
-    "                   [--max-lag N] [-t SEC] -m MODEL[,MODEL...] -o PATH|DIR\n";
+    "                   [--max-lag N] [--transfer MODE] [-t SEC] -m MODEL[,MODEL...]\n"
+    "                   -o PATH|DIR\n";
 
 
 static void
@@ -40,6 +41,9 @@ s_help(void)
 	    "                           later) and report it failed (default: no limit)\n"
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
+	    "      --transfer MODE      auto (default), link (each file a hard link to the\n"
+	    "                           hub's, read-only), copy, or socket; link and copy need\n"
+	    "                           the hub's store on this host\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -168,7 +172,7 @@ s_on_signal(int sig)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT };
+	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_TRANSFER };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "exec", required_argument, NULL, 'x' },
@@ -178,6 +182,7 @@ main(int argc, char **argv)
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "model", required_argument, NULL, 'm' },
 		{ "once", no_argument, NULL, OPT_ONCE },
+		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "output", required_argument, NULL, 'o' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
@@ -208,6 +213,7 @@ main(int argc, char **argv)
 		case OPT_ID: snprintf(worker, sizeof(worker), "%s", optarg); break;
 		case OPT_ONCE: w.once = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
+		case OPT_TRANSFER: w.transfer = cli_transfer(optarg); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;

@@ -165,6 +165,7 @@ _wsync_optarg() {
 	wsync-convert:-l | wsync-convert:--layout) _wsync_add tree flat ;;
 	wsync-convert:-t | wsync-convert:--to) _wsync_add wsync safetensors ;;
 	wsync-convert:-m | wsync-convert:--model) ;;
+	*:--transfer) _wsync_add auto link copy socket ;;
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_dirs ;;
@@ -219,11 +220,11 @@ _wsync() {
 	case $prog in
 	wsync-serve) opts="-e --endpoint --store --keep -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for -h --help -V --version" ;;
+		--wait-for --transfer --batch -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer -t --timeout -h --help -V --version" ;;
+		--if-newer --transfer -t --timeout -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag -t --timeout -h --help -V --version" ;;
+		--once --max-lag --transfer -t --timeout -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		-h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
@@ -255,7 +256,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep) ((i++)) ;;
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--transfer) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

@@ -114,6 +114,8 @@ complete -c wsync-push -s t -l timeout -x -d 'Bound on the whole push and wait (
 complete -c wsync-push -s w -l wait -x -a 'all (__wsync_list workers)' -d 'Wait until all, N or these workers applied it'
 complete -c wsync-push -s W -l workers -x -a '(__wsync_list workers)' -d 'Announce the version to these workers only'
 complete -c wsync-push -l wait-for -x -d 'Push nothing; wait for this version'
+complete -c wsync-push -l transfer -x -a 'auto copy link socket' -d 'How the files reach the hub'
+complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull
@@ -122,6 +124,7 @@ complete -c wsync-pull -s m -l model -x -a '(__wsync_hub models)' -d 'The model 
 complete -c wsync-pull -s o -l output -r -F -d 'Where to write it (- is stdout)'
 complete -c wsync-pull -s v -l pull-version -x -d 'Fetch this version instead of the newest'
 complete -c wsync-pull -l if-newer -x -d 'Exit 1 unless the newest is above this version'
+complete -c wsync-pull -l transfer -x -a 'auto link copy socket' -d 'How the version comes'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
 
 # wsync-watch
@@ -133,6 +136,7 @@ complete -c wsync-watch -s x -l exec -x -a '(__fish_complete_command)' -d 'Run t
 complete -c wsync-watch -l exec-timeout -x -d 'Stop a hook that runs longer than SEC seconds'
 complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
+complete -c wsync-watch -l transfer -x -a 'auto link copy socket' -d 'How each version comes'
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
 
 # wsync-inspect

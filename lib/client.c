@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -19,6 +21,23 @@
 
 /* How far ahead of the data a fetch allocates its file's pages. */
 #define S_ALLOC_AHEAD (32u << 20)
+
+static const char *const s_transfers[] = { "auto", "link", "copy", "socket" };
+
+int
+wsync_transfer_parse(const char *name)
+{
+	for (int i = 0; i < 4; i++)
+		if (strcmp(name, s_transfers[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *
+wsync_transfer_name(int mode)
+{
+	return mode >= 0 && mode < 4 ? s_transfers[mode] : "?";
+}
 
 static void
 s_close_socket(wsync_client_t *c)
@@ -174,6 +193,31 @@ s_pub_endpoint(wsync_client_t *c, const char *pub)
 		    c->endpoint, port);
 }
 
+/*
+ * Whether the hub's store is visible here: its directory (from hello) holds
+ * an .id file with the store id the hub gave. Another host, user or mount
+ * namespace fails this, and versions then travel over the socket.
+ */
+static void
+s_find_store(wsync_client_t *c, const wsync_msg_t *m)
+{
+	char id[64], path[PATH_MAX + 8], seen[33];
+	ssize_t n = -1;
+	int fd;
+
+	c->local = 0;
+	if (wsync_msg_str(m, "store", c->store, sizeof(c->store)) < 0 ||
+	    wsync_msg_str(m, "store_id", id, sizeof(id)) < 0 || c->store[0] != '/')
+		return;
+	snprintf(path, sizeof(path), "%s/.id", c->store);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+		n = read(fd, seen, 32);
+		close(fd);
+	}
+	seen[n == 32 ? 32 : 0] = '\0';
+	c->local = n == 32 && strcmp(seen, id) == 0;
+}
+
 static int
 s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 {
@@ -208,6 +252,7 @@ s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 		    c->endpoint);
 	}
 	s_pub_endpoint(c, pub);
+	s_find_store(c, &m);
 	c->chunk = wsync_msg_u64(&m, "chunk", &v) == 0 && v > 0 && v <= WSYNC_CHUNK ?
 	    (uint32_t)v : WSYNC_CHUNK;
 	c->window = wsync_msg_u64(&m, "window", &v) == 0 && v > 0 && v <= 64 ?
@@ -230,6 +275,8 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0)
 		goto fail;
 	snprintf(c->role, sizeof(c->role), "%s", o->role);
+	c->transfer = o->transfer;
+	c->used = "socket";
 	if (o->worker != NULL)
 		snprintf(c->worker, sizeof(c->worker), "%s", o->worker);
 	if ((c->models = calloc((size_t)o->nmodels + 1, sizeof(*c->models))) == NULL) {
@@ -263,6 +310,12 @@ wsync_client_destroy(wsync_client_t **cp)
 	free(c->models);
 	free(c);
 	*cp = NULL;
+}
+
+const char *
+wsync_client_transfer(const wsync_client_t *c)
+{
+	return c->used;
 }
 
 const char *
@@ -433,6 +486,198 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 	return 0;
 }
 
+/* Where version of model lives in the hub's store (wsync-serve(1), FILES). */
+static int
+s_store_path(const wsync_client_t *c, const char *model, uint64_t version, char *buf,
+    size_t size, wsync_err_t *err)
+{
+	if (snprintf(buf, size, "%s/%s/%" PRIu64 ".wsync", c->store, model, version) >= (int)size)
+		return wsync_err_set(err, EX_USAGE, "%s: path too long", c->store);
+	return 0;
+}
+
+static int
+s_retired(const char *model, uint64_t version, wsync_err_t *err)
+{
+	return wsync_err_set(err, EX_NOINPUT, "%s version %" PRIu64 " was retired before it "
+	    "could be read", model, version);
+}
+
+/* Opens a version's file in the hub's store, read-only; 66 when it is retired. */
+static int
+s_store_open(const wsync_client_t *c, const char *model, uint64_t version, wsync_err_t *err)
+{
+	char src[PATH_MAX];
+	int fd;
+
+	if (s_store_path(c, model, version, src, sizeof(src), err) < 0)
+		return -1;
+	if ((fd = open(src, O_RDONLY | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? s_retired(model, version, err) :
+		    wsync_err_set(err, EX_IOERR, "%s: %s", src, strerror(errno));
+	return fd;
+}
+
+/* Copies size bytes of in to out inside the kernel: copy_file_range, else sendfile. */
+static int
+s_copy_fd(int in, int out, uint64_t size, wsync_err_t *err)
+{
+	uint64_t done = 0;
+	int range = 1;
+
+	while (done < size) {
+		size_t want = size - done > (1u << 30) ? 1u << 30 : (size_t)(size - done);
+		off_t ioff = (off_t)done, ooff = (off_t)done;
+		ssize_t n;
+		if (range) {
+			n = copy_file_range(in, &ioff, out, &ooff, want, 0);
+			/* Across file systems (or where it is missing): sendfile does the same. */
+			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP ||
+			    errno == ENOSYS)) {
+				range = 0;
+				continue;
+			}
+		} else if (lseek(out, ooff, SEEK_SET) < 0)
+			n = -1;
+		else
+			n = sendfile(out, in, &ioff, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wsync_err_set(err, n < 0 ? EX_IOERR : EX_DATAERR, "copy: %s",
+			    n < 0 ? strerror(errno) : "the store's file is shorter than announced");
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Links src to a new name "path.tmp.XXXXXX" (written to buf); errno set on failure. */
+static int
+s_link_temp(const char *src, const char *path, char *buf, size_t size)
+{
+	static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+	for (int tries = 0; tries < 16; tries++) {
+		unsigned char r[6];
+		int n = snprintf(buf, size, "%s.tmp.XXXXXX", path);
+		if (n < 0 || (size_t)n >= size || getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		for (int i = 0; i < 6; i++)
+			buf[n - 6 + i] = set[r[i] % (sizeof(set) - 1)];
+		if (link(src, buf) == 0)
+			return 0;
+		if (errno != EEXIST)
+			return -1;
+	}
+	return -1;
+}
+
+/*
+ * 1 when fd is the store's file just as the hub verified it: the hub gave its
+ * modification time then, and nothing has written to it since.
+ */
+static int
+s_unchanged(int fd, const wsync_head_t *got)
+{
+	struct stat st;
+
+	return got->mtime != 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == got->size &&
+	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec ==
+	    got->mtime;
+}
+
+/*
+ * Checks that fd holds version got of model: every hash (unless hashes is 0),
+ * the content id, the stamp.
+ */
+static int
+s_verify_fd(int fd, const char *model, const wsync_head_t *got, int hashes,
+    wsync_err_t *err)
+{
+	wsync_file_t *f = wsync_file_open_fd(fd, model, err);
+	int rc = -1;
+
+	if (f == NULL || (hashes && wsync_file_verify(f, NULL, NULL, err) < 0))
+		goto out;
+	if (wsync_file_content_id(f) != got->content || wsync_file_version(f) != got->version) {
+		wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": received content "
+		    "%016" PRIx64 " version %" PRIu64 ", the hub announced %016" PRIx64, model,
+		    got->version, wsync_file_content_id(f), wsync_file_version(f), got->content);
+		goto out;
+	}
+	rc = 0;
+out:
+	wsync_file_close(&f);
+	return rc;
+}
+
+/* The error for a transfer mode asked for that cannot work here. */
+static int
+s_not_local(const wsync_client_t *c, wsync_err_t *err)
+{
+	return wsync_err_set(err, EX_USAGE, "--transfer %s: the hub's store is not visible "
+	    "from here (another host, user or mount namespace); use socket or auto",
+	    wsync_transfer_name(c->transfer));
+}
+
+/*
+ * Puts version got of model into a new file beside path, in buf, open as *fd:
+ * a hard link to the store's file when the mode allows and the file systems
+ * agree, else a kernel copy of it. 1 when it was linked. On failure buf names
+ * the file made (the caller removes it) or is empty.
+ */
+static int
+s_fetch_local(wsync_client_t *c, const char *model, const wsync_head_t *got,
+    const char *path, char *buf, size_t size, int *fd, wsync_err_t *err)
+{
+	char src[PATH_MAX];
+	int in;
+
+	buf[0] = '\0';
+	if (s_store_path(c, model, got->version, src, sizeof(src), err) < 0)
+		return -1;
+	if (c->transfer != WSYNC_TRANSFER_COPY) {
+		if (s_link_temp(src, path, buf, size) == 0) {
+			c->used = "link";
+			if ((*fd = open(buf, O_RDONLY | O_CLOEXEC)) < 0) {
+				wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+				unlink(buf);
+				buf[0] = '\0';
+				return -1;
+			}
+			return 1;
+		}
+		int e = errno;
+		buf[0] = '\0';
+		if (e == ENOENT && access(src, F_OK) < 0)
+			return s_retired(model, got->version, err);
+		if (c->transfer == WSYNC_TRANSFER_LINK && e == EXDEV)
+			return wsync_err_set(err, EX_USAGE, "--transfer link: cannot link %s to %s: "
+			    "%s (--transfer copy works across file systems)", src, path,
+			    strerror(e));
+		if (c->transfer == WSYNC_TRANSFER_LINK)
+			return wsync_err_set(err, EX_IOERR, "cannot link %s to %s: %s", src, path,
+			    strerror(e));
+	}
+	if (snprintf(buf, size, "%s.tmp.XXXXXX", path) >= (int)size ||
+	    (*fd = mkostemp(buf, O_CLOEXEC)) < 0) {
+		buf[0] = '\0';
+		return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
+		    path, strerror(errno));
+	}
+	c->used = "copy";
+	if ((in = s_store_open(c, model, got->version, err)) < 0)
+		return -1;
+	if (s_copy_fd(in, *fd, got->size, err) < 0) {
+		close(in);
+		return -1;
+	}
+	close(in);
+	return 0;
+}
+
 int
 wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
     const wsync_head_t *known, const char *worker, const char *path, char **tmp,
@@ -440,36 +685,41 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 {
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	char buf[PATH_MAX];
-	wsync_file_t *f = NULL;
-	int fd = -1;
+	int fd = -1, linked = 0;
 
 	*tmp = NULL;
+	buf[0] = '\0';
+	if (!c->local && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
+	    WSYNC_TRANSFER_SOCKET)
+		return s_not_local(c, err);
 	if (known != NULL)
 		*got = *known;
 	else if (s_stat(c, model, version, worker, got, timeout_ms, err) < 0)
 		return -1;
-	if (snprintf(buf, sizeof(buf), "%s.tmp.XXXXXX", path) >= (int)sizeof(buf))
-		return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
-	if ((fd = mkstemp(buf)) < 0)
-		return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
-		    path, strerror(errno));
-	if (ftruncate(fd, (off_t)got->size) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
-		goto fail;
+	if (c->local && c->transfer != WSYNC_TRANSFER_SOCKET) {
+		if ((linked = s_fetch_local(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
+			goto fail;
+	} else {
+		c->used = "socket";
+		if (snprintf(buf, sizeof(buf), "%s.tmp.XXXXXX", path) >= (int)sizeof(buf))
+			return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
+		if ((fd = mkostemp(buf, O_CLOEXEC)) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
+			    path, strerror(errno));
+		if (ftruncate(fd, (off_t)got->size) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+			goto fail;
+		}
+		if (s_get_all(c, model, got, worker, fd, deadline, err) < 0)
+			goto fail;
 	}
-	if (s_get_all(c, model, got, worker, fd, deadline, err) < 0)
+	/*
+	 * A link is the store's own file: its mode is the store's, and it is on
+	 * disk already. Untouched since the hub verified it, its hashes hold.
+	 */
+	if (s_verify_fd(fd, model, got, !(linked && s_unchanged(fd, got)), err) < 0)
 		goto fail;
-	if ((f = wsync_file_open_fd(fd, model, err)) == NULL ||
-	    wsync_file_verify(f, NULL, NULL, err) < 0)
-		goto fail;
-	if (wsync_file_content_id(f) != got->content || wsync_file_version(f) != got->version) {
-		wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": received content "
-		    "%016" PRIx64 " version %" PRIu64 ", the hub announced %016" PRIx64, model,
-		    got->version, wsync_file_content_id(f), wsync_file_version(f), got->content);
-		goto fail;
-	}
-	wsync_file_close(&f);
-	if (fchmod(fd, 0644) < 0 || fsync(fd) < 0) {
+	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 		goto fail;
 	}
@@ -484,10 +734,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 	}
 	return 0;
 fail:
-	wsync_file_close(&f);
 	if (fd >= 0)
 		close(fd);
-	unlink(buf);
+	if (buf[0] != '\0')
+		unlink(buf);
 	return -1;
 }
 
@@ -504,6 +754,32 @@ s_copy_out(int fd, wsync_err_t *err)
 	return n < 0 ? wsync_err_set(err, EX_IOERR, "read: %s", strerror(errno)) : 0;
 }
 
+/* Pull to stdout from a store visible here: the store's file itself, verified, then copied. */
+static int
+s_pull_local_stdout(wsync_client_t *c, const char *model, uint64_t version,
+    const char *worker, wsync_head_t *got, int64_t deadline, wsync_err_t *err)
+{
+	int fd, rc;
+
+	for (;;) {
+		if (s_stat(c, model, version, worker, got, s_left(deadline), err) < 0)
+			return -1;
+		if ((fd = s_store_open(c, model, got->version, err)) >= 0)
+			break;
+		/* Retired between stat and open: the newer head, within the same bound. */
+		if (version != 0 || err->code != EX_NOINPUT || s_left(deadline) == 0)
+			return -1;
+	}
+	c->used = "copy";
+	rc = s_verify_fd(fd, model, got, !s_unchanged(fd, got), err);
+	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
+		rc = wsync_err_set(err, EX_IOERR, "%s: %s", model, strerror(errno));
+	if (rc == 0)
+		rc = s_copy_out(fd, err);
+	close(fd);
+	return rc;
+}
+
 int
 wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
     const char *worker, const char *path, wsync_head_t *got, int timeout_ms,
@@ -515,6 +791,8 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
 	int rc, fd;
 
 	/* Standard output gets nothing until the whole version is verified. */
+	if (strcmp(path, "-") == 0 && c->local && c->transfer != WSYNC_TRANSFER_SOCKET)
+		return s_pull_local_stdout(c, model, version, worker, got, deadline, err);
 	if (strcmp(path, "-") == 0) {
 		snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
 		beside = dir;
@@ -559,6 +837,7 @@ struct s_source {
 	size_t maplen;
 	const unsigned char *base;
 	size_t size;
+	int shared;                     /* base is a shared file mapping: pages may be let go */
 };
 
 static void
@@ -572,8 +851,8 @@ s_source_free(struct s_source *src)
 
 /*
  * Makes the bytes to upload for item: a .wsync input of the same model as it
- * is (after verifying its hashes); anything else re-written as .wsync of
- * item->model into memory (tensors split into a tree at '.').
+ * is (its hashes still to be verified: src->verify); anything else re-written
+ * as .wsync of item->model into memory (tensors split into a tree at '.').
  */
 static int
 s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *err)
@@ -587,15 +866,17 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	if (in == NULL)
 		return -1;
 	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC) {
-		if (wsync_file_verify(in, NULL, NULL, err) < 0)
-			goto out;
 		if (strcmp(wsync_file_model(in), item->model) == 0) {
 			src->file = in;
 			src->base = wsync_file_bytes(in);
 			src->size = wsync_file_size(in);
+			src->shared = in->mem == WSYNC_MEM_MMAP;
 			return 0;
 		}
 	}
+	/* Re-written, its hashes are computed afresh: the old ones must hold first. */
+	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC && wsync_file_verify(in, NULL, NULL, err) < 0)
+		goto out;
 	if ((tree = wsync_tree_new(item->model, err)) == NULL)
 		goto out;
 	for (size_t i = 0; i < wsync_file_meta_count(in); i++) {
@@ -626,6 +907,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 	}
 	src->maplen = src->size = (size_t)st.st_size;
 	src->base = src->map;
+	src->shared = 1;
 	rc = 0;
 out:
 	if (fd >= 0)
@@ -677,6 +959,9 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 			wsync_enc_free(&e);
 			if (rc < 0)
 				return -1;
+			/* ZeroMQ copied the chunk: its pages can go. */
+			if (src[file].shared)
+				wsync_pages_release(src[file].base + off, len);
 			off += len;
 			if (off >= src[file].size) {
 				file++;
@@ -700,6 +985,58 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 		if (slot < inflight)
 			ids[slot] = ids[--inflight];
 	}
+}
+
+/*
+ * Writes a mapped source to fd a window at a time, letting each window's
+ * pages go once written: a push of any size holds a window of it.
+ */
+static int
+s_write_window(int fd, const unsigned char *p, size_t size, int shared)
+{
+	for (size_t off = 0; off < size; off += S_ALLOC_AHEAD) {
+		size_t n = size - off < S_ALLOC_AHEAD ? size - off : S_ALLOC_AHEAD;
+		if (wsync_write_all(fd, p + off, n) < 0)
+			return -1;
+		if (shared)
+			wsync_pages_release(p + off, n);
+	}
+	return 0;
+}
+
+/*
+ * Writes each source into the file the hub made for it (begin's "paths"): the
+ * hand-over of a pusher that sees the hub's store. The hub verifies at commit.
+ */
+static int
+s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src, int n,
+    wsync_err_t *err)
+{
+	const msgpack_object *paths = wsync_msg_get(m, "paths");
+
+	if (paths == NULL || paths->type != MSGPACK_OBJECT_ARRAY ||
+	    paths->via.array.size != (uint32_t)n)
+		return wsync_err_set(err, EX_PROTOCOL, "no paths");
+	for (int i = 0; i < n; i++) {
+		char path[PATH_MAX];
+		int fd, rc;
+		if (wsync_obj_str(&paths->via.array.ptr[i], path, sizeof(path)) < 0 ||
+		    strncmp(path, c->store, strlen(c->store)) != 0)
+			return wsync_err_set(err, EX_PROTOCOL, "a path outside the store");
+		if ((fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: %s", path, strerror(errno));
+		/* Fresh pages cost less allocated at once than faulted in by each write. */
+		if (fallocate(fd, 0, 0, (off_t)src[i].size) < 0 && errno != EOPNOTSUPP)
+			rc = -1;
+		else
+			rc = s_write_window(fd, src[i].base, src[i].size, src[i].shared);
+		if (close(fd) < 0)
+			rc = -1;
+		if (rc < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path,
+			    strerror(errno));
+	}
+	return 0;
 }
 
 /* Packs what begin and put share: files, pusher and the target workers. */
@@ -787,7 +1124,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	wsync_parts_t p = { .n = 0 };
 	uint64_t id, upload = 0;
 	size_t total = 0;
-	int rc = -1, i;
+	int rc = -1, i, local;
 
 	if (src == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
@@ -796,22 +1133,46 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 			goto out;
 		total += src[i].size;
 	}
-	if (total <= c->chunk) {
+	if (!c->local && (c->transfer == WSYNC_TRANSFER_LINK ||
+	    c->transfer == WSYNC_TRANSFER_COPY)) {
+		rc = s_not_local(c, err);
+		goto out;
+	}
+	/* One message is as cheap as handing files over; auto only hands over larger pushes. */
+	local = c->local && (c->transfer == WSYNC_TRANSFER_LINK ||
+	    c->transfer == WSYNC_TRANSFER_COPY ||
+	    (c->transfer == WSYNC_TRANSFER_AUTO && total > c->chunk));
+	/*
+	 * Nothing bad is sent: an input that travels as it is gets verified here.
+	 * Handed over, it is the hub's own verification, before the commit, that
+	 * keeps it out, and the input is read once instead of twice.
+	 */
+	for (i = 0; i < n && !local; i++)
+		if (src[i].file != NULL && wsync_file_verify(src[i].file, NULL, NULL, err) < 0)
+			goto out;
+	if (total <= c->chunk && !local) {
 		rc = s_put(c, items, src, n, total, workers, nworkers, s_left(deadline), err);
 		goto out;
 	}
-	id = s_request(c, &e, "begin", workers != NULL ? 3 : 2);
+	id = s_request(c, &e, "begin", (workers != NULL ? 3 : 2) + local);
 	s_pack_upload(&e, items, src, n, workers, nworkers);
+	if (local)
+		wsync_enc_kv_bool(&e, "local", 1);
 	if (s_call(c, &e, id, NULL, 0, s_left(deadline), "begin", &m, &p, err) < 0)
 		goto out;
 	rc = wsync_msg_u64(&m, "upload", &upload);
+	if (rc == 0 && local)
+		rc = s_hand_over(c, &m, src, n, err);
 	s_release(&m, &p);
 	if (rc < 0) {
-		rc = wsync_err_set(err, EX_PROTOCOL, "%s: begin reply without upload",
-		    c->endpoint);
+		if (err->code == EX_PROTOCOL)
+			wsync_err_set(err, EX_PROTOCOL, "%s: begin reply without upload or paths",
+			    c->endpoint);
+		if (upload != 0)
+			s_abort(c, upload);
 		goto out;
 	}
-	if ((rc = s_upload(c, upload, src, n, deadline, err)) < 0) {
+	if (!local && (rc = s_upload(c, upload, src, n, deadline, err)) < 0) {
 		s_abort(c, upload);
 		goto out;
 	}
@@ -896,18 +1257,30 @@ s_simple(wsync_client_t *c, wsync_enc_t *e, uint64_t id, int timeout_ms, const c
 }
 
 int
-wsync_client_report(wsync_client_t *c, const char *worker, const char *model,
-    uint64_t version, const char *reason, int timeout_ms, wsync_err_t *err)
+wsync_client_report_how(wsync_client_t *c, const char *worker, const char *model,
+    uint64_t version, const char *reason, const char *transfer, int timeout_ms,
+    wsync_err_t *err)
 {
 	wsync_enc_t e;
-	uint64_t id = s_request(c, &e, reason ? "fail" : "ack", reason ? 4 : 3);
+	uint64_t id = s_request(c, &e, reason ? "fail" : "ack",
+	    3 + (reason != NULL) + (transfer != NULL));
 
 	wsync_enc_kv_str(&e, "worker", worker);
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", version);
 	if (reason != NULL)
 		wsync_enc_kv_str(&e, "reason", reason);
+	if (transfer != NULL)
+		wsync_enc_kv_str(&e, "transfer", transfer);
 	return s_simple(c, &e, id, timeout_ms, reason ? "fail" : "ack", err);
+}
+
+int
+wsync_client_report(wsync_client_t *c, const char *worker, const char *model,
+    uint64_t version, const char *reason, int timeout_ms, wsync_err_t *err)
+{
+	return wsync_client_report_how(c, worker, model, version, reason, NULL, timeout_ms,
+	    err);
 }
 
 int

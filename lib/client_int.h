@@ -2,6 +2,8 @@
 #ifndef WSYNC_CLIENT_INT_H
 #define WSYNC_CLIENT_INT_H
 
+#include <limits.h>
+
 #include "net_int.h"
 #include "wsync.h"
 
@@ -20,6 +22,10 @@ struct wsync_client {
 	uint32_t chunk;
 	uint32_t window;
 	uint32_t heartbeat_ms;
+	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
+	int local;                      /* the hub's store is visible here (same store id) */
+	char store[PATH_MAX];           /* the hub's store directory, from hello */
+	const char *used;               /* how the last fetch travelled */
 };
 
 /*
@@ -31,5 +37,10 @@ struct wsync_client {
 int wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
     const wsync_head_t *known, const char *worker, const char *path, char **tmp,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+
+/* Reports an applied (reason NULL) or failed version, with how it travelled (may be NULL). */
+int wsync_client_report_how(wsync_client_t *c, const char *worker, const char *model,
+    uint64_t version, const char *reason, const char *transfer, int timeout_ms,
+    wsync_err_t *err);
 
 #endif

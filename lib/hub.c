@@ -51,6 +51,7 @@ struct s_worker {
 	uint64_t pid;
 	int64_t seen;                   /* monotonic ms */
 	int gone;                       /* said bye */
+	char transfer[8];               /* how its last applied version came: link, copy, socket */
 	struct s_wmodel *models;
 	size_t nmodels, cap;
 };
@@ -69,6 +70,7 @@ struct s_upload {
 	char pusher[WSYNC_MAX_ID + 1];
 	char **targets;                 /* NULL: every worker */
 	size_t ntargets;
+	int local;                      /* the pusher writes the files itself, by path */
 	int64_t touched;
 };
 
@@ -146,6 +148,14 @@ s_missing(const char *key, wsync_err_t *err)
 	return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is missing", key);
 }
 
+/* 0 when s names a way a version reaches a worker. */
+static int
+s_transfer_check(const char *s)
+{
+	return strcmp(s, "link") == 0 || strcmp(s, "copy") == 0 || strcmp(s, "socket") == 0 ?
+	    0 : -1;
+}
+
 /* A string field checked by check (may be NULL); "" in buf when absent and optional. */
 static int
 s_str(const struct s_req *r, const char *key, int required, int (*check)(const char *),
@@ -161,6 +171,7 @@ s_str(const struct s_req *r, const char *key, int required, int (*check)(const c
 		return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is not %s", key,
 		    check == wsync_model_id_check ? "a model id (1 to 64 of A-Z a-z 0-9 . _ -)" :
 		    check == wsync_id_check ? "an id (1 to 128 printable ASCII bytes, no space)" :
+		    check == s_transfer_check ? "link, copy or socket" :
 		    "a string of the right size");
 	}
 	return 0;
@@ -189,6 +200,21 @@ s_u64(const struct s_req *r, const char *key, int required, uint64_t *v, wsync_e
 	if (wsync_obj_u64(o, v) < 0)
 		return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is not an unsigned integer",
 		    key);
+	return 0;
+}
+
+/* An optional boolean field; 0 when absent. */
+static int
+s_bool(const struct s_req *r, const char *key, int *v, wsync_err_t *err)
+{
+	const msgpack_object *o = wsync_msg_get(&r->msg, key);
+
+	*v = 0;
+	if (o == NULL)
+		return 0;
+	if (o->type != MSGPACK_OBJECT_BOOLEAN)
+		return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is not true or false", key);
+	*v = o->via.boolean;
 	return 0;
 }
 
@@ -680,8 +706,11 @@ s_op_hello(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	s_log(h, "event=hello role=%s%s%s host=%s pid=%" PRIu64, role, worker[0] ? " worker=" :
 	    "", worker, host[0] ? host : "-", pid);
 	s_strv_free(models, nmodels);
-	s_ok(&e, r->id, 6);
+	/* store and store_id let a client on this host take versions from the files. */
+	s_ok(&e, r->id, 8);
 	wsync_enc_kv_str(&e, "hub", h->name);
+	wsync_enc_kv_str(&e, "store", wsync_store_dir(h->store));
+	wsync_enc_kv_str(&e, "store_id", wsync_store_id(h->store));
 	wsync_enc_kv_u64(&e, "proto", WSYNC_PROTO);
 	wsync_enc_kv_str(&e, "pub", h->pub_endpoint);
 	wsync_enc_kv_u64(&e, "chunk", WSYNC_CHUNK);
@@ -698,11 +727,12 @@ fail:
 static void
 s_pack_head(wsync_enc_t *e, const wsync_version_t *v)
 {
-	msgpack_pack_map(&e->pk, 4);
+	msgpack_pack_map(&e->pk, 5);
 	wsync_enc_kv_u64(e, "version", v->version);
 	wsync_enc_kv_u64(e, "size", v->size);
 	wsync_enc_kv_u64(e, "content", v->content);
 	wsync_enc_kv_double(e, "time", v->time);
+	wsync_enc_kv_u64(e, "mtime", v->mtime_ns);
 }
 
 /* Records a heartbeat's applied map {model: version} for worker w. */
@@ -865,12 +895,13 @@ s_op_stat(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		return -1;
 	if ((v = s_lookup(h, model, version, worker[0] ? worker : NULL, err)) == NULL)
 		return -1;
-	s_ok(&e, r->id, 5);
+	s_ok(&e, r->id, 6);
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", v->version);
 	wsync_enc_kv_u64(&e, "size", v->size);
 	wsync_enc_kv_u64(&e, "content", v->content);
 	wsync_enc_kv_double(&e, "time", v->time);
+	wsync_enc_kv_u64(&e, "mtime", v->mtime_ns);
 	s_reply(h, r, &e);
 	return 0;
 }
@@ -989,6 +1020,7 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 		return wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d uploads in flight "
 		    "already; try again later", S_UPLOADS);
 	if (s_str(r, "pusher", 0, wsync_id_check, u->pusher, sizeof(u->pusher), err) < 0 ||
+	    s_bool(r, "local", &u->local, err) < 0 ||
 	    s_list(wsync_msg_get(&r->msg, "workers"), "workers", 0, wsync_id_check,
 	    &u->targets, &u->ntargets, err) < 0 ||
 	    s_begin_files(h, wsync_msg_get(&r->msg, "files"), u, err) < 0)
@@ -1003,8 +1035,8 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 	for (size_t i = 0; i < u->nfiles; i++)
 		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s%s",
 		    i ? "," : "", u->temps[i].model);
-	s_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s", u->id, list,
-	    u->pusher[0] ? u->pusher : "-");
+	s_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s transfer=%s", u->id, list,
+	    u->pusher[0] ? u->pusher : "-", u->local ? "copy" : "socket");
 	*up = u;
 	return 0;
 fail:
@@ -1020,8 +1052,15 @@ s_op_begin(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 
 	if (s_upload_open(h, r, &u, err) < 0)
 		return -1;
-	s_ok(&e, r->id, 1);
+	s_ok(&e, r->id, u->local ? 2 : 1);
 	wsync_enc_kv_u64(&e, "upload", u->id);
+	if (u->local) {
+		/* The pusher shares this host and store: it writes the files in place itself. */
+		wsync_enc_str(&e, "paths");
+		msgpack_pack_array(&e.pk, u->nfiles);
+		for (size_t i = 0; i < u->nfiles; i++)
+			wsync_enc_str(&e, u->temps[i].path);
+	}
 	s_reply(h, r, &e);
 	return 0;
 }
@@ -1097,7 +1136,7 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 	wsync_enc_t e;
 
 	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 6);
+	msgpack_pack_map(&e.pk, 7);
 	wsync_enc_str(&e, "group");
 	msgpack_pack_array(&e.pk, u->nfiles);
 	for (size_t i = 0; i < u->nfiles; i++)
@@ -1106,6 +1145,7 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 	wsync_enc_kv_u64(&e, "version", c->version);
 	wsync_enc_kv_u64(&e, "size", c->size);
 	wsync_enc_kv_u64(&e, "content", c->content);
+	wsync_enc_kv_u64(&e, "mtime", c->mtime_ns);
 	wsync_enc_str(&e, "workers");
 	if (u->targets == NULL)
 		msgpack_pack_nil(&e.pk);
@@ -1130,11 +1170,16 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 	uint64_t id = u->id;
 	size_t n = 0;
 
-	for (size_t i = 0; i < u->nfiles; i++)
+	for (size_t i = 0; i < u->nfiles; i++) {
+		struct stat st;
+		if (u->local && fstat(u->temps[i].fd, &st) == 0 && (uint64_t)st.st_size ==
+		    u->files[i].size)
+			u->files[i].filled = u->files[i].size;
 		if (u->files[i].filled != u->files[i].size)
 			return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %zu (model %s) "
 			    "has %" PRIu64 " of its %" PRIu64 " bytes", id, i, u->temps[i].model,
 			    u->files[i].filled, u->files[i].size);
+	}
 	info.pusher = u->pusher;
 	info.time = wsync_wall_time();
 	info.targets = (const char *const *)u->targets;
@@ -1242,7 +1287,7 @@ static int
 s_op_report(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 {
 	char worker[WSYNC_MAX_ID + 1], model[WSYNC_MAX_MODEL + 1];
-	char reason[WSYNC_MAX_REASON + 1], quoted[4 * WSYNC_MAX_REASON + 8];
+	char reason[WSYNC_MAX_REASON + 1], quoted[4 * WSYNC_MAX_REASON + 8], transfer[8];
 	int fail = strcmp(r->op, "fail") == 0;
 	struct s_worker *w;
 	struct s_wmodel *wm;
@@ -1251,7 +1296,8 @@ s_op_report(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 
 	if (s_worker_field(r, 1, worker, err) < 0 || s_model(r, model, err) < 0 ||
 	    s_u64(r, "version", 1, &version, err) < 0 ||
-	    (fail && s_str(r, "reason", 1, NULL, reason, sizeof(reason), err) < 0))
+	    (fail && s_str(r, "reason", 1, NULL, reason, sizeof(reason), err) < 0) ||
+	    s_str(r, "transfer", 0, s_transfer_check, transfer, sizeof(transfer), err) < 0)
 		return -1;
 	if (version == 0)
 		return wsync_err_set(err, EX_USAGE, "%s of version 0: versions start at 1", r->op);
@@ -1271,7 +1317,10 @@ s_op_report(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		    model, version, wsync_log_quote(reason, quoted, sizeof(quoted)));
 	} else {
 		s_applied_set(wm, version, 1);
-		s_log(h, "event=ack worker=%s model=%s version=%" PRIu64, worker, model, version);
+		if (transfer[0] != '\0')
+			memcpy(w->transfer, transfer, sizeof(w->transfer));
+		s_log(h, "event=ack worker=%s model=%s version=%" PRIu64 "%s%s", worker, model,
+		    version, transfer[0] ? " transfer=" : "", transfer);
 		s_waits_check(h, model);
 	}
 	s_ok(&e, r->id, 0);
@@ -1408,8 +1457,9 @@ s_pack_worker(wsync_enc_t *e, const struct s_worker *w, int64_t now)
 		watching += w->models[i].watching;
 		applied += w->models[i].applied != 0;
 	}
-	msgpack_pack_map(&e->pk, 8);
+	msgpack_pack_map(&e->pk, 9);
 	wsync_enc_kv_str(e, "worker", w->id);
+	wsync_enc_kv_str(e, "transfer", w->transfer[0] ? w->transfer : "-");
 	wsync_enc_kv_str(e, "host", w->host);
 	wsync_enc_kv_u64(e, "pid", w->pid);
 	wsync_enc_str(e, "models");

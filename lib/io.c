@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -27,6 +29,41 @@ wsync_write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
+}
+
+/* The page-aligned range [*start, *end) inside [p, p + len); 0 when empty. */
+static int
+s_inner_pages(const void *p, size_t len, uintptr_t *start, uintptr_t *end)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+	*start = ((uintptr_t)p + page - 1) & ~(page - 1);
+	*end = ((uintptr_t)p + len) & ~(page - 1);
+	return *end > *start;
+}
+
+void
+wsync_pages_release(const void *p, size_t len)
+{
+	uintptr_t start, end;
+
+	if (s_inner_pages(p, len, &start, &end))
+		madvise((void *)start, end - start, MADV_DONTNEED);
+}
+
+void
+wsync_pages_populate(const void *p, size_t len)
+{
+#ifdef MADV_POPULATE_READ
+	uintptr_t start, end;
+
+	/* Older kernels refuse it (EINVAL): then the pages come by faults, as before. */
+	if (s_inner_pages(p, len, &start, &end))
+		madvise((void *)start, end - start, MADV_POPULATE_READ);
+#else
+	(void)p;
+	(void)len;
+#endif
 }
 
 /* The process umask; mkstemp makes 0600 files, written files get 0666 & ~umask. */

@@ -8,6 +8,16 @@
 /* Writes all len bytes to fd, retrying on EINTR and short writes; -1 with errno. */
 int wsync_write_all(int fd, const void *buf, size_t len);
 
+/*
+ * Lets go of the pages of a MAP_SHARED file mapping in [p, p + len) (those
+ * wholly inside): the data stays in the file and comes back on the next
+ * touch, but stops counting in this process's memory. Never for anonymous
+ * memory, whose data it would drop.
+ */
+void wsync_pages_release(const void *p, size_t len);
+/* Maps in the pages of [p, p + len) at once, cheaper than a fault per page. */
+void wsync_pages_populate(const void *p, size_t len);
+
 /* Writes something to a descriptor; the shape of both tree writers. */
 typedef int (*wsync_write_fn)(wsync_tree_t *tree, int fd, const char *name,
     wsync_err_t *err);

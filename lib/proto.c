@@ -212,6 +212,7 @@ wsync_head_decode(const msgpack_object *o, wsync_head_t *h)
 	    wsync_obj_u64(wsync_obj_get(o, "content"), &h->content) < 0)
 		return -1;
 	wsync_obj_double(wsync_obj_get(o, "time"), &h->time);
+	wsync_obj_u64(wsync_obj_get(o, "mtime"), &h->mtime);
 	return 0;
 }
 

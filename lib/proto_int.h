@@ -75,7 +75,7 @@ void wsync_enc_kv_double(wsync_enc_t *e, const char *key, double value);
  * text when it is a refusal.
  */
 int wsync_reply_decode(const wsync_msg_t *m, uint64_t *id, wsync_err_t *err);
-/* Reads {version, size, content[, time]} from a map into h; -1 when one of the three is missing. */
+/* Reads {version, size, content[, time, mtime]} from a map into h; -1 without the first three. */
 int wsync_head_decode(const msgpack_object *o, wsync_head_t *h);
 /* Reads the version and content each of n pushed items got from a commit or put reply. */
 int wsync_versions_decode(const wsync_msg_t *m, wsync_push_item_t *items, int n);

@@ -248,8 +248,12 @@ static void
 s_map_release(void *data, void *hint)
 {
 	wsync_map_t *m = hint;
+	const unsigned char *end = (const unsigned char *)m->base + m->len;
 
-	(void)data;
+	/* A chunk sent: its pages stay in the file, not in the hub's memory. */
+	if (data != NULL)
+		wsync_pages_release(data, (size_t)(end - (const unsigned char *)data) <
+		    WSYNC_CHUNK ? (size_t)(end - (const unsigned char *)data) : WSYNC_CHUNK);
 	if (atomic_fetch_sub(&m->refs, 1) == 1) {
 		munmap(m->base, m->len);
 		free(m);
@@ -788,6 +792,8 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 	/* Every byte, against its hash: what was committed is served, or nothing. */
 	if (wsync_file_verify(f, NULL, NULL, &err) < 0)
 		goto skip;
+	/* Verified here, as of this mtime (taken before the hashing). */
+	v.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
 	v.size = wsync_file_size(f);
 	v.content = wsync_file_content_id(f);
 	wsync_file_close(&f);
@@ -979,7 +985,14 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 	s->crash_at = getenv("WSYNC_TEST_CRASH_AT") ? atoi(getenv("WSYNC_TEST_CRASH_AT")) : 0;
 	s->log = log;
 	s->log_arg = log_arg;
-	if ((s->dir = strdup(dir)) == NULL || asprintf(&s->uploads, "%s/.uploads", dir) < 0) {
+	if (s_mkdir(dir, err) < 0)
+		goto fail;
+	/* Absolute, so that clients on this host can find its files (wsync(7), transfer). */
+	if ((s->dir = realpath(dir, NULL)) == NULL) {
+		wsync_err_set(err, EX_IOERR, "%s: %s", dir, strerror(errno));
+		goto fail;
+	}
+	if (asprintf(&s->uploads, "%s/.uploads", s->dir) < 0) {
 		s->uploads = NULL;
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
@@ -989,7 +1002,7 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 		goto fail;
 	}
 	/* Roll forward a commit the journal records before its uploads are cleaned. */
-	if (s_mkdir(s->dir, err) < 0 || s_lock(s, err) < 0 || s_identity(s, err) < 0 ||
+	if (s_lock(s, err) < 0 || s_identity(s, err) < 0 ||
 	    s_mkdir(s->uploads, err) < 0 || s_journal_recover(s, err) < 0 ||
 	    s_clean_uploads(s, err) < 0 || s_scan(s, err) < 0)
 		goto fail;
@@ -1178,12 +1191,18 @@ s_publish(wsync_store_t *s, wsync_store_temp_t *files, size_t n, struct s_staged
 		wsync_version_t v = { .version = st[i].version, .size = st[i].size,
 		    .content = st[i].content, .time = info->time, .fd = files[i].fd };
 		wsync_model_t *m = s_model_get(s, files[i].model);
+		struct stat sb;
+		/* Verified, stamped and synced: from now on, only a write changes this. */
+		if (fstat(v.fd, &sb) == 0)
+			v.mtime_ns = (uint64_t)sb.st_mtim.tv_sec * 1000000000u +
+			    (uint64_t)sb.st_mtim.tv_nsec;
 		files[i].fd = -1;
 		files[i].path[0] = '\0';
 		snprintf(out[i].model, sizeof(out[i].model), "%s", files[i].model);
 		out[i].version = st[i].version;
 		out[i].size = st[i].size;
 		out[i].content = st[i].content;
+		out[i].mtime_ns = v.mtime_ns;
 		if (m == NULL || (v.pusher = strdup(info->pusher)) == NULL ||
 		    s_targets_copy(&v, info->targets, info->ntargets) < 0) {
 			/* On disk already: the next open of the store finds it. */

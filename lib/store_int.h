@@ -48,6 +48,12 @@ typedef struct wsync_version {
 	uint64_t size;                  /* bytes in the file */
 	uint64_t content;               /* content id */
 	double time;                    /* unix seconds of the commit */
+	/*
+	 * The file's modification time (ns since the epoch) when this hub verified
+	 * it, at its commit or when the store opened; 0 when not verified here. A client that links the file and finds it
+	 * unchanged need not hash it again (wsync(7), TRANSFER).
+	 */
+	uint64_t mtime_ns;
 	char *pusher;                   /* who pushed it; "" when unknown */
 	char **targets;                 /* the only workers who see it; NULL: everyone */
 	size_t ntargets;
@@ -143,6 +149,7 @@ typedef struct wsync_committed {
 	uint64_t version;
 	uint64_t size;
 	uint64_t content;
+	uint64_t mtime_ns;              /* as wsync_version_t's */
 } wsync_committed_t;
 
 /* Who pushed an upload, when, and to whom it is announced. */

@@ -149,8 +149,9 @@ wsync_tree_add_keys(wsync_tree_t *tree, const char *const *keys, int nkeys,
 		    "data has %llu", keys[nkeys - 1], (unsigned long long)want,
 		    wsync_dtype_name(dtype), (unsigned long long)nbytes);
 	if (nbytes > UINT32_MAX)
-		return wsync_err_set(err, EX_DATAERR, "tensor %s: %llu bytes is more than one "
-		    "msgpack bin holds (4 GiB)", keys[nkeys - 1], (unsigned long long)nbytes);
+		return wsync_err_set(err, EX_DATAERR, "tensor %s: %llu bytes: a .wsync tensor "
+		    "holds at most 4294967295 (one msgpack bin, see wsync-format(5))",
+		    keys[nkeys - 1], (unsigned long long)nbytes);
 
 	if (tree->n == tree->cap) {
 		size_t cap = tree->cap ? tree->cap * 2 : 16;

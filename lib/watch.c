@@ -22,6 +22,7 @@ struct s_watch {
 	uint64_t *failed;       /* per model: the last version whose apply failed */
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
+	const char **how;       /* per model: how that version came (link, copy, socket) */
 	char endpoint[512];
 	char store[64];         /* the store id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
@@ -57,7 +58,7 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 	const wsync_watch_opts_t *o = w->o;
 	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
 	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
-	    .timeout_ms = timeout_ms };
+	    .timeout_ms = timeout_ms, .transfer = o->transfer };
 	int zero = 0;
 
 	if ((w->client = wsync_client_new(&co, err)) == NULL)
@@ -198,6 +199,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			return -1;
 		}
 		w->heads[i] = got;
+		w->how[i] = wsync_client_transfer(w->client);
 		moved = 1;
 	}
 	if (!moved)
@@ -229,8 +231,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			continue;
 		}
 		w->applied[i] = u.version;
-		if (wsync_client_report(w->client, o->worker, o->models[i], u.version, NULL,
-		    S_CALL_MS, &rerr) < 0)
+		if (wsync_client_report_how(w->client, o->worker, o->models[i], u.version, NULL,
+		    w->how[i], S_CALL_MS, &rerr) < 0)
 			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
 	}
@@ -279,8 +281,10 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	else if (w->o->nmodels > 1 || wsync_msg_u64(&m, "size", &head->size) < 0 ||
 	    wsync_msg_u64(&m, "content", &head->content) < 0)
 		rc = 1;
-	else
+	else {
+		wsync_msg_u64(&m, "mtime", &head->mtime);
 		rc = 2;
+	}
 	wsync_msg_free(&m);
 	return rc;
 }
@@ -403,7 +407,9 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.failed = calloc(n, sizeof(*w.failed));
 	w.heads = calloc(n, sizeof(*w.heads));
 	w.tmp = calloc(n, sizeof(*w.tmp));
-	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL) {
+	w.how = calloc(n, sizeof(*w.how));
+	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
+	    w.how == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -422,5 +428,6 @@ out:
 	free(w.failed);
 	free(w.heads);
 	free(w.tmp);
+	free(w.how);
 	return rc;
 }

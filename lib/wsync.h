@@ -213,6 +213,22 @@ int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t 
 
 typedef struct wsync_client wsync_client_t;
 
+/*
+ * How a version travels between a client and a hub (wsync(7), TRANSFER):
+ * auto takes the cheapest that works; link and copy need the hub's store
+ * visible on this host; socket always works.
+ */
+enum {
+	WSYNC_TRANSFER_AUTO,
+	WSYNC_TRANSFER_LINK,            /* a hard link to the store's immutable file */
+	WSYNC_TRANSFER_COPY,            /* a copy of it made in the kernel */
+	WSYNC_TRANSFER_SOCKET           /* bytes over the connection */
+};
+/* The mode a name (auto, link, copy, socket) stands for; -1 for anything else. */
+int wsync_transfer_parse(const char *name);
+/* The name of a mode. */
+const char *wsync_transfer_name(int mode);
+
 /* Who a client is; every pointer is borrowed for the call to wsync_client_new only. */
 typedef struct wsync_client_opts {
 	const char *endpoint;           /* NULL: wsync_endpoint_resolve(NULL) */
@@ -221,6 +237,7 @@ typedef struct wsync_client_opts {
 	const char *const *models;      /* the models it works on */
 	int nmodels;
 	int timeout_ms;                 /* how long to wait for the hub's hello */
+	int transfer;                   /* WSYNC_TRANSFER_*: how versions travel */
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */
@@ -229,6 +246,7 @@ typedef struct wsync_head {
 	uint64_t size;                  /* bytes of the .wsync file */
 	uint64_t content;               /* content id */
 	double time;                    /* commit time, seconds since the epoch */
+	uint64_t mtime;                 /* the store file's mtime (ns) once verified; 0: unknown */
 } wsync_head_t;
 
 /* One file of a push: model and path (or "-") in; version and content out. */
@@ -241,6 +259,8 @@ typedef struct wsync_push_item {
 
 /* Connects and says hello; 69 (EX_UNAVAILABLE) when no hub answers within timeout_ms. */
 wsync_client_t *wsync_client_new(const wsync_client_opts_t *opts, wsync_err_t *err);
+/* How the last pull or fetch of this client travelled: "link", "copy" or "socket". */
+const char *wsync_client_transfer(const wsync_client_t *client);
 /* Closes the connection and sets *client to NULL. */
 void wsync_client_destroy(wsync_client_t **client);
 /* The endpoint in use; borrowed. */
@@ -320,6 +340,7 @@ typedef struct wsync_watch_opts {
 	int connect_timeout_ms;         /* 0: wait for a hub for ever */
 	int once;                       /* return after the first update of every model */
 	uint64_t max_lag;               /* 0: none; else 75 when further behind the head */
+	int transfer;                   /* WSYNC_TRANSFER_*: how versions come */
 	wsync_apply_fn apply;
 	void *arg;
 	void (*log)(void *arg, const char *line);  /* what a person should know; may be NULL */

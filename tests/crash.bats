@@ -101,7 +101,8 @@ h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + w)
 PYEOF
 	run -0 wsync-push -m policy big.safetensors
-	start_watcher w1
+	# Through the socket: a same-host link is one atomic step with no transfer to interrupt.
+	start_watcher w1 --transfer socket
 	# The transfer has begun once its temporary file exists; stop the hub so it cannot end.
 	wait_until compgen -G "$TMP/w1.wsync.tmp.??????"
 	kill -STOP "$HUB_PID"
@@ -110,7 +111,7 @@ PYEOF
 	kill -CONT "$HUB_PID"
 	[ ! -e "$TMP/w1.wsync" ]
 	run -0 compgen -G "$TMP/w1.wsync.tmp.??????"
-	start_watcher w1
+	start_watcher w1 --transfer socket
 	wait_until watcher_at w1 1
 	run -0 wsync-inspect --verify "$TMP/w1.wsync"
 	assert_output "$TMP/w1.wsync: OK"

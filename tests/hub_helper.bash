@@ -58,6 +58,12 @@ start_watcher() {
 	PIDS+=("$!")
 }
 
+# 0 when the hub counts worker $1 as alive (it said hello).
+hub_has_worker() {
+	wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -e --arg id "$1" '.workers[] | select(.worker == $id and .alive)' >/dev/null
+}
+
 # The last version a watcher printed (0 if none).
 last_version() {
 	local v
@@ -92,6 +98,21 @@ PYEOF
 }
 
 # The content id of a file.
+# Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
+make_big() {
+	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+out, mib = sys.argv[1], int(sys.argv[2])
+raw = np.random.default_rng(7).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
+head = json.dumps({"w": {"dtype": "U8", "shape": [len(raw)],
+                         "data_offsets": [0, len(raw)]}}).encode()
+head += b" " * (-len(head) % 8)
+with open(out, "wb") as f:
+    f.write(struct.pack("<Q", len(head)) + head + raw)
+PYEOF
+}
+
 content_of() {
 	wsync-inspect --json "$1" | jq -r .content_id
 }

@@ -26,20 +26,23 @@ has_failure() {
 	[ -n "$(hub_failure "$1")" ]
 }
 
-# Version 1 of policy is refused by a pull (65) and by watcher w1, which
-# applies nothing and tells the hub why.
+# Version 1 of policy is refused by a pull (65) and by a new watcher ID,
+# which applies nothing and tells the hub why. Arguments: ID, then pull's and
+# watch's options (a --transfer mode).
 refused_everywhere() {
-	run -65 wsync-pull -m policy -o p.wsync
+	local id=$1
+	shift
+	run -65 wsync-pull "$@" -m policy -o p.wsync
 	assert_output "wsync-pull: policy: tensor actor.0.weight: data does not match its hash"
 	[ ! -e p.wsync ]
-	start_watcher w1
-	wait_until has_failure w1
-	run -0 hub_failure w1
+	start_watcher "$id" "$@"
+	wait_until has_failure "$id"
+	run -0 hub_failure "$id"
 	assert_output "1 policy: tensor actor.0.weight: data does not match its hash"
-	[ ! -e "$TMP/w1.wsync" ]
-	run -0 cat "$TMP/w1.out"
+	[ ! -e "$TMP/$id.wsync" ]
+	run -0 cat "$TMP/$id.out"
 	assert_output ""
-	run -1 compgen -G "$TMP/w1.wsync.tmp.*"
+	run -1 compgen -G "$TMP/$id.wsync.tmp.*"
 }
 
 @test "a byte flipped in a store file is refused by pull and watch, not applied, and reported" {
@@ -47,7 +50,9 @@ refused_everywhere() {
 	start_hub
 	run -0 wsync-push -m policy v1.wsync
 	flip_last_byte "$STORE/policy/1.wsync"
-	refused_everywhere
+	refused_everywhere w1 --transfer socket
+	# A link to the store's file is checked too: it changed since the hub verified it.
+	refused_everywhere w2 --transfer link
 	run -0 grep -c 'event=fail worker=w1 model=policy version=1 reason="policy: tensor actor.0.weight: data does not match its hash"$' "$TMP/hub.log"
 }
 
@@ -70,5 +75,6 @@ refused_everywhere() {
 	make_versions 1
 	WSYNC_TEST_FLIP_GET=1 start_hub
 	run -0 wsync-push -m policy v1.wsync
-	refused_everywhere
+	# Through the socket: a link (same host) has no transit to spoil.
+	refused_everywhere w1 --transfer socket
 }

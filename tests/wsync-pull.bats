@@ -54,7 +54,7 @@ PYEOF
 	start_hub
 	wsync-push -m policy big.safetensors
 	mkdir out
-	wsync-pull -m policy -o out/p.wsync 2>pull.err &
+	wsync-pull -m policy --transfer socket -o out/p.wsync 2>pull.err &
 	local pull=$!
 	PIDS+=("$pull")
 	# Hold the transfer in the middle: the pull waits for data that does not come.
@@ -70,4 +70,118 @@ PYEOF
 	assert_equal "$(cat pull.err)" "wsync-pull: interrupted by signal 2"
 	run -0 ls -A out
 	assert_output ""
+}
+
+inode() { stat -c %i "$1"; }
+
+@test "--transfer link makes the output the store's own file; copy and socket copy it" {
+	make_versions 2
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	run -0 wsync-pull -m policy --transfer link -o linked.wsync
+	assert_output 2
+	assert_equal "$(inode linked.wsync)" "$(inode "$STORE/policy/2.wsync")"
+	for mode in copy socket auto; do
+		run -0 wsync-pull -m policy -v 1 --transfer "$mode" -o "$mode.wsync"
+		assert_output 1
+		cmp "$mode.wsync" "$STORE/policy/1.wsync"
+	done
+	[ "$(inode copy.wsync)" != "$(inode "$STORE/policy/1.wsync")" ]
+	[ "$(inode socket.wsync)" != "$(inode "$STORE/policy/1.wsync")" ]
+	# auto links when it can.
+	assert_equal "$(inode auto.wsync)" "$(inode "$STORE/policy/1.wsync")"
+	run -0 bash -c "wsync-pull -m policy --transfer copy -o - | cmp - '$STORE/policy/2.wsync'"
+	ls -a | grep -c '\.tmp\.' | grep -qx 0
+}
+
+@test "--transfer link across file systems exits 64; auto copies instead" {
+	[ "$(stat -c %d /dev/shm)" != "$(stat -c %d "$TMP")" ] ||
+	    skip "/dev/shm and $TMP are one file system here"
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	run -64 wsync-pull -m policy --transfer link -o l.wsync
+	assert_output "wsync-pull: --transfer link: cannot link $STORE/policy/1.wsync to l.wsync: Invalid cross-device link (--transfer copy works across file systems)"
+	[ ! -e l.wsync ]
+	run -0 wsync-pull -m policy -o a.wsync
+	cmp a.wsync "$STORE/policy/1.wsync"
+	stop_hub
+	rm -rf "$STORE"
+}
+
+@test "link and copy exit 64 where the hub's store is not visible; socket works" {
+	[ "$(id -u)" = 0 ] && command -v unshare >/dev/null ||
+	    skip "needs root and unshare to hide the store in a mount namespace"
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	make_big 5
+	# A tmpfs over the store: the hub's socket is still there, its files are not.
+	hidden() { unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' "$STORE" "$@"; }
+	run -64 hidden wsync-pull -m policy --transfer link -o x.wsync
+	assert_output "wsync-pull: --transfer link: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
+	run -64 hidden wsync-push -m policy --transfer copy big.safetensors
+	assert_output "wsync-push: --transfer copy: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
+	run -0 hidden wsync-pull -m policy -o x.wsync
+	cmp x.wsync "$STORE/policy/1.wsync"
+	run -0 hidden wsync-push -m policy big.safetensors
+	assert_output 2
+	run -0 grep -c "event=begin.*transfer=socket" hub.log
+}
+
+@test "a push of more than one message on the hub's host is handed over through the store" {
+	make_big 6
+	start_hub
+	run -0 wsync-push -m policy big.safetensors
+	assert_output 1
+	run -0 wsync-push -m policy --transfer socket big.safetensors
+	assert_output 2
+	run -0 grep -o "event=begin.*transfer=[a-z]*" hub.log
+	assert_line --index 0 --regexp 'transfer=copy$'
+	assert_line --index 1 --regexp 'transfer=socket$'
+	wsync-pull -m policy -v 1 -o one.wsync >/dev/null
+	run -0 wsync-inspect diff big.safetensors one.wsync
+	assert_equal "$(content_of one.wsync)" "$(content_of "$STORE/policy/2.wsync")"
+	run -0 find "$STORE/.uploads" -type f
+	assert_output ""
+}
+
+@test "a 5 GiB model of two 2.5 GiB tensors round-trips; a tensor over 4 GiB is refused" {
+	local free_kib
+	free_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	((free_kib > 14 * 1024 * 1024)) || skip "needs 14 GiB of free memory, has $((free_kib / 1048576)) GiB"
+	[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || skip "needs a tmpfs at /dev/shm"
+	# Sparse inputs: zeros that take no room until written.
+	"$PY" - <<'PYEOF'
+import json, struct
+def sparse(path, tensors):
+    head, off = {}, 0
+    for name, n in tensors:
+        head[name] = {"dtype": "U8", "shape": [n], "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+half = 5 << 29
+sparse("five.safetensors", [("a", half), ("b", half)])
+sparse("huge.safetensors", [("w", (4 << 30) + 4096)])
+PYEOF
+	run -65 wsync-convert huge.safetensors huge.wsync
+	assert_output "wsync-convert: huge.safetensors: tensor w: 4294971392 bytes: a .wsync tensor holds at most 4294967295 (one msgpack bin, see wsync-format(5))"
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	start_hub
+	run -0 wsync-push -t 300 -m policy five.safetensors
+	assert_output 1
+	out=$(dirname "$STORE")/$(basename "$STORE").out
+	run -0 wsync-pull -t 300 -m policy -o "$out"
+	assert_output 1
+	run -0 wsync-inspect --json "$out"
+	assert_equal "$(jq -c '[.bytes, .tensors]' <<<"$output")" "[5368709120,2]"
+	run -0 wsync-inspect diff five.safetensors "$out"
+	stop_hub
+	rm -rf "$STORE" "$out"
 }

@@ -122,11 +122,11 @@ Try 'wsync-serve --help'."
 	assert_output --regexp "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z event=listen endpoint=ipc://$TMP/hub pub=ipc://$TMP/hub.pub hub=[^ ]+:$HUB_PID\$"
 }
 
-@test "hello tells the PUB endpoint, the hub and its limits" {
+@test "hello tells the PUB endpoint, the hub, its store and its limits" {
 	start_hub
 	run -0 hub req '{"op":"hello","proto":1,"role":"pull","host":"h","pid":7}'
 	run -0 jq -c 'del(.hub)' <<<"$output"
-	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"window\":8}"
+	assert_output "{\"chunk\":4194304,\"heartbeat_ms\":1000,\"id\":1,\"ok\":true,\"proto\":1,\"pub\":\"ipc://$TMP/hub.pub\",\"store\":\"$TMP/store\",\"store_id\":\"$(cat "$TMP/store/.id")\",\"window\":8}"
 	run -0 grep -c 'event=hello role=pull host=h pid=7' "$TMP/hub.log"
 }
 
@@ -218,11 +218,17 @@ Try 'wsync-serve --help'."
 	start_hub
 	run -0 hub push policy=v.wsync
 	assert_output '{"id":3,"ok":true,"versions":[{"content":"e911155f651e4978","model":"policy","size":144,"version":1}]}'
+	# mtime: the store file's, in ns, once the hub verified it.
+	local mtime
+	mtime=$(stat -c %.9Y "$TMP/store/policy/1.wsync" | tr -d .)
+	# (jq rounds integers this large: the raw text holds the exact one.)
 	run -0 hub req '{"op":"stat","model":"policy","version":0}'
-	run -0 jq -c 'del(.time)' <<<"$output"
+	assert_regex "$output" "\"mtime\": ?$mtime[,}]"
+	run -0 jq -c 'del(.time, .mtime)' <<<"$output"
 	assert_output '{"content":"e911155f651e4978","id":1,"model":"policy","ok":true,"size":144,"version":1}'
 	run -0 hub req '{"op":"heads","models":["policy","other"]}'
-	run -0 jq -c '.heads | map_values(del(.time))' <<<"$output"
+	assert_regex "$output" "\"mtime\": ?$mtime[,}]"
+	run -0 jq -c '.heads | map_values(del(.time, .mtime))' <<<"$output"
 	assert_output '{"policy":{"content":"e911155f651e4978","size":144,"version":1}}'
 	run -0 grep -c 'event=commit model=policy version=1 size=144 content=e911155f651e4978 pusher=hubclient:1 upload=1$' "$TMP/hub.log"
 }
@@ -402,7 +408,10 @@ $TMP/store/.uploads:"
 	run -0 hub announce policy=v.wsync
 	local pushes
 	pushes=$(jq .pushes <<<"$output")
-	run -0 jq -c .announcement <<<"$output"
+	local mtime
+	mtime=$(stat -c %.9Y "$TMP/store/policy/$pushes.wsync" | tr -d .)
+	assert_regex "$output" "\"mtime\": ?$mtime[,}]"
+	run -0 jq -c '.announcement | del(.mtime)' <<<"$output"
 	assert_output "{\"content\":\"e911155f651e4978\",\"group\":[\"policy\"],\"model\":\"policy\",\"size\":144,\"topic\":\"policy\",\"version\":$pushes,\"workers\":null}"
 }
 

@@ -165,7 +165,78 @@ PYEOF
 	make_versions 1
 	start_hub
 	start_watcher hung -x 'exec sleep 60' --exec-timeout 1
+	wait_until hub_has_worker hung
 	run -75 --separate-stderr wsync-push --wait all --timeout 4 -m policy v1.wsync
 	assert_regex "${stderr_lines[1]}" '^  hung: has no version, last seen [0-9.]+ s ago, last failure: hook timed out after 1.0 s$'
 	kill -0 "${WPID[hung]}"
+}
+
+@test "a watcher on the hub's host links each version; inspect shows how each came" {
+	make_versions 2
+	start_hub
+	start_watcher near
+	start_watcher far --transfer socket
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until watcher_at near 2
+	wait_until watcher_at far 2
+	assert_equal "$(stat -c %i near.wsync)" "$(stat -c %i "$STORE/policy/2.wsync")"
+	[ "$(stat -c %i far.wsync)" != "$(stat -c %i "$STORE/policy/2.wsync")" ]
+	cmp far.wsync near.wsync
+	# The link to version 1 went when version 2 was applied.
+	assert_equal "$(stat -c %h "$STORE/policy/1.wsync")" 1
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.workers[] | "\(.worker) \(.transfer)"' <<<"$output")" \
+	    "$(printf 'far socket\nnear link')"
+	run -0 wsync-inspect --hub
+	assert_line --regexp '^near +policy +2 +0 .* alive  link +-$'
+	run -0 grep -c "event=ack worker=near model=policy version=2 transfer=link" hub.log
+}
+
+@test "a reader holding an old version keeps its bytes after 10 newer ones retire it" {
+	make_versions 11
+	start_hub
+	start_watcher w1
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w1 1
+	wsync-pull -m policy --transfer socket -o saved1.wsync >/dev/null
+	# The reader maps the watcher's file (a link to version 1) and keeps it.
+	"$PY" - <<'PYEOF' &
+import mmap, os, time
+f = open("w1.wsync", "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+open("reader.ready", "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists("reader.go") and time.monotonic() < deadline:
+    time.sleep(0.02)
+with open("dump.wsync", "wb") as out:
+    out.write(m[:])
+PYEOF
+	local reader=$!
+	PIDS+=("$reader")
+	wait_until test -e reader.ready
+	for ((v = 2; v <= 11; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 11
+	[ ! -e "$STORE/policy/1.wsync" ]
+	touch reader.go
+	wait "$reader"
+	cmp dump.wsync saved1.wsync
+	run -0 wsync-inspect --verify dump.wsync
+	assert_equal "$(wsync-inspect --json dump.wsync | jq .version)" 1
+}
+
+@test "a byte flipped in the store's file is caught by a linking watcher, not applied" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	local off
+	off=$(wsync-inspect --json "$STORE/policy/1.wsync" | jq '.tree[0].offset + 3')
+	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+	start_watcher w1
+	wait_until grep -q "not applied" w1.err
+	run -0 cat w1.err
+	assert_line "wsync-watch: policy version 1 not applied: policy: tensor actor.0.bias: data does not match its hash"
+	[ ! -e w1.wsync ]
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.workers[0].failure.version' <<<"$output")" 1
 }
