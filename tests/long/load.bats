@@ -44,7 +44,7 @@ sample_lag() {
 
 @test "32 watchers follow 500 pushes of 1 MiB in order, to the last, with stable memory and descriptors" {
 	local watchers=${WSYNC_LOAD_WATCHERS:-32} pushes=${WSYNC_LOAD_PUSHES:-500} n id t0 t1 t2
-	local anon_warm anon_end fds_before fds_after applied sampler
+	local anon_warm anon_mid anon_end fds_before fds_after applied sampler
 	local -A pid
 	IDS=()
 	# 1 MiB of f32: one tensor, a new value per version so that content ids differ.
@@ -75,6 +75,7 @@ PYEOF
 	for ((n = 2; n <= pushes; n++)); do
 		wsync-push -m policy "m$((n % 2 + 1)).wsync" >/dev/null
 		[ "$n" -eq 50 ] && anon_warm=$(hub_anon_kb)
+		[ "$n" -eq $((pushes / 2)) ] && anon_mid=$(hub_anon_kb)
 	done
 	t1=$(date +%s.%N)
 	WAIT_S=120 wait_until all_at "$pushes"
@@ -95,11 +96,11 @@ PYEOF
 	wait_until fds_at_most $((fds_before + 3)) || ls -l "/proc/$HUB_PID/fd"
 	fds_after=$(hub_fds)
 	awk -v p="$((pushes - 1))" -v a="$applied" -v t0="$t0" -v t1="$t1" -v t2="$t2" \
-	    -v w="$watchers" -v lag="$(cat "$TMP/max-lag")" -v m0="$anon_warm" -v m1="$anon_end" \
+	    -v w="$watchers" -v lag="$(cat "$TMP/max-lag")" -v m0="$anon_warm" -v mm="$anon_mid" -v m1="$anon_end" \
 	    -v f0="$fds_before" -v f1="$fds_after" 'BEGIN {
 		printf "# %d watchers, %d pushes of 1 MiB in %.1f s: %.1f pushes/s; %d updates applied, %.1f/s until all converged (%.1f s); max lag %d versions\n",
 		    w, p, t1 - t0, p / (t1 - t0), a, a / (t2 - t0), t2 - t0, lag
-		printf "# hub anonymous RSS %d KiB after warm-up, %d KiB at the end; descriptors %d before (empty store), %d after (3 versions kept)\n", m0, m1, f0, f1
+		printf "# hub anonymous RSS %d KiB after warm-up (50 pushes), %d KiB half-way, %d KiB at the end; descriptors %d before (empty store), %d after (3 versions kept)\n", m0, mm, m1, f0, f1
 	}' >&3
 	[ "$anon_end" -le $((anon_warm + 16384)) ] ||
 		{ echo "the hub grew from $anon_warm to $anon_end KiB"; false; }
