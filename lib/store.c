@@ -856,7 +856,9 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 	}
 	if ((m = s_model_get(s, id)) == NULL)
 		goto oom;
-	qsort(numbers, n, sizeof(*numbers), s_cmp_u64);
+	/* A model directory may hold no version at all (every file deleted). */
+	if (n > 0)
+		qsort(numbers, n, sizeof(*numbers), s_cmp_u64);
 	for (size_t i = 0; i < n; i++)
 		if (s_load_version(s, m, numbers[i]) < 0)
 			goto oom;
@@ -865,7 +867,8 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 		m->next = numbers[n - 1] == UINT64_MAX ? UINT64_MAX : numbers[n - 1] + 1;
 	/* A sidecar without its file is what a crash between the two renames leaves. */
 	for (size_t i = 0; i < nside; i++)
-		if (bsearch(&sidecars[i], numbers, n, sizeof(*numbers), s_cmp_u64) == NULL &&
+		if ((n == 0 || bsearch(&sidecars[i], numbers, n, sizeof(*numbers),
+		    s_cmp_u64) == NULL) &&
 		    s_path(path, sizeof(path), "%s/%" PRIu64 ".json", dir, sidecars[i]) == 0 &&
 		    unlink(path) == 0)
 			s_log_skip(s, "cleanup", path, NULL, "a sidecar without its version");
