@@ -77,11 +77,23 @@ cli_catch_interrupts(void)
 	sigaction(SIGTERM, &sa, NULL);
 }
 
+volatile sig_atomic_t *
+cli_interrupt_flag(void)
+{
+	return &s_signal;
+}
+
 void
-cli_die_err(const wsync_err_t *err)
+cli_exit_if_interrupted(void)
 {
 	if (s_signal != 0)
 		cli_die(128 + s_signal, "interrupted by signal %d", (int)s_signal);
+}
+
+void
+cli_die_err(const wsync_err_t *err)
+{
+	cli_exit_if_interrupted();
 	cli_die(err->code ? err->code : EX_SOFTWARE, "%s", err->msg);
 }
 

@@ -21,6 +21,10 @@ _Noreturn void cli_die(int code, const char *fmt, ...)
  * 128 + the signal's number.
  */
 void cli_catch_interrupts(void);
+/* The flag the signal handler sets (the signal's number), for the library's stop fields. */
+volatile sig_atomic_t *cli_interrupt_flag(void);
+/* Exits 128 + the signal's number, with a message, when a signal was caught. */
+void cli_exit_if_interrupted(void);
 /* Prints the library error on stderr and exits with its code (or as interrupted). */
 _Noreturn void cli_die_err(const wsync_err_t *err);
 /* Prints "PROG: message" and "Try 'PROG --help'." and exits 64. */

@@ -94,8 +94,9 @@ s_wait_spec(struct s_push *p, char *spec, char *why, size_t size)
 
 	if (strcmp(spec, "all") == 0)
 		p->wait_mode = "all";
-	else if (spec[0] >= '0' && spec[0] <= '9') {
-		if (cli_parse_number(spec, &count) < 0 || count == 0 || count > 1000000)
+	else if (strspn(spec, "0123456789") == strlen(spec)) {
+		/* All digits: a count (ids may start with a digit, as 3090box). */
+		if (cli_parse_number(spec, &count) < 0 || count > 1000000)
 			return s_bad(why, size, "--wait wants all, a number of workers or worker "
 			    "ids, not \"%s\"", spec);
 		p->wait_mode = "count";
@@ -216,6 +217,10 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 		p->items[0].path = argv[0];
 	} else if (with_files != p->n || argc != 0)
 		return s_bad(why, size, "with several models, give each its file as -m MODEL=FILE");
+	for (int i = 0; batch && i < p->n; i++)
+		if (p->items[i].path != NULL && strcmp(p->items[i].path, "-") == 0)
+			return s_bad(why, size, "- (stdin) carries the requests in --batch: give "
+			    "a file");
 	return 0;
 }
 
@@ -277,7 +282,7 @@ s_batch(wsync_client_t *c)
 	char *line = NULL, *argv[4 * S_MAX_MODELS + 16], why[600];
 	size_t cap = 0;
 
-	while (getline(&line, &cap, stdin) >= 0) {
+	while (getline(&line, &cap, stdin) >= 0 && !*cli_interrupt_flag()) {
 		struct s_push p;
 		char *missing = NULL;
 		wsync_err_t err;
@@ -306,12 +311,16 @@ s_batch(wsync_client_t *c)
 		}
 		free(missing);
 		s_push_free(&p);
+		if (*cli_interrupt_flag())
+			break;
 		if (fflush(stdout) != 0) {
 			free(line);
 			cli_die(EX_IOERR, "cannot write to stdout");
 		}
 	}
 	free(line);
+	/* A signal ends the coprocess as it ends a single push: 128 + its number. */
+	cli_exit_if_interrupted();
 	return 0;
 }
 
@@ -329,6 +338,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = p.endpoint,
 	    .role = "push", .models = p.models, .nmodels = p.n, .transfer = p.transfer,
+	    .stop = cli_interrupt_flag(),
 	    .timeout_ms = p.timeout_ms < S_CONNECT_MS ? p.timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);

@@ -276,6 +276,7 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 		goto fail;
 	snprintf(c->role, sizeof(c->role), "%s", o->role);
 	c->transfer = o->transfer;
+	c->stop = o->stop;
 	c->used = "socket";
 	if (o->worker != NULL)
 		snprintf(c->worker, sizeof(c->worker), "%s", o->worker);
@@ -479,6 +480,9 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 		}
 		done += len;
 		s_release(&m, &p);
+		/* A watcher bounds the silence, not the whole of a large transfer. */
+		if (c->idle_ms > 0)
+			deadline = wsync_now_ms() + c->idle_ms;
 		ids[slot] = ids[inflight - 1];
 		offs[slot] = offs[inflight - 1];
 		inflight--;
@@ -812,11 +816,11 @@ wsync_client_pull(wsync_client_t *c, const char *model, uint64_t version,
 	if (rc < 0)
 		return -1;
 	if (beside == path) {
-		if ((rc = rename(tmp, path)) < 0) {
+		if ((rc = rename(tmp, path)) < 0)
 			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
 			    strerror(errno));
-			unlink(tmp);
-		}
+		/* Also when path was a link to the same file already: rename left tmp. */
+		unlink(tmp);
 		free(tmp);
 		return rc;
 	}
@@ -992,14 +996,21 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
  * pages go once written: a push of any size holds a window of it.
  */
 static int
-s_write_window(int fd, const unsigned char *p, size_t size, int shared)
+s_write_window(const wsync_client_t *c, int fd, const struct s_source *src, int64_t deadline,
+    wsync_err_t *err)
 {
-	for (size_t off = 0; off < size; off += S_ALLOC_AHEAD) {
-		size_t n = size - off < S_ALLOC_AHEAD ? size - off : S_ALLOC_AHEAD;
-		if (wsync_write_all(fd, p + off, n) < 0)
-			return -1;
-		if (shared)
-			wsync_pages_release(p + off, n);
+	for (size_t off = 0; off < src->size; off += S_ALLOC_AHEAD) {
+		size_t n = src->size - off < S_ALLOC_AHEAD ? src->size - off : S_ALLOC_AHEAD;
+		if (c->stop != NULL && *c->stop)
+			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
+		if (s_left(deadline) == 0)
+			return wsync_err_set(err, EX_TEMPFAIL, "upload: not written within the "
+			    "timeout");
+		if (wsync_write_all(fd, src->base + off, n) < 0)
+			return wsync_err_set(err, EX_IOERR, "cannot write an upload file: %s",
+			    strerror(errno));
+		if (src->shared)
+			wsync_pages_release(src->base + off, n);
 	}
 	return 0;
 }
@@ -1010,33 +1021,74 @@ s_write_window(int fd, const unsigned char *p, size_t size, int shared)
  */
 static int
 s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src, int n,
-    wsync_err_t *err)
+    int64_t deadline, wsync_err_t *err)
 {
 	const msgpack_object *paths = wsync_msg_get(m, "paths");
+	char dir[PATH_MAX + 16];
+	int *fds = calloc((size_t)n, sizeof(*fds)), dfd = -1, rc = -1;
+	struct stat dst;
 
+	if (fds == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < n; i++)
+		fds[i] = -1;
 	if (paths == NULL || paths->type != MSGPACK_OBJECT_ARRAY ||
-	    paths->via.array.size != (uint32_t)n)
-		return wsync_err_set(err, EX_PROTOCOL, "no paths");
+	    paths->via.array.size != (uint32_t)n) {
+		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without paths", c->endpoint);
+		goto out;
+	}
+	/*
+	 * Only an empty upload file right in STORE/.uploads, reached without
+	 * following a link: whatever a hub says, nothing else gets written.
+	 */
+	snprintf(dir, sizeof(dir), "%s/.uploads", c->store);
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    fstat(dfd, &dst) < 0) {
+		rc = 1;
+		goto out;
+	}
 	for (int i = 0; i < n; i++) {
 		char path[PATH_MAX];
-		int fd, rc;
+		const char *name = path + strlen(dir) + 1;
+		struct stat st;
 		if (wsync_obj_str(&paths->via.array.ptr[i], path, sizeof(path)) < 0 ||
-		    strncmp(path, c->store, strlen(c->store)) != 0)
-			return wsync_err_set(err, EX_PROTOCOL, "a path outside the store");
-		if ((fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
-			return wsync_err_set(err, EX_IOERR, "%s: %s", path, strerror(errno));
-		/* Fresh pages cost less allocated at once than faulted in by each write. */
-		if (fallocate(fd, 0, 0, (off_t)src[i].size) < 0 && errno != EOPNOTSUPP)
-			rc = -1;
-		else
-			rc = s_write_window(fd, src[i].base, src[i].size, src[i].shared);
-		if (close(fd) < 0)
-			rc = -1;
-		if (rc < 0)
-			return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path,
-			    strerror(errno));
+		    strncmp(path, dir, strlen(dir)) != 0 || path[strlen(dir)] != '/' ||
+		    strncmp(name, "upload.", 7) != 0 || strchr(name, '/') != NULL) {
+			wsync_err_set(err, EX_PROTOCOL, "%s: an upload path outside %s", c->endpoint,
+			    dir);
+			goto out;
+		}
+		if ((fds[i] = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+			/* Not writable here (another user, a read-only mount): send instead. */
+			rc = 1;
+			goto out;
+		}
+		if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+		    st.st_size != 0 || st.st_dev != dst.st_dev) {
+			wsync_err_set(err, EX_PROTOCOL, "%s: %s is not a fresh upload file",
+			    c->endpoint, path);
+			goto out;
+		}
 	}
-	return 0;
+	for (int i = 0; i < n; i++) {
+		/* Fresh pages cost less allocated at once than faulted in by each write. */
+		if (fallocate(fds[i], 0, 0, (off_t)src[i].size) < 0 && errno != EOPNOTSUPP) {
+			wsync_err_set(err, EX_IOERR, "%s: cannot allocate %zu bytes: %s", dir,
+			    src[i].size, strerror(errno));
+			goto out;
+		}
+		if (s_write_window(c, fds[i], &src[i], deadline, err) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0 && close(fds[i]) < 0 && rc == 0)
+			rc = wsync_err_set(err, EX_IOERR, "%s: %s", dir, strerror(errno));
+	if (dfd >= 0)
+		close(dfd);
+	free(fds);
+	return rc;
 }
 
 /* Packs what begin and put share: files, pusher and the target workers. */
@@ -1160,14 +1212,17 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		wsync_enc_kv_bool(&e, "local", 1);
 	if (s_call(c, &e, id, NULL, 0, s_left(deadline), "begin", &m, &p, err) < 0)
 		goto out;
-	rc = wsync_msg_u64(&m, "upload", &upload);
-	if (rc == 0 && local)
-		rc = s_hand_over(c, &m, src, n, err);
+	if ((rc = wsync_msg_u64(&m, "upload", &upload)) < 0)
+		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
+	else if (local && (rc = s_hand_over(c, &m, src, n, deadline, err)) == 1) {
+		/* The files cannot be written here: send them, verified first. */
+		local = rc = 0;
+		for (i = 0; i < n && rc == 0; i++)
+			if (src[i].file != NULL)
+				rc = wsync_file_verify(src[i].file, NULL, NULL, err);
+	}
 	s_release(&m, &p);
 	if (rc < 0) {
-		if (err->code == EX_PROTOCOL)
-			wsync_err_set(err, EX_PROTOCOL, "%s: begin reply without upload or paths",
-			    c->endpoint);
 		if (upload != 0)
 			s_abort(c, upload);
 		goto out;

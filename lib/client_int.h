@@ -26,6 +26,8 @@ struct wsync_client {
 	int local;                      /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
 	const char *used;               /* how the last fetch travelled */
+	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
+	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
 };
 
 /*

@@ -71,6 +71,7 @@ struct s_upload {
 	char **targets;                 /* NULL: every worker */
 	size_t ntargets;
 	int local;                      /* the pusher writes the files itself, by path */
+	uint64_t written;               /* local: the files' summed mtimes when last seen */
 	int64_t touched;
 };
 
@@ -645,6 +646,24 @@ s_upload_find(wsync_hub_t *h, uint64_t id, wsync_err_t *err)
 	wsync_err_set(err, EX_NOINPUT, "upload %" PRIu64 " does not exist (it expired, was "
 	    "aborted or committed)", id);
 	return NULL;
+}
+
+/* A handed-over upload whose files were written since last seen is touched. */
+static void
+s_upload_progress(struct s_upload *u, int64_t now)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < u->nfiles; i++) {
+		struct stat st;
+		if (u->temps[i].fd >= 0 && fstat(u->temps[i].fd, &st) == 0)
+			sum += (uint64_t)st.st_mtim.tv_sec * 1000000000u +
+			    (uint64_t)st.st_mtim.tv_nsec;
+	}
+	if (sum != u->written) {
+		u->written = sum;
+		u->touched = now;
+	}
 }
 
 /* Frees an upload's slot; its temporary files are removed unless a commit consumed them. */
@@ -1638,12 +1657,18 @@ s_timers(wsync_hub_t *h)
 		} else
 			i++;
 	}
-	for (int i = 0; i < S_UPLOADS; i++)
-		if (h->uploads[i].id != 0 && now - h->uploads[i].touched >= S_UPLOAD_IDLE_MS) {
+	for (int i = 0; i < S_UPLOADS; i++) {
+		if (h->uploads[i].id == 0)
+			continue;
+		/* A pusher writing a handed-over file sends nothing, but the file changes. */
+		if (h->uploads[i].local)
+			s_upload_progress(&h->uploads[i], now);
+		if (now - h->uploads[i].touched >= S_UPLOAD_IDLE_MS) {
 			s_log(h, "event=expire upload=%" PRIu64 " idle_ms=%d", h->uploads[i].id,
 			    S_UPLOAD_IDLE_MS);
 			s_upload_end(&h->uploads[i]);
 		}
+	}
 }
 
 /* How long the next poll may sleep: until the nearest wait deadline, at most S_POLL_MS. */

@@ -1247,7 +1247,12 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 		    s_mkdir(dir, err) < 0)
 			goto fail;
 		s_step(s);
-		if (s_stamp(files[i].fd, st[i].offset, st[i].version) < 0) {
+		/*
+		 * Read-only from now on: a linked output is this very file, and a
+		 * worker writing it in place would change the version for everyone.
+		 */
+		if (fchmod(files[i].fd, 0444) < 0 ||
+		    s_stamp(files[i].fd, st[i].offset, st[i].version) < 0) {
 			wsync_err_set(err, EX_IOERR, "%s: cannot stamp version %" PRIu64 ": %s",
 			    files[i].path, st[i].version, strerror(errno));
 			goto fail;

@@ -6,9 +6,12 @@
  *   STORE/MODEL/VERSION.json    its sidecar: {"pusher", "time", "targets"}
  *   STORE/.uploads/             uploads in progress; emptied when the store opens
  *   STORE/.journal              numbers given, and the renames of the last commit
- * Directories are 0700, files 0600. Writing the journal is a commit's commit
- * point: opening the store finishes the renames it records, then empties
- * .uploads, then verifies every version's bytes (wsync-serve(1), Crashes). A committed file is never written again;
+ * Directories are 0700, files 0600, a committed version 0444 (read-only: a
+ * client's hard link is this very file; the directory keeps others out).
+ * Writing the journal is a commit's commit point: opening the store finishes
+ * the renames it records, then empties .uploads, then verifies every
+ * version's bytes (wsync-serve(1), Crashes). A committed file is never
+ * written again;
  * retiring a version unlinks it, so a reader holding a descriptor or a link
  * keeps its bytes.
  */

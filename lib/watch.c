@@ -63,6 +63,8 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 
 	if ((w->client = wsync_client_new(&co, err)) == NULL)
 		return -1;
+	/* A version of any size may take long to fetch: only silence is bounded. */
+	w->client->idle_ms = S_CALL_MS;
 	w->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB);
 	if (w->sub == NULL) {
 		wsync_client_destroy(&w->client);
@@ -205,7 +207,11 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	if (!moved)
 		return 0;
 	for (int i = 0; i < o->nmodels; i++) {
-		if (w->tmp[i] != NULL && rename(w->tmp[i], o->paths[i]) < 0) {
+		int rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
+		/* A link to the file the output already is: rename leaves the temporary name. */
+		if (rc == 0 && w->tmp[i] != NULL)
+			unlink(w->tmp[i]);
+		if (rc < 0) {
 			char why[WSYNC_MAX_REASON];
 			snprintf(why, sizeof(why), "%s: cannot rename into place: %s", o->paths[i],
 			    strerror(errno));

@@ -9,6 +9,7 @@
 #ifndef WSYNC_H
 #define WSYNC_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -238,6 +239,7 @@ typedef struct wsync_client_opts {
 	int nmodels;
 	int timeout_ms;                 /* how long to wait for the hub's hello */
 	int transfer;                   /* WSYNC_TRANSFER_*: how versions travel */
+	volatile sig_atomic_t *stop;    /* may be NULL; set non-zero (a signal) to abandon */
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */

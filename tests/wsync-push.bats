@@ -136,6 +136,8 @@ PYEOF
 	-m policy bad.wsync
 	-e ipc:///elsewhere -m policy v3.wsync
 	-m policy v3.wsync --bogus
+	-m policy -
+	-m policy v3.wsync -w 3090box,w1 -t 0.2
 	-m policy v3.wsync
 	EOF
 	assert_output "ok policy 1
@@ -145,10 +147,12 @@ ok policy 2
 error 65 bad.wsync: tensor enc.w: data does not match its hash
 error 64 -e is an option of the wsync-push --batch command, not of a request
 error 64 unknown option '--bogus'
-ok policy 3"
+error 64 - (stdin) carries the requests in --batch: give a file
+error 75 policy version 3: 1 of 2 workers have not applied it after 0.2 s; 3090box: has no version, never seen
+ok policy 4"
 	run -0 grep -c "event=hello role=push" hub.log
 	assert_output 1
-	wait_until watcher_at w1 3
+	wait_until watcher_at w1 4
 	assert_equal "$(content_of w1.wsync)" "$(content_of v3.wsync)"
 }
 

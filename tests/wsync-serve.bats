@@ -182,7 +182,7 @@ Try 'wsync-serve --help'."
 	assert_output ""
 }
 
-@test "the store is a 0700 directory of 0600 files" {
+@test "the store is a 0700 directory of 0600 files and read-only versions" {
 	mkfile
 	start_hub
 	run -0 hub push policy=v.wsync
@@ -190,7 +190,7 @@ Try 'wsync-serve --help'."
 		"$TMP/store/policy/1.json" "$TMP/store/.uploads"
 	assert_output "700 $TMP/store
 700 $TMP/store/policy
-600 $TMP/store/policy/1.wsync
+444 $TMP/store/policy/1.wsync
 600 $TMP/store/policy/1.json
 700 $TMP/store/.uploads"
 	run -0 jq -c '[.pusher, .targets]' "$TMP/store/policy/1.json"

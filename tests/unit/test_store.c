@@ -185,7 +185,7 @@ test_commit_numbers_and_stamps(void)
 	snprintf(path, sizeof(path), "%s/policy", s_dir);
 	ok(s_mode(path) == 0700, "a model directory is 0700");
 	snprintf(path, sizeof(path), "%s/policy/2.wsync", s_dir);
-	ok(s_mode(path) == 0600, "a version file is 0600");
+	ok(s_mode(path) == 0444, "a version file is read-only, 0444, in its 0700 directory");
 	snprintf(path, sizeof(path), "%s/policy/2.json", s_dir);
 	ok(s_mode(path) == 0600, "its sidecar is 0600");
 	wsync_store_close(&s);
