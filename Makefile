@@ -36,7 +36,7 @@ SOMAJOR  := 0
 STATIC   := $(BUILD)/libwsync.a
 SHARED   := $(BUILD)/libwsync.so.$(SOMAJOR)
 
-.PHONY: all deps check check-long unit bats demo fuzz bench clean FORCE
+.PHONY: all deps check check-long unit bats demo fuzz bench clean install uninstall FORCE
 all: $(STATIC) $(SHARED) $(PROGS)
 
 # Installs the Debian packages wsync needs when run as root; otherwise names them.
@@ -77,6 +77,7 @@ deps-ok:
 
 check: all $(UNITS)
 	@scripts/deps check-or-install fuzz
+	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run
 
 check-long: all
@@ -92,6 +93,65 @@ bench: all $(BENCHES)
 fuzz:
 	@scripts/deps check-or-install fuzz
 	@$(MAKE) --no-print-directory -f tests/fuzz/Makefile SECONDS=$(SECONDS)
+
+# Where `make install` puts things: PREFIX for a system, DESTDIR for a staging
+# tree (a package build), both as in the GNU coding standards.
+DESTDIR  ?=
+BINDIR   ?= $(PREFIX)/bin
+LIBDIR   ?= $(PREFIX)/lib
+INCDIR   ?= $(PREFIX)/include
+DATADIR  ?= $(PREFIX)/share
+MANDIR   ?= $(DATADIR)/man
+PCDIR    ?= $(LIBDIR)/pkgconfig
+BASHDIR  ?= $(DATADIR)/bash-completion/completions
+ZSHDIR   ?= $(DATADIR)/zsh/vendor-completions
+FISHDIR  ?= $(DATADIR)/fish/vendor_completions.d
+VERSION  := $(shell sed -n 's/^\#define WSYNC_VERSION "\(.*\)"/\1/p' lib/wsync.h)
+PROGNAMES := $(CMD_SRC:cmd/%.c=%)
+MANPAGES := $(sort $(wildcard man/*.[1-8]))
+D        := $(DESTDIR)
+
+# Programs, the library (real file, soname link, development link), header,
+# pkg-config file, man pages, and a completion per program in the directories
+# bash-completion, zsh and fish search. Run ldconfig afterwards when installing
+# into a system library directory.
+# The pkg-config file is written for PREFIX: the shared library needs only
+# -lwsync; a static link gets its dependencies from Libs.private (pkg-config
+# --static), not from Requires.private, which would add their include paths
+# (wsync.h needs none).
+install: all
+	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCDIR) $(D)$(PCDIR) \
+	    $(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man7 \
+	    $(D)$(BASHDIR) $(D)$(ZSHDIR) $(D)$(FISHDIR)
+	install -m 755 $(PROGS) $(D)$(BINDIR)
+	install -m 755 $(SHARED) $(D)$(LIBDIR)/libwsync.so.$(VERSION)
+	ln -sf libwsync.so.$(VERSION) $(D)$(LIBDIR)/libwsync.so.$(SOMAJOR)
+	ln -sf libwsync.so.$(SOMAJOR) $(D)$(LIBDIR)/libwsync.so
+	install -m 644 $(STATIC) $(D)$(LIBDIR)
+	install -m 644 lib/wsync.h $(D)$(INCDIR)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCDIR)' '' \
+	    'Name: libwsync' \
+	    'Description: neural-network weights from a trainer to workers: format, hub, clients' \
+	    'Version: $(VERSION)' 'Libs: -L$${libdir} -lwsync' \
+	    'Libs.private: $(PKG_LIBS)' 'Cflags: -I$${includedir}' >$(D)$(PCDIR)/libwsync.pc
+	for m in $(MANPAGES); do \
+		install -m 644 $$m $(D)$(MANDIR)/man$${m##*.} || exit 1; done
+	install -m 644 completions/wsync.bash $(D)$(BASHDIR)/wsync
+	install -m 644 completions/_wsync $(D)$(ZSHDIR)/_wsync
+	install -m 644 completions/wsync.fish $(D)$(FISHDIR)/wsync.fish
+	for p in $(PROGNAMES); do \
+		ln -sf wsync $(D)$(BASHDIR)/$$p && \
+		ln -sf wsync.fish $(D)$(FISHDIR)/$$p.fish || exit 1; done
+
+# Removes every file install put in place (directories it shares with others stay).
+uninstall:
+	rm -f $(PROGNAMES:%=$(D)$(BINDIR)/%) \
+	    $(D)$(LIBDIR)/libwsync.so.$(VERSION) $(D)$(LIBDIR)/libwsync.so.$(SOMAJOR) \
+	    $(D)$(LIBDIR)/libwsync.so $(D)$(LIBDIR)/libwsync.a $(D)$(INCDIR)/wsync.h \
+	    $(D)$(PCDIR)/libwsync.pc \
+	    $(foreach m,$(MANPAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
+	    $(D)$(BASHDIR)/wsync $(PROGNAMES:%=$(D)$(BASHDIR)/%) $(D)$(ZSHDIR)/_wsync \
+	    $(D)$(FISHDIR)/wsync.fish $(PROGNAMES:%=$(D)$(FISHDIR)/%.fish)
 
 clean:
 	rm -rf build

@@ -1,22 +1,30 @@
 /* cli.c - messages and exits shared by the wsync programs. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 static const char *s_prog = "wsync";
 static volatile sig_atomic_t s_signal;
+static int s_json;
+static int s_quiet, s_progress_forced, s_progress_shown;
+static int64_t s_start_ms, s_progress_ms;
 
 void
 cli_init(const char *prog)
 {
 	s_prog = prog;
+	s_start_ms = wsync_now_ms();
 	/*
 	 * ZeroMQ allocates every 4 MiB chunk it receives. glibc would map and
 	 * unmap each one, and fresh pages cost more than the copy into them:
@@ -32,12 +40,70 @@ cli_prog(void)
 	return s_prog;
 }
 
+/* The time now as an ISO 8601 UTC timestamp with milliseconds. */
+static void
+s_stamp(char *buf, size_t size)
+{
+	struct timespec ts;
+	struct tm tm;
+	char secs[24];
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(secs, sizeof(secs), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf, size, "%s.%03ldZ", secs, ts.tv_nsec / 1000000);
+}
+
+/* Writes obj as one line on stderr and frees it. */
+static void
+s_json_line(json_t *obj)
+{
+	char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+	if (text != NULL)
+		fprintf(stderr, "%s\n", text);
+	free(text);
+	json_decref(obj);
+}
+
+/* A JSON object with the time and the program, for a line of stderr. */
+static json_t *
+s_json_head(void)
+{
+	char stamp[40];
+	json_t *obj = json_object();
+
+	s_stamp(stamp, sizeof(stamp));
+	json_object_set_new(obj, "time", json_string(stamp));
+	json_object_set_new(obj, "program", json_string(s_prog));
+	return obj;
+}
+
+/* Writes msg as the line "PROG: msg", or as a JSON object in json mode. */
+static void
+s_message(const char *msg)
+{
+	json_t *obj;
+
+	cli_progress_end();
+	if (!s_json) {
+		fprintf(stderr, "%s: %s\n", s_prog, msg);
+		return;
+	}
+	obj = s_json_head();
+	/* A message may hold bytes that are not UTF-8 (a file name): keep them readable. */
+	if (json_object_set_new(obj, "msg", json_string(msg)) < 0)
+		json_object_set_new(obj, "msg", json_string("(message not in UTF-8)"));
+	s_json_line(obj);
+}
+
 static void
 s_vwarn(const char *fmt, va_list ap)
 {
-	fprintf(stderr, "%s: ", s_prog);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	char msg[4096];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	s_message(msg);
 }
 
 void
@@ -186,6 +252,178 @@ cli_split(char *s, int *n)
 	for (char *tok = strtok(s, ","); tok != NULL; tok = strtok(NULL, ","))
 		v[(*n)++] = tok;
 	return v;
+}
+
+void
+cli_log_format(const char *format)
+{
+	if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0)
+		cli_usage_error("--log-format wants text or json, not \"%s\"", format);
+	s_json = strcmp(format, "json") == 0;
+}
+
+/*
+ * Decodes the quoted value that starts after the '"' at *p, as the library's
+ * log quoting wrote it (\" \\ and \xNN), into buf; bytes from 0x80 stay
+ * written as \xNN, so that the value is valid UTF-8. Moves *p past the
+ * closing quote. -1 when the quote is not closed.
+ */
+static int
+s_unquote(const char **p, char *buf, size_t size)
+{
+	const char *s = *p;
+	size_t n = 0;
+
+	for (; *s != '"'; s++) {
+		unsigned v;
+		if (*s == '\0' || n + 5 >= size)
+			return -1;
+		if (*s == '\\' && s[1] == 'x' && isxdigit((unsigned char)s[2]) &&
+		    isxdigit((unsigned char)s[3]) && sscanf(s + 2, "%2x", &v) == 1 && v < 0x80) {
+			buf[n++] = (char)v;
+			s += 3;
+		} else if (*s == '\\' && (s[1] == '"' || s[1] == '\\'))
+			buf[n++] = *++s;
+		else
+			buf[n++] = *s;
+	}
+	buf[n] = '\0';
+	*p = s + 1;
+	return 0;
+}
+
+/* Adds line's key=value pairs to obj; -1 when line is not such pairs. */
+static int
+s_kv_parse(const char *line, json_t *obj)
+{
+	char key[64], value[4096];
+
+	while (*line != '\0') {
+		size_t klen = strcspn(line, "= ");
+		char *end;
+		long long num;
+
+		if (line[klen] != '=' || klen == 0 || klen >= sizeof(key))
+			return -1;
+		memcpy(key, line, klen);
+		key[klen] = '\0';
+		line += klen + 1;
+		if (*line == '"') {
+			line++;
+			if (s_unquote(&line, value, sizeof(value)) < 0)
+				return -1;
+			json_object_set_new(obj, key, json_string(value));
+		} else {
+			size_t vlen = strcspn(line, " ");
+			if (vlen >= sizeof(value))
+				return -1;
+			memcpy(value, line, vlen);
+			value[vlen] = '\0';
+			line += vlen;
+			num = strtoll(value, &end, 10);
+			/*
+			 * Counts, sizes and versions are numbers; a 16-digit content
+			 * id that happens to hold no letter stays a string.
+			 */
+			if (vlen > 0 && vlen <= 15 && isdigit((unsigned char)value[0]) &&
+			    (value[0] != '0' || vlen == 1) && *end == '\0')
+				json_object_set_new(obj, key, json_integer(num));
+			else
+				json_object_set_new(obj, key, json_string(value));
+		}
+		if (*line != ' ' && *line != '\0')
+			return -1;
+		line += *line == ' ';
+	}
+	return 0;
+}
+
+void
+cli_log_kv(void *arg, const char *line)
+{
+	char stamp[40];
+	json_t *obj;
+
+	(void)arg;
+	if (!s_json) {
+		s_stamp(stamp, sizeof(stamp));
+		fprintf(stderr, "time=%s %s\n", stamp, line);
+		return;
+	}
+	obj = s_json_head();
+	if (s_kv_parse(line, obj) < 0) {
+		json_decref(obj);
+		s_message(line);
+		return;
+	}
+	s_json_line(obj);
+}
+
+void
+cli_log_msg(void *arg, const char *line)
+{
+	(void)arg;
+	if (!s_quiet)
+		s_message(line);
+}
+
+void
+cli_quiet(void)
+{
+	s_quiet = 1;
+}
+
+void
+cli_progress_force(void)
+{
+	s_progress_forced = 1;
+}
+
+/* n bytes in binary units with one decimal ("12.5 MiB"), into buf. */
+static const char *
+s_bytes(double n, char *buf, size_t size)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int u = 0;
+
+	while (n >= 1024 && u < 4) {
+		n /= 1024;
+		u++;
+	}
+	snprintf(buf, size, u == 0 ? "%.0f %s" : "%.1f %s", n, unit[u]);
+	return buf;
+}
+
+void
+cli_progress(void *arg, uint64_t done, uint64_t total)
+{
+	int64_t now = wsync_now_ms(), ms = now - s_start_ms;
+	int tty = isatty(STDERR_FILENO);
+	char d[32], t[32], r[32];
+	double rate, eta;
+
+	(void)arg;
+	if (s_quiet || total == 0 || (!s_progress_forced && (!tty || ms < 1000)))
+		return;
+	if (done < total && s_progress_ms != 0 && now - s_progress_ms < 200)
+		return;
+	s_progress_ms = now;
+	rate = ms > 0 ? (double)done * 1000.0 / (double)ms : 0;
+	eta = rate > 0 ? (double)(total - done) / rate : 0;
+	fprintf(stderr, "%s%s: %s / %s %3d%% %s/s ETA %d:%02d%s", tty ? "\r" : "", s_prog,
+	    s_bytes((double)done, d, sizeof(d)), s_bytes((double)total, t, sizeof(t)),
+	    (int)(done * 100 / total), s_bytes(rate, r, sizeof(r)), (int)eta / 60,
+	    (int)eta % 60, tty ? "\033[K" : "\n");
+	fflush(stderr);
+	s_progress_shown = tty;
+}
+
+void
+cli_progress_end(void)
+{
+	if (s_progress_shown)
+		fputc('\n', stderr);
+	s_progress_shown = 0;
 }
 
 void

@@ -47,6 +47,32 @@ uint64_t cli_number(const char *option, const char *s);
 int cli_transfer(const char *mode);
 /* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
 char **cli_split(char *s, int *n);
+/*
+ * Sets how log lines and messages go to stderr: "text" (the default) or
+ * "json", one object per line; exits 64 naming --log-format on anything else.
+ */
+void cli_log_format(const char *format);
+/*
+ * A log callback for lines of key=value pairs (the hub's): written after a
+ * time=TIMESTAMP pair, or as one JSON object whose bare whole numbers are
+ * numbers and whose quoted values are unescaped strings.
+ */
+void cli_log_kv(void *arg, const char *line);
+/* A log callback for lines of prose: "PROG: line", or {"time","program","msg"}. */
+void cli_log_msg(void *arg, const char *line);
+/* --quiet: no progress line and no log message of prose; errors still print. */
+void cli_quiet(void);
+/* --progress: a progress line even when stderr is not a terminal or the transfer is short. */
+void cli_progress_force(void);
+/*
+ * A progress callback (wsync_client_opts_t.progress): once the program has
+ * run for a second (at once with --progress), and when stderr is a terminal
+ * (or with --progress), redraws "PROG: DONE / TOTAL PCT% RATE/s ETA M:SS" at
+ * most 5 times a second, and always for the last byte.
+ */
+void cli_progress(void *arg, uint64_t done, uint64_t total);
+/* Ends a progress line drawn on a terminal, so that what follows starts a line. */
+void cli_progress_end(void);
 /* Prints "PROG VERSION" on stdout and exits 0. */
 _Noreturn void cli_version(void);
 

@@ -15,14 +15,18 @@ static const char s_options[] =
     "Converts IN, a safetensors or .wsync file (told apart by content), to OUT.\n"
     "IN and OUT may be - for stdin and stdout.\n"
     "\n"
-    "  -l, --layout=tree|flat        .wsync output: nest keys at each '.' and '/'\n"
-    "                                (tree, the default) or keep each name as one key\n"
-    "  -m, --model=MODEL             model id of a .wsync output (default: IN's model,\n"
-    "                                else IN's file name without its extension)\n"
-    "  -t, --to=wsync|safetensors    output kind (default: OUT's extension, else the\n"
-    "                                kind IN is not)\n"
-    "  -h, --help                    print this help and exit\n"
-    "  -V, --version                 print the version and exit\n";
+    "  -l, --layout tree|flat   .wsync output: nest keys at each '.' and '/' (tree,\n"
+    "                           the default) or keep each name as one key\n"
+    "  -m, --model MODEL        model id of a .wsync output (default: IN's model,\n"
+    "                           else IN's file name without its extension)\n"
+    "  -t, --to wsync|safetensors\n"
+    "                           output kind (default: OUT's extension, else the\n"
+    "                           kind IN is not)\n"
+    "  -h, --help               show this help\n"
+    "  -V, --version            show the version\n"
+    "\n"
+    "Exit status: 0 ok, 64 usage, 65 bad weight file, 66 no input, 70 internal\n"
+    "error, 74 I/O error. See wsync-convert(1).\n";
 
 enum layout { LAYOUT_TREE, LAYOUT_FLAT };
 

@@ -11,7 +11,7 @@
 
 static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
-    "                  [--transfer MODE] [-t SEC] -m MODEL\n";
+    "                  [--transfer MODE] [-t SEC] [-q|--progress] -m MODEL\n";
 
 static void
 s_help(void)
@@ -30,6 +30,9 @@ s_help(void)
 	    "                           hub's file), copy, or socket; link and copy need the\n"
 	    "                           hub's store on this host\n"
 	    "  -t, --timeout SEC        bound on the whole pull (default 30)\n"
+	    "      --progress           show the download's progress on stderr even when it\n"
+	    "                           is not a terminal or the pull is short\n"
+	    "  -q, --quiet              no progress line; only errors on stderr\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -42,14 +45,16 @@ s_help(void)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_IF_NEWER = 256, OPT_TRANSFER };
+	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
 		{ "model", required_argument, NULL, 'm' },
 		{ "output", required_argument, NULL, 'o' },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "pull-version", required_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "version", no_argument, NULL, 'V' },
@@ -66,12 +71,13 @@ main(int argc, char **argv)
 
 	cli_init("wsync-pull");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":e:hm:o:t:v:V", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":e:hm:o:qt:v:V", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': endpoint = optarg; break;
 		case 'h': s_help(); break;
 		case 'm': model = optarg; break;
 		case 'o': out = optarg; break;
+		case 'q': cli_quiet(); break;
 		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'v':
 			if ((version = cli_number("-v", optarg)) == 0)
@@ -83,6 +89,7 @@ main(int argc, char **argv)
 			have_if_newer = 1;
 			break;
 		case OPT_TRANSFER: transfer = cli_transfer(optarg); break;
+		case OPT_PROGRESS: cli_progress_force(); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -101,7 +108,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
-	    .models = &model, .nmodels = 1, .transfer = transfer,
+	    .models = &model, .nmodels = 1, .transfer = transfer, .progress = cli_progress,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);
@@ -122,6 +129,7 @@ main(int argc, char **argv)
 	if (wsync_client_pull(client, model, version, NULL, out, &got,
 	    left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
+	cli_progress_end();
 	if (strcmp(out, "-") != 0)
 		printf("%" PRIu64 "\n", got.version);
 	wsync_client_destroy(&client);

@@ -13,9 +13,9 @@
 
 static const char s_usage[] =
     "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
-    "                  [--transfer MODE] -m MODEL FILE|-\n"
+    "                  [--transfer MODE] [-q|--progress] -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
-    "                  [--transfer MODE] -m MODEL=FILE...\n"
+    "                  [--transfer MODE] [-q|--progress] -m MODEL=FILE...\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] --batch\n";
 
@@ -36,6 +36,9 @@ s_help(void)
 	    "      --wait-for VERSION   push nothing; wait for VERSION of MODEL (with --wait)\n"
 	    "      --transfer MODE      auto (default), copy or link (write the files into the\n"
 	    "                           hub's store on this host), or socket (send them)\n"
+	    "      --progress           show the upload's progress on stderr even when it is\n"
+	    "                           not a terminal or the push is short\n"
+	    "  -q, --quiet              no progress line; only errors on stderr\n"
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
 	    "                           options as above), answer \"ok MODEL VERSION...\" or\n"
 	    "                           \"error CODE MESSAGE\" a line on stdout, until end of\n"
@@ -117,12 +120,14 @@ s_wait_spec(struct s_push *p, char *spec, char *why, size_t size)
 static int
 s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t size)
 {
-	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_BATCH };
+	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_BATCH, OPT_PROGRESS };
 	static const struct option opts[] = {
 		{ "batch", no_argument, NULL, OPT_BATCH },
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, 'm' },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "wait", required_argument, NULL, 'w' },
@@ -137,17 +142,18 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 	p->timeout_ms = 30000;
 	opterr = 0;
 	optind = 0;     /* GNU getopt starts afresh: each batch line is a new argv */
-	while ((c = getopt_long(argc, argv, ":e:hm:t:Vw:W:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":e:hm:qt:Vw:W:", opts, NULL)) != -1) {
 		/* The option as written: before its value when that came as the next word. */
 		const char *arg = optarg != NULL && optind >= 2 && argv[optind - 1] == optarg ?
 		    argv[optind - 2] : argv[optind - 1];
 		if (batch && (c == 'e' || c == 'h' || c == 'V' || c == OPT_BATCH ||
-		    c == OPT_TRANSFER))
+		    c == OPT_TRANSFER || c == 'q' || c == OPT_PROGRESS))
 			return s_bad(why, size, "%s is an option of the wsync-push --batch command, "
 			    "not of a request", arg);
 		switch (c) {
 		case 'e': p->endpoint = optarg; break;
 		case 'h': s_help(); break;
+		case 'q': cli_quiet(); break;
 		case 'm': {
 			char *eq = strchr(optarg, '=');
 			if (p->n == S_MAX_MODELS)
@@ -190,6 +196,7 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 				    "not \"%s\"", optarg);
 			break;
 		case OPT_BATCH: p->batch = 1; break;
+		case OPT_PROGRESS: cli_progress_force(); break;
 		case ':': return s_bad(why, size, "option '%s' needs a value", arg);
 		default:
 			if (optopt != 0)
@@ -240,6 +247,7 @@ s_run(wsync_client_t *c, struct s_push *p, FILE *out, char **missing, wsync_err_
 	else if (wsync_client_push(c, p->items, p->n, (const char *const *)p->targets,
 	    p->ntargets, p->timeout_ms, err) < 0)
 		return -1;
+	cli_progress_end();
 	for (int i = 0; out != NULL && p->wait_for == 0 && i < p->n; i++) {
 		if (p->n == 1)
 			fprintf(out, "%" PRIu64 "\n", p->items[i].version);
@@ -338,6 +346,7 @@ main(int argc, char **argv)
 	cli_catch_interrupts();
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = p.endpoint,
 	    .role = "push", .models = p.models, .nmodels = p.n, .transfer = p.transfer,
+	    .progress = cli_progress,
 	    .stop = cli_interrupt_flag(),
 	    .timeout_ms = p.timeout_ms < S_CONNECT_MS ? p.timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)

@@ -5,14 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 
 #define S_MAX_ENDPOINTS 16
 
 static const char s_usage[] =
-    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]\n";
+    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n";
 
 static volatile int s_stop;
 
@@ -23,16 +22,19 @@ s_help(void)
 	    "Run a hub: take pushed versions of models, keep them in a store, announce\n"
 	    "them to watchers and serve them. Log lines go to stderr.\n"
 	    "\n"
-	    "  -e, --endpoint=ENDPOINT   listen on tcp://HOST:PORT or ipc://PATH; may be\n"
-	    "                            repeated (default: $WSYNC_ENDPOINT, else\n"
-	    "                            ipc://RUNDIR/hub)\n"
-	    "      --store=DIR           keep versions in DIR (default: RUNDIR/store)\n"
-	    "      --keep=N              versions kept per model (default 3)\n"
-	    "  -h, --help                print this help and exit\n"
-	    "  -V, --version             print the version and exit\n"
+	    "  -e, --endpoint ENDPOINT  listen on tcp://HOST:PORT or ipc://PATH; may be\n"
+	    "                           repeated (default: $WSYNC_ENDPOINT, else\n"
+	    "                           ipc://RUNDIR/hub)\n"
+	    "      --store DIR          keep versions in DIR (default: RUNDIR/store)\n"
+	    "      --keep N             versions kept per model (default 3)\n"
+	    "      --log-format FORMAT  log lines as text (time=... event=... key=value)\n"
+	    "                           or json (one object per line)\n"
+	    "  -h, --help               show this help\n"
+	    "  -V, --version            show the version\n"
 	    "\n"
-	    "SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot\n"
-	    "listen, 74 store errors. See wsync-serve(1).\n", s_usage);
+	    "SIGTERM or SIGINT stops the hub. Exit status: 0 stopped, 64 usage,\n"
+	    "69 cannot listen, 70 internal error, 74 store error, 77 permission denied.\n"
+	    "See wsync-serve(1).\n", s_usage);
 	exit(0);
 }
 
@@ -41,21 +43,6 @@ s_on_signal(int sig)
 {
 	(void)sig;
 	s_stop = 1;
-}
-
-/* Writes one log line to stderr, after an ISO-8601 UTC timestamp. */
-static void
-s_log(void *arg, const char *line)
-{
-	struct timespec ts;
-	struct tm tm;
-	char stamp[32];
-
-	(void)arg;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-	fprintf(stderr, "%s.%03ldZ %s\n", stamp, ts.tv_nsec / 1000000, line);
 }
 
 static unsigned
@@ -73,18 +60,19 @@ s_keep(const char *arg)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_KEEP = 256, OPT_STORE };
+	enum { OPT_KEEP = 256, OPT_STORE, OPT_LOG_FORMAT };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "keep", required_argument, NULL, OPT_KEEP },
+		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 		{ "store", required_argument, NULL, OPT_STORE },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *endpoints[S_MAX_ENDPOINTS];
 	char fallback[512];
-	wsync_hub_opts_t ho = { .keep = 3, .log = s_log };
+	wsync_hub_opts_t ho = { .keep = 3, .log = cli_log_kv };
 	struct sigaction sa;
 	wsync_hub_t *hub;
 	wsync_err_t err;
@@ -103,6 +91,7 @@ main(int argc, char **argv)
 		case 'V': cli_version(); break;
 		case OPT_KEEP: ho.keep = s_keep(optarg); break;
 		case OPT_STORE: ho.store = optarg; break;
+		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		default: cli_bad_option(argv, c);
 		}
 	}

@@ -17,8 +17,8 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
-    "                   [--max-lag N] [--transfer MODE] [-t SEC] -m MODEL[,MODEL...]\n"
-    "                   -o PATH|DIR\n";
+    "                   [--max-lag N] [--transfer MODE] [-t SEC] [-q] [--log-format text|json]\n"
+    "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
 static void
@@ -45,6 +45,8 @@ s_help(void)
 	    "                           hub's, read-only), copy, or socket; link and copy need\n"
 	    "                           the hub's store on this host\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
+	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
+	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -156,13 +158,6 @@ s_apply(void *arg, wsync_update_t *u)
 }
 
 static void
-s_log(void *arg, const char *line)
-{
-	(void)arg;
-	cli_warn("%s", line);
-}
-
-static void
 s_on_signal(int sig)
 {
 	(void)sig;
@@ -172,23 +167,28 @@ s_on_signal(int sig)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_TRANSFER };
+	enum {
+		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
+		OPT_LOG_FORMAT
+	};
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "exec", required_argument, NULL, 'x' },
 		{ "exec-timeout", required_argument, NULL, OPT_EXEC_TIMEOUT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, OPT_ID },
+		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "model", required_argument, NULL, 'm' },
 		{ "once", no_argument, NULL, OPT_ONCE },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "output", required_argument, NULL, 'o' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	wsync_watch_opts_t w = { .apply = s_apply, .log = s_log, .stop = &s_stop };
+	wsync_watch_opts_t w = { .apply = s_apply, .log = cli_log_msg, .stop = &s_stop };
 	struct s_hook hook = { 0 };
 	char worker[WSYNC_MAX_ID + 1], host[100] = "localhost", **models = NULL, **paths;
 	const char *out = NULL;
@@ -201,16 +201,18 @@ main(int argc, char **argv)
 	gethostname(host, sizeof(host) - 1);
 	snprintf(worker, sizeof(worker), "%s:%ld", host, (long)getpid());
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":e:hm:o:t:Vx:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":e:hm:o:qt:Vx:", opts, NULL)) != -1) {
 		switch (c) {
 		case 'e': w.endpoint = optarg; break;
 		case 'h': s_help(); break;
 		case 'm': models = cli_split(optarg, &nmodels); break;
 		case 'o': out = optarg; break;
+		case 'q': cli_quiet(); break;
 		case 't': w.connect_timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'V': cli_version(); break;
 		case 'x': hook.cmd = optarg; break;
 		case OPT_ID: snprintf(worker, sizeof(worker), "%s", optarg); break;
+		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_ONCE: w.once = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
 		case OPT_TRANSFER: w.transfer = cli_transfer(optarg); break;

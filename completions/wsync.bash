@@ -3,7 +3,7 @@
 #
 # Source it from ~/.bashrc, or install it as
 # /usr/share/bash-completion/completions/wsync-push (and a link per program).
-# Model and worker ids come from a live hub that answers within 0.3 s
+# Model ids, versions and worker ids come from a live hub that answers within 0.3 s
 # (wsync-inspect --json, read with jq); without jq or a hub they are skipped.
 # It does not need the bash-completion package.
 
@@ -62,21 +62,31 @@ _wsync_val() {
 	printf '%s' "${cur#"$vhead"}"
 }
 
-# Prints the values of field (models or workers) of the hub named by -e or
-# --endpoint on the command line, else of the default hub; quiet and bounded.
+# Prints the value of the last option short (-m) or long (--model) before
+# the cursor, in any of the forms -m V, -mV, --model V, --model=V.
+_wsync_opt_value() {
+	local short=$1 long=$2 i v=""
+	for ((i = 1; i < cword; i++)); do
+		case ${words[i]} in
+		"$short" | "$long") v=${words[i + 1]-} ;;
+		"$long"=*) v=${words[i]#"$long"=} ;;
+		"$short"?*) v=${words[i]#"$short"} ;;
+		esac
+	done
+	printf '%s' "$v"
+}
+
+# Prints the values of field (models, workers, or versions of the model on the
+# command line, else of every model) of the hub named by -e or --endpoint on
+# the command line, else of the default hub; quiet and bounded.
 _wsync_hub() {
-	local field=$1 ep="" i json
+	local field=$1 ep model json
 	local -a bound=()
 	command -v jq >/dev/null 2>&1 || return 0
 	command -v wsync-inspect >/dev/null 2>&1 || return 0
 	command -v timeout >/dev/null 2>&1 && bound=(timeout 2)
-	for ((i = 1; i < cword; i++)); do
-		case ${words[i]} in
-		-e | --endpoint) ep=${words[i + 1]-} ;;
-		--endpoint=*) ep=${words[i]#--endpoint=} ;;
-		-e?*) ep=${words[i]#-e} ;;
-		esac
-	done
+	ep=$(_wsync_opt_value -e --endpoint)
+	model=$(_wsync_opt_value -m --model)
 	if [[ -n $ep ]]; then
 		json=$("${bound[@]}" wsync-inspect --json -t 0.3 -e "$ep" 2>/dev/null </dev/null)
 	else
@@ -86,6 +96,10 @@ _wsync_hub() {
 	case $field in
 	models) jq -r '.models[]?.model // empty' 2>/dev/null <<<"$json" ;;
 	workers) jq -r '.workers[]?.worker // empty' 2>/dev/null <<<"$json" ;;
+	versions)
+		jq -r --arg m "${model%%=*}" '.models[]? | select($m == "" or .model == $m)
+		    | .versions[]?.version' 2>/dev/null <<<"$json" | sort -un
+		;;
 	esac
 	return 0
 }
@@ -190,9 +204,10 @@ _wsync_optarg() {
 		_wsync_files
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
-	wsync-serve:--keep | wsync-push:--wait-for | wsync-pull:-v | \
-		wsync-pull:--pull-version | wsync-pull:--if-newer | wsync-watch:--id | \
-		wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
+	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
+	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
+		wsync-pull:--if-newer) _wsync_list versions ;;
+	wsync-serve:--keep | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -218,13 +233,14 @@ _wsync() {
 	_wsync_words
 	prog=${words[0]##*/}
 	case $prog in
-	wsync-serve) opts="-e --endpoint --store --keep -h --help -V --version" ;;
+	wsync-serve) opts="-e --endpoint --store --keep --log-format -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for --transfer --batch -h --help -V --version" ;;
+		--wait-for --transfer -q --quiet --progress --batch -h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer --transfer -t --timeout -h --help -V --version" ;;
+		--if-newer --transfer -t --timeout -q --quiet --progress -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --transfer -t --timeout -h --help -V --version" ;;
+		--once --max-lag --transfer -t --timeout -q --quiet --log-format -h --help
+		-V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		-h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
@@ -256,7 +272,8 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--transfer) ((i++)) ;;
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--transfer | \
+			*:--log-format) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

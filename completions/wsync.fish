@@ -1,27 +1,36 @@
 # fish completion for the wsync programs. Copy it to
 # ~/.config/fish/completions/ once per program name (wsync-push.fish, ...),
 # or source it from config.fish.
-# Model and worker ids come from a live hub that answers within 0.3 s
+# Model ids, versions and worker ids come from a live hub that answers within 0.3 s
 # (wsync-inspect --json, read with jq); without jq or a hub they are skipped.
 
-# Prints the values of field (models or workers) of the hub named by -e or
+# Prints the value of the last option short (-m) or long (--model) on the
+# command line, in any of the forms -m V, -mV, --model V, --model=V.
+function __wsync_opt_value -a short long
+    set -l args (commandline -opc)
+    set -l v
+    for i in (seq 2 (count $args))
+        switch $args[$i]
+            case $short $long
+                set -l next (math $i + 1)
+                test $next -le (count $args); and set v $args[$next]
+            case "$long=*"
+                set v (string replace -- "$long=" '' $args[$i])
+            case "$short?*"
+                set v (string sub -s 3 -- $args[$i])
+        end
+    end
+    printf '%s\n' $v
+end
+
+# Prints the values of field (models, workers, or versions of the model given
+# by -m on the command line, else of every model) of the hub named by -e or
 # --endpoint on the command line, else of the default hub; quiet and bounded.
 function __wsync_hub -a field
     command -q jq; or return 0
     command -q wsync-inspect; or return 0
-    set -l ep
-    set -l args (commandline -opc)
-    for i in (seq 2 (count $args))
-        switch $args[$i]
-            case -e --endpoint
-                set -l next (math $i + 1)
-                test $next -le (count $args); and set ep $args[$next]
-            case '--endpoint=*'
-                set ep (string replace -- --endpoint= '' $args[$i])
-            case '-e?*'
-                set ep (string sub -s 3 -- $args[$i])
-        end
-    end
+    set -l ep (__wsync_opt_value -e --endpoint)
+    set -l model (__wsync_opt_value -m --model)
     set -l bound
     command -q timeout; and set bound timeout 2
     set -l json
@@ -36,6 +45,10 @@ function __wsync_hub -a field
             string join \n -- $json | jq -r '.models[]?.model // empty' 2>/dev/null
         case workers
             string join \n -- $json | jq -r '.workers[]?.worker // empty' 2>/dev/null
+        case versions
+            string join \n -- $json | jq -r --arg m (string replace -r -- '=.*' '' "$model") \
+                '.models[]? | select($m == "" or .model == $m) | .versions[]?.version' \
+                2>/dev/null | sort -un
     end
 end
 
@@ -106,6 +119,7 @@ end
 complete -c wsync-serve -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Listen on this endpoint (repeatable)'
 complete -c wsync-serve -l store -x -a '(__fish_complete_directories)' -d 'Keep versions in this directory'
 complete -c wsync-serve -l keep -x -d 'Versions kept per model (default 3)'
+complete -c wsync-serve -l log-format -x -a 'text json' -d 'Log lines as key=value text or JSON'
 
 # wsync-push
 complete -c wsync-push -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -113,8 +127,10 @@ complete -c wsync-push -s m -l model -x -a '(string match -q -- "*=*" (commandli
 complete -c wsync-push -s t -l timeout -x -d 'Bound on the whole push and wait (seconds)'
 complete -c wsync-push -s w -l wait -x -a 'all (__wsync_list workers)' -d 'Wait until all, N or these workers applied it'
 complete -c wsync-push -s W -l workers -x -a '(__wsync_list workers)' -d 'Announce the version to these workers only'
-complete -c wsync-push -l wait-for -x -d 'Push nothing; wait for this version'
+complete -c wsync-push -l wait-for -x -a '(__wsync_hub versions)' -d 'Push nothing; wait for this version'
 complete -c wsync-push -l transfer -x -a 'auto copy link socket' -d 'How the files reach the hub'
+complete -c wsync-push -l progress -d 'Show the progress even off a terminal'
+complete -c wsync-push -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
@@ -122,9 +138,11 @@ complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(_
 complete -c wsync-pull -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
 complete -c wsync-pull -s m -l model -x -a '(__wsync_hub models)' -d 'The model to fetch'
 complete -c wsync-pull -s o -l output -r -F -d 'Where to write it (- is stdout)'
-complete -c wsync-pull -s v -l pull-version -x -d 'Fetch this version instead of the newest'
-complete -c wsync-pull -l if-newer -x -d 'Exit 1 unless the newest is above this version'
+complete -c wsync-pull -s v -l pull-version -x -a '(__wsync_hub versions)' -d 'Fetch this version instead of the newest'
+complete -c wsync-pull -l if-newer -x -a '(__wsync_hub versions)' -d 'Exit 1 unless the newest is above this version'
 complete -c wsync-pull -l transfer -x -a 'auto link copy socket' -d 'How the version comes'
+complete -c wsync-pull -l progress -d 'Show the progress even off a terminal'
+complete -c wsync-pull -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
 
 # wsync-watch
@@ -138,6 +156,8 @@ complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
 complete -c wsync-watch -l transfer -x -a 'auto link copy socket' -d 'How each version comes'
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
+complete -c wsync-watch -s q -l quiet -d 'Only errors and failed hooks on stderr'
+complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or JSON'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'

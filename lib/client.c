@@ -275,6 +275,8 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0)
 		goto fail;
 	snprintf(c->role, sizeof(c->role), "%s", o->role);
+	c->progress = o->progress;
+	c->progress_arg = o->progress_arg;
 	c->transfer = o->transfer;
 	c->stop = o->stop;
 	c->used = "socket";
@@ -480,6 +482,8 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 		}
 		done += len;
 		s_release(&m, &p);
+		if (c->progress != NULL)
+			c->progress(c->progress_arg, done, h->size);
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
 			deadline = wsync_now_ms() + c->idle_ms;
@@ -940,10 +944,13 @@ static int
 s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
     int64_t deadline, wsync_err_t *err)
 {
-	uint64_t ids[64];
+	uint64_t ids[64], lens[64], done = 0, total = 0;
 	unsigned inflight = 0;
 	int file = 0;
 	size_t off = 0;
+
+	for (int i = 0; i < n; i++)
+		total += src[i].size;
 
 	for (;;) {
 		wsync_msg_t m;
@@ -955,6 +962,7 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 		while (inflight < c->window && file < n) {
 			wsync_enc_t e;
 			size_t len = src[file].size - off < c->chunk ? src[file].size - off : c->chunk;
+			lens[inflight] = len;
 			ids[inflight++] = s_request(c, &e, "chunk", 3);
 			wsync_enc_kv_u64(&e, "upload", upload);
 			wsync_enc_kv_u64(&e, "file", (uint64_t)file);
@@ -986,8 +994,13 @@ s_upload(wsync_client_t *c, uint64_t upload, const struct s_source *src, int n,
 			continue;
 		}
 		s_release(&m, &p);
-		if (slot < inflight)
-			ids[slot] = ids[--inflight];
+		if (slot == inflight)
+			continue;
+		done += lens[slot];
+		if (c->progress != NULL)
+			c->progress(c->progress_arg, done, total);
+		ids[slot] = ids[--inflight];
+		lens[slot] = lens[inflight];
 	}
 }
 

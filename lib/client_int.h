@@ -22,6 +22,8 @@ struct wsync_client {
 	uint32_t chunk;
 	uint32_t window;
 	uint32_t heartbeat_ms;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
 	int local;                      /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */

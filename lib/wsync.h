@@ -230,7 +230,10 @@ int wsync_transfer_parse(const char *name);
 /* The name of a mode. */
 const char *wsync_transfer_name(int mode);
 
-/* Who a client is; every pointer is borrowed for the call to wsync_client_new only. */
+/*
+ * Who a client is; every pointer is borrowed for the call to wsync_client_new
+ * only, except progress_arg, passed to progress until wsync_client_destroy.
+ */
 typedef struct wsync_client_opts {
 	const char *endpoint;           /* NULL: wsync_endpoint_resolve(NULL) */
 	const char *role;               /* "push", "pull", "watch" or "inspect" */
@@ -238,6 +241,9 @@ typedef struct wsync_client_opts {
 	const char *const *models;      /* the models it works on */
 	int nmodels;
 	int timeout_ms;                 /* how long to wait for the hub's hello */
+	/* Called as a transfer's bytes arrive or are taken by the hub; may be NULL. */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 	int transfer;                   /* WSYNC_TRANSFER_*: how versions travel */
 	volatile sig_atomic_t *stop;    /* may be NULL; set non-zero (a signal) to abandon */
 } wsync_client_opts_t;

@@ -187,6 +187,15 @@ make_fixtures_dir() {
 	done
 }
 
+@test "every man page has an EXAMPLES section with at least one example" {
+	local page bad=""
+	for page in "$ROOT"/man/*.[1-8]; do
+		render "$page" | awk '/^EXAMPLES$/ { on = 1; next } on && /^[A-Z]/ { exit }
+		    on && NF { n++ } END { exit n < 1 }' || bad+=" $(basename "$page")"
+	done
+	[ -z "$bad" ] || fail "no EXAMPLES in:$bad"
+}
+
 @test "the hook's environment is documented in wsync-watch(1)" {
 	run render "$ROOT/man/wsync-watch.1"
 	local var
@@ -268,6 +277,10 @@ EOF
 	assert_output $'flat\ntree'
 	run -0 complete_bash "wsync-convert --to=s"
 	assert_output "safetensors"
+	run -0 complete_bash "wsync-serve --log-format "
+	assert_output $'json\ntext'
+	run -0 complete_bash "wsync-watch --log-format=j"
+	assert_output "json"
 	WSYNC_ENDPOINT="" run -0 complete_bash "wsync-pull -e "
 	assert_output $'ipc://\ntcp://'
 	run -0 complete_bash "wsync-pull --endpoint=tcp:"
@@ -290,6 +303,42 @@ EOF
 	local ep=$WSYNC_ENDPOINT
 	WSYNC_ENDPOINT=ipc://$TMP/elsewhere run -0 complete_bash "wsync-pull -e $ep -m p"
 	assert_output "policy"
+}
+
+@test "bash completes the versions of the model on the command line from a live hub" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v1.wsync
+	wsync-push -m critic v1.wsync
+	run -0 complete_bash "wsync-pull -m policy -v "
+	assert_output $'1\n2\n3'
+	run -0 complete_bash "wsync-pull --model=critic --if-newer "
+	assert_output "1"
+	run -0 complete_bash "wsync-push -m policy -w all --wait-for 3"
+	assert_output "3"
+	run -0 complete_bash "wsync-pull --pull-version="
+	assert_output $'1\n2\n3'
+}
+
+@test "zsh and fish complete versions of the model on the command line from a live hub" {
+	command -v zsh >/dev/null || skip "zsh is not installed"
+	command -v fish >/dev/null || skip "fish is not installed"
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v1.wsync
+	wsync-push -m critic v1.wsync
+	run -0 complete_fish "wsync-pull -m policy -v "
+	assert_output $'1\n2'
+	run -0 complete_fish "wsync-pull -m critic --if-newer "
+	assert_output "1"
+	local ep=$WSYNC_ENDPOINT
+	WSYNC_ENDPOINT=ipc://$TMP/elsewhere run -0 complete_fish "wsync-pull -e $ep --model=policy -v "
+	assert_output $'1\n2'
+	run -0 complete_zsh "wsync-pull -m policy -v "
+	assert_output $'1\n2'
 }
 
 @test "bash completes no model id, quietly, when no hub answers" {
@@ -325,4 +374,23 @@ EOF
 	make_fixtures_dir
 	run -0 complete_fish "wsync-push -m policy ./fixtures-dir/"
 	assert_output $'./fixtures-dir/a.wsync\n./fixtures-dir/b.safetensors\n./fixtures-dir/sub/'
+}
+
+@test "the README's five-minute tour runs as pasted" {
+	sed -n '/^## A five-minute tour$/,/^## /p' "$ROOT/README.md" |
+	    sed -n '/^```sh$/,/^```$/p' | sed '1d;$d' >tour.sh
+	[ -s tour.sh ]
+	# The tour's build directory is this suite's, its default hub private to the test.
+	sed -i "s|\$PWD/build/cc/bin|$WSYNC_BIN|; s|\$PWD/examples|$ROOT/examples|" tour.sh
+	mkdir -m 700 run
+	cd "$ROOT"
+	run -0 --separate-stderr env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" TMPDIR="$TMP" \
+	    timeout 60 bash -e "$TMP/tour.sh"
+	assert_line --index 0 "1"
+	assert_line --index 1 "policy 1 policy.wsync"
+	assert_line "model     policy"
+	assert_line "meta      step=100"
+	assert_line "2"
+	assert_line "stdin: OK"
+	assert_line --regexp '^gpu0 +policy +2 +0 .* alive '
 }

@@ -97,7 +97,6 @@ PYEOF
 	done
 }
 
-# The content id of a file.
 # Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
 make_big() {
 	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
@@ -113,6 +112,7 @@ with open(out, "wb") as f:
 PYEOF
 }
 
+# The content id of a file.
 content_of() {
 	wsync-inspect --json "$1" | jq -r .content_id
 }
@@ -132,4 +132,14 @@ hub_teardown() {
 	for pid in "${PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
 	done
+}
+
+# on_tty CMD...: runs CMD with stdout and stderr on a pseudo-terminal (script
+# from bsdutils); prints what the terminal got, carriage returns as newlines,
+# without the erase-to-end-of-line sequences.
+on_tty() {
+	local cmd
+	printf -v cmd '%q ' "$@"
+	script -qec "$cmd" /dev/null | tr '\r' '\n' | sed -e 's/\x1b\[K//g' -e '/^$/d'
+	return "${PIPESTATUS[0]}"
 }

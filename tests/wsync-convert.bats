@@ -35,14 +35,18 @@ usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors] IN OUT
 Converts IN, a safetensors or .wsync file (told apart by content), to OUT.
 IN and OUT may be - for stdin and stdout.
 
-  -l, --layout=tree|flat        .wsync output: nest keys at each '.' and '/'
-                                (tree, the default) or keep each name as one key
-  -m, --model=MODEL             model id of a .wsync output (default: IN's model,
-                                else IN's file name without its extension)
-  -t, --to=wsync|safetensors    output kind (default: OUT's extension, else the
-                                kind IN is not)
-  -h, --help                    print this help and exit
-  -V, --version                 print the version and exit
+  -l, --layout tree|flat   .wsync output: nest keys at each '.' and '/' (tree,
+                           the default) or keep each name as one key
+  -m, --model MODEL        model id of a .wsync output (default: IN's model,
+                           else IN's file name without its extension)
+  -t, --to wsync|safetensors
+                           output kind (default: OUT's extension, else the
+                           kind IN is not)
+  -h, --help               show this help
+  -V, --version            show the version
+
+Exit status: 0 ok, 64 usage, 65 bad weight file, 66 no input, 70 internal
+error, 74 I/O error. See wsync-convert(1).
 EOF
 	assert_equal "$stderr" ""
 }

@@ -72,6 +72,85 @@ PYEOF
 	assert_output ""
 }
 
+# A progress line as a terminal shows it, for TOTAL bytes, all of them done.
+s_progress_done() {
+	echo "^$1: $2 / $2 100% [0-9.]+ (B|KiB|MiB|GiB)/s ETA 0:00"
+}
+
+# Runs "$@" in the background with the hub stopped for 1.2 s, longer than the
+# second after which progress shows, then waits for it.
+s_hub_held() {
+	kill -STOP "$HUB_PID"
+	"$@" &
+	local pid=$!
+	PIDS+=("$pid")
+	sleep 1.2
+	kill -CONT "$HUB_PID"
+	wait "$pid"
+}
+
+@test "wsync-pull --progress on a terminal redraws one line: bytes, percent, rate, ETA" {
+	make_big 12
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 on_tty wsync-pull --transfer socket --progress -m big -o big.wsync
+	assert_line --index 0 --regexp '^wsync-pull: [0-9.]+ MiB / 12.0 MiB +[0-9]+% '
+	assert_line --index $((${#lines[@]} - 2)) --regexp "$(s_progress_done wsync-pull "12.0 MiB")"
+	assert_line --index $((${#lines[@]} - 1)) "1"
+	run -0 script -qec "wsync-pull --transfer socket --progress -m big -o big.wsync" /dev/null
+	assert_output --partial $'\r''wsync-pull: '
+	assert_output --partial $'\e[K'
+}
+
+@test "a pull shorter than a second shows no progress, even on a terminal" {
+	make_big 1
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 on_tty wsync-pull --transfer socket -m big -o big.wsync
+	assert_output "1"
+}
+
+@test "a pull that takes over a second shows its progress on a terminal" {
+	make_big 8
+	start_hub
+	wsync-push -m big big.safetensors
+	s_hub_held on_tty wsync-pull --transfer socket -m big -o big.wsync >tty.out
+	run -0 cat tty.out
+	assert_line --regexp "$(s_progress_done wsync-pull "8.0 MiB")"
+	assert_line --index $((${#lines[@]} - 1)) "1"
+}
+
+@test "a pull over a second shows nothing when stderr is not a terminal" {
+	make_big 8
+	start_hub
+	wsync-push -m big big.safetensors
+	s_hub_held wsync-pull --transfer socket -m big -o big.wsync >pull.out 2>pull.err
+	assert_equal "$(cat pull.out)" "1"
+	assert_equal "$(cat pull.err)" ""
+}
+
+@test "--progress writes whole lines on stderr when it is not a terminal" {
+	make_big 8
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 --separate-stderr wsync-pull --transfer socket --progress -m big -o big.wsync
+	assert_output "1"
+	[[ $stderr != *$'\r'* ]] || fail "a carriage return on a stderr that is no terminal"
+	assert_equal "$(grep -cvE '^wsync-pull: [0-9.]+ (B|KiB|MiB) / 8.0 MiB ' <<<"$stderr")" 0
+	[[ ${stderr##*$'\n'} =~ $(s_progress_done wsync-pull "8.0 MiB") ]] ||
+	    fail "last line: ${stderr##*$'\n'}"
+}
+
+@test "--quiet silences the progress line, not the errors" {
+	make_big 8
+	start_hub
+	wsync-push -m big big.safetensors
+	run -0 on_tty wsync-pull --transfer socket -q --progress -m big -o big.wsync
+	assert_output "1"
+	run -66 on_tty wsync-pull --quiet -m nothing -o x.wsync
+	assert_output 'wsync-pull: model "nothing" has no version'
+}
+
 inode() { stat -c %i "$1"; }
 
 @test "--transfer link makes the output the store's own file; copy and socket copy it" {

@@ -104,6 +104,18 @@ PYEOF
 	run -0 wsync-inspect diff big.safetensors back.wsync
 }
 
+@test "wsync-push --progress on a terminal shows the upload's bytes, rate and ETA" {
+	make_big 12
+	start_hub
+	run -0 on_tty wsync-push --transfer socket --progress -m big big.safetensors
+	assert_line --index 0 --regexp '^wsync-push: [0-9.]+ MiB / 12.0 MiB +[0-9]+% '
+	assert_line --index $((${#lines[@]} - 2)) \
+	    --regexp '^wsync-push: 12.0 MiB / 12.0 MiB 100% [0-9.]+ (B|KiB|MiB|GiB)/s ETA 0:00$'
+	assert_line --index $((${#lines[@]} - 1)) "1"
+	run -0 on_tty wsync-push --transfer socket -q --progress -m big big.safetensors
+	assert_output "2"
+}
+
 @test "a large bad .wsync handed over through the store is refused by the hub, 65" {
 	make_big 6
 	wsync-convert -m policy big.safetensors big.wsync
@@ -175,4 +187,17 @@ ok policy 4"
 	run -64 wsync-push --batch -m policy v1.wsync
 	assert_output "wsync-push: --batch takes its pushes on stdin, not on the command line (only -e, -t and --transfer go with it)
 Try 'wsync-push --help'."
+}
+
+@test "wsync-push --batch refuses -q and --progress in a request: they are the command's" {
+	make_versions 1
+	start_hub
+	run -0 wsync-push --batch <<-'EOF2'
+	-q -m policy v1.wsync
+	--progress -m policy v1.wsync
+	-m policy v1.wsync
+	EOF2
+	assert_output "error 64 -q is an option of the wsync-push --batch command, not of a request
+error 64 --progress is an option of the wsync-push --batch command, not of a request
+ok policy 1"
 }

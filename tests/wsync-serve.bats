@@ -8,7 +8,7 @@ load test_helper
 start_hub() {
 	wsync-serve -e "ipc://$TMP/hub" --store "$TMP/store" "$@" 2>>"$TMP/hub.log" &
 	HUB_PID=$!
-	wait_log 'event=listen'
+	wait_log 'event[=":]*listen'
 }
 
 # Waits, at most 5 s, until the hub's log has a line matching the regex $1.
@@ -65,21 +65,24 @@ free_port() {
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-serve --help
 	assert_output - <<'EOF'
-usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N]
+usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]
 
 Run a hub: take pushed versions of models, keep them in a store, announce
 them to watchers and serve them. Log lines go to stderr.
 
-  -e, --endpoint=ENDPOINT   listen on tcp://HOST:PORT or ipc://PATH; may be
-                            repeated (default: $WSYNC_ENDPOINT, else
-                            ipc://RUNDIR/hub)
-      --store=DIR           keep versions in DIR (default: RUNDIR/store)
-      --keep=N              versions kept per model (default 3)
-  -h, --help                print this help and exit
-  -V, --version             print the version and exit
+  -e, --endpoint ENDPOINT  listen on tcp://HOST:PORT or ipc://PATH; may be
+                           repeated (default: $WSYNC_ENDPOINT, else
+                           ipc://RUNDIR/hub)
+      --store DIR          keep versions in DIR (default: RUNDIR/store)
+      --keep N             versions kept per model (default 3)
+      --log-format FORMAT  log lines as text (time=... event=... key=value)
+                           or json (one object per line)
+  -h, --help               show this help
+  -V, --version            show the version
 
-SIGTERM or SIGINT stops the hub (exit 0). Exit status: 64 usage, 69 cannot
-listen, 74 store errors. See wsync-serve(1).
+SIGTERM or SIGINT stops the hub. Exit status: 0 stopped, 64 usage,
+69 cannot listen, 70 internal error, 74 store error, 77 permission denied.
+See wsync-serve(1).
 EOF
 	assert_equal "$stderr" ""
 }
@@ -119,7 +122,44 @@ Try 'wsync-serve --help'."
 @test "a started hub logs where it listens, after an ISO 8601 UTC timestamp" {
 	start_hub
 	run -0 grep 'event=listen' "$TMP/hub.log"
-	assert_output --regexp "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z event=listen endpoint=ipc://$TMP/hub pub=ipc://$TMP/hub.pub hub=[^ ]+:$HUB_PID\$"
+	assert_output --regexp "^time=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z event=listen endpoint=ipc://$TMP/hub pub=ipc://$TMP/hub.pub hub=[^ ]+:$HUB_PID\$"
+}
+
+# Makes the hub log a store, listen, hello, begin, commit, a refusal with a
+# quoted error, and stop.
+s_log_events() {
+	"$PY" "$FIXTURES/mksafetensors.py" all a.safetensors
+	run -0 wsync-push -e "ipc://$TMP/hub" -m policy a.safetensors
+	run -66 wsync-pull -e "ipc://$TMP/hub" -m nope -o x.wsync
+	stop_hub
+}
+
+@test "every log line is key=value pairs after time=, quoted values escaped" {
+	start_hub
+	s_log_events
+	run -0 grep -c . "$TMP/hub.log"
+	[ "$output" -ge 8 ]
+	run -1 grep -vE '^time=[0-9T:.-]+Z event=[a-z]+( [a-z_]+=([^ "]+|"([^"\\]|\\.)*"))*$' \
+	    "$TMP/hub.log"
+	run -0 grep -c 'event=refuse op=stat id=2 code=66 error="model \\"nope\\" has no version"$' \
+	    "$TMP/hub.log"
+}
+
+@test "--log-format json writes one JSON object per line, numbers as numbers" {
+	start_hub --log-format json
+	s_log_events
+	run -0 jq -c 'select(.event == "commit") | [.program, .model, .version, .size,
+	    (.content | type), (.time | test("^[0-9-]{10}T[0-9:.]{12}Z$"))]' "$TMP/hub.log"
+	assert_output '["wsync-serve","policy",1,1349,"string",true]'
+	run -0 jq -r 'select(.event == "refuse") | "\(.code) \(.error)"' "$TMP/hub.log"
+	assert_output '66 model "nope" has no version'
+	run -0 jq -r '.event' "$TMP/hub.log"
+	assert_output $'store\nlisten\nhello\nbegin\ncommit\nhello\nrefuse\nstop'
+}
+
+@test "--log-format takes text or json only" {
+	run -64 wsync-serve --log-format xml
+	assert_output $'wsync-serve: --log-format wants text or json, not "xml"\nTry \'wsync-serve --help\'.'
 }
 
 @test "hello tells the PUB endpoint, the hub, its store and its limits" {

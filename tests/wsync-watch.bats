@@ -171,6 +171,25 @@ PYEOF
 	kill -0 "${WPID[hung]}"
 }
 
+@test "wsync-watch --log-format json writes its messages as JSON objects" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	run -0 --separate-stderr wsync-watch --log-format json --once -m policy -o w.wsync
+	assert_output "policy 1 w.wsync"
+	run -0 jq -r '"\(.program) \(.msg)"' <<<"$stderr"
+	assert_output --regexp "^wsync-watch connected to hub [^ ]+ at $WSYNC_ENDPOINT\$"
+}
+
+@test "wsync-watch --quiet prints no message on stderr, only its update lines" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	run -0 --separate-stderr wsync-watch -q --once -m policy -o w.wsync
+	assert_output "policy 1 w.wsync"
+	assert_equal "$stderr" ""
+}
+
 @test "a watcher on the hub's host links each version; inspect shows how each came" {
 	make_versions 2
 	start_hub

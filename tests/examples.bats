@@ -1,0 +1,173 @@
+#!/usr/bin/env bats
+# examples.bats - what examples/ shows works as shown: the Python helper, the
+# PyTorch trainer and workers, the shell pipeline, the cron line and the
+# systemd unit, each against real hubs.
+
+load test_helper
+load hub_helper
+
+EX="$ROOT/examples"
+
+# py CODE: runs CODE with examples/python on the module path.
+py() {
+	PYTHONPATH="$EX/python" "$PY" -c "$1"
+}
+
+# The arrays the helper tests write: every dtype the helper knows, a scalar
+# and a zero-size tensor, with PyTorch-style names.
+ARRAYS='
+import numpy as np, wsync
+a = {"actor.0.weight": np.arange(12, dtype=np.float32).reshape(3, 4),
+     "actor.0.bias": np.linspace(0, 1, 3), "half": np.ones(2, np.float16),
+     "steps": np.array(5, np.int64), "i32": np.arange(3, dtype=np.int32),
+     "i16": np.arange(2, dtype=np.int16), "i8": np.zeros((0, 3), np.int8),
+     "u8": np.arange(4, dtype=np.uint8), "mask": np.array([True, False])}
+def same(b):
+    return sorted(a) == sorted(b) and all(a[k].dtype == b[k].dtype and
+        a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in a)
+'
+
+@test "the Python helper writes and reads back safetensors and .wsync files" {
+	run -0 py "$ARRAYS"'
+wsync.write("a.safetensors", a, meta={"step": 7})
+wsync.write("a.wsync", a, meta={"step": 7}, model="policy")
+for p in ("a.safetensors", "a.wsync"):
+    b, meta = wsync.read(p)
+    print(p, same(b), meta)'
+	assert_output - <<'EOF'
+a.safetensors True {'step': '7'}
+a.wsync True {'step': '7'}
+EOF
+	run -0 wsync-inspect --verify a.wsync
+	run -0 wsync-inspect --json a.safetensors
+	run -0 wsync-inspect diff a.safetensors a.wsync
+}
+
+@test "the Python helper pushes, pulls and watches through a real hub" {
+	start_hub
+	run -0 --separate-stderr py "$ARRAYS"'
+wsync.write("a.safetensors", a, meta={"step": 1})
+print(wsync.push("policy", "a.safetensors", wait="all"))
+a["steps"] = np.array(6, np.int64)
+wsync.write("b.wsync", a, model="policy")
+print(wsync.push("policy", "b.wsync"))
+print(wsync.pull("policy", "got.wsync"), same(wsync.read("got.wsync")[0]))
+print(wsync.pull("policy", "old.wsync", version=1), wsync.read("old.wsync")[1])
+for update in wsync.watch("policy", "w.wsync", worker="py1"):
+    print(update)
+    break'
+	assert_output - <<'EOF'
+1
+2
+2 True
+1 {'step': '1'}
+('policy', 2, 'w.wsync')
+EOF
+	run -0 wsync-inspect diff w.wsync got.wsync
+}
+
+@test "the Python helper raises WsyncError with the program's exit status and message" {
+	start_hub
+	run -0 py '
+import wsync
+try:
+    wsync.pull("nothing", "x.wsync", timeout=5)
+except wsync.WsyncError as e:
+    print(e.status, e)'
+	assert_output '66 wsync-pull: model "nothing" has no version'
+}
+
+@test "the PyTorch trainer's versions reach 3 workers, each loading the trainer's weights" {
+	"$PY" -c 'import torch' 2>/dev/null ||
+	    skip "python3-torch is not installed (scripts/deps install torch, as root)"
+	start_hub
+	local i pid
+	local -a workers=()
+	for i in 1 2 3; do
+		"$PY" "$EX/pytorch/worker.py" --id "w$i" --dir "$TMP" --ref "$TMP/ref" \
+		    >"$TMP/w$i.out" 2>"$TMP/w$i.err" &
+		workers+=("$!")
+		PIDS+=("$!")
+	done
+	# Each push returns once 3 workers have loaded it: every worker sees each version.
+	run -0 --separate-stderr timeout 180 "$PY" "$EX/pytorch/trainer.py" --steps 60 --every 20 --workers 3 \
+	    --ref "$TMP/ref"
+	assert_output $'version 1 step 20\nversion 2 step 40\nversion 3 step 60'
+	for pid in "${workers[@]}"; do
+		kill -TERM "$pid"
+		wait "$pid" || fail "worker $pid exited with status $?"
+	done
+	for i in 1 2 3; do
+		assert_equal "$(cat "$TMP/w$i.out")" "w$i 1 20 ok
+w$i 2 40 ok
+w$i 3 60 ok"
+	done
+	run -0 sh -c 'wsync-inspect --hub --json | jq -r ".workers[] | \"\(.worker) \(.applied.policy)\"" | sort'
+	assert_output $'w1 3\nw2 3\nw3 3'
+}
+
+@test "relay.sh pipes the newest version from one hub to another in the flat layout" {
+	make_versions 2
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy v2.wsync
+	local from=$WSYNC_ENDPOINT
+	WSYNC_ENDPOINT=ipc://$TMP/hub2 STORE=$TMP/store2 start_hub
+	run -0 "$EX/shell/relay.sh" "$from" "ipc://$TMP/hub2" policy
+	assert_output 1
+	run -0 wsync-pull -e "ipc://$TMP/hub2" -m policy -o relayed.wsync
+	run -0 wsync-inspect diff relayed.wsync v2.wsync
+	# Flat: each name is one key of the tree.
+	run -0 "$PY" -c 'import msgpack, sys
+print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
+	assert_output "actor.0.bias actor.0.weight"
+}
+
+@test "relay.sh fails with wsync-pull's status when the source has no such model" {
+	start_hub
+	WSYNC_ENDPOINT=ipc://$TMP/hub2 STORE=$TMP/store2 start_hub
+	run -66 --separate-stderr "$EX/shell/relay.sh" "$WSYNC_ENDPOINT" "ipc://$TMP/hub2" nothing
+	assert_output ""
+	assert_equal "${stderr%%$'\n'*}" 'wsync-pull: model "nothing" has no version'
+}
+
+@test "the systemd unit verifies clean and its ExecStart keeps the store in the state directory" {
+	command -v systemd-analyze >/dev/null || skip "systemd-analyze is not installed"
+	make -s --no-print-directory -C "$ROOT" BUILD="${BUILD:-build/cc}" \
+	    SANITIZE="${SANITIZE:-}" DESTDIR="$TMP/dest" PREFIX=/usr/local install
+	sed "s|/usr/local/bin/|$TMP/dest/usr/local/bin/|" "$EX/systemd/wsync-serve.service" \
+	    >wsync-serve.service
+	MANPATH="$TMP/dest/usr/local/share/man" run -0 systemd-analyze verify wsync-serve.service
+	assert_output ""
+	run -0 grep -E '^(StateDirectory|Restart)=' "$EX/systemd/wsync-serve.service"
+	assert_output $'StateDirectory=wsync\nRestart=on-failure'
+	# What systemd runs, with %S (the state root) and the address made local.
+	local cmd
+	cmd=$(sed -n 's/^ExecStart=//p' "$EX/systemd/wsync-serve.service")
+	cmd=${cmd//%S/$TMP/state}
+	cmd=${cmd//tcp:\/\/0.0.0.0:7355/$WSYNC_ENDPOINT}
+	mkdir -p "$TMP/state/wsync"
+	${cmd/\/usr\/local\/bin\//} 2>"$TMP/hub.log" &
+	PIDS+=("$!")
+	wait_until hub_answers
+	make_versions 1
+	run -0 wsync-push -m policy v1.wsync
+	[ -f "$TMP/state/wsync/policy/1.wsync" ] || fail "no version in the state directory"
+}
+
+@test "the cron line's command publishes the checkpoint and waits for the workers" {
+	local line
+	line=$(grep -vE '^(#|[A-Z_]+=|$)' "$EX/cron/wsync-nightly")
+	# minute hour day month weekday user command, as /etc/cron.d wants.
+	read -r min hour day month wday user cmd <<<"$line"
+	assert_equal "$min $hour $day $month $wday $user" "30 2 * * * trainer"
+	run -0 grep -c '^WSYNC_ENDPOINT=tcp://' "$EX/cron/wsync-nightly"
+	start_hub
+	start_watcher gpu0
+	wait_until grep -q "event=hello role=watch worker=gpu0" "$TMP/hub.log"
+	make_versions 1
+	cp v1.safetensors nightly.safetensors
+	run -0 sh -c "${cmd//\/srv\/ckpt\//}"
+	assert_output 1
+	wait_until watcher_at gpu0 1
+}
