@@ -209,7 +209,7 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 	if (p->batch)
 		return p->n == 0 && argc == 0 && p->wait_mode == NULL && p->targets == NULL &&
 		    p->wait_for == 0 ? 0 : s_bad(why, size, "--batch takes its pushes on stdin, "
-		    "not on the command line (only -e, -t and --transfer go with it)");
+		    "not on the command line (only -e, -t, -q, --progress and --transfer go with it)");
 	if (p->n == 0)
 		return s_bad(why, size, "no model given (-m MODEL)");
 	if (p->wait_for != 0) {

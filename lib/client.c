@@ -526,15 +526,18 @@ s_store_open(const wsync_client_t *c, const char *model, uint64_t version, wsync
 	return fd;
 }
 
-/* Copies size bytes of in to out inside the kernel: copy_file_range, else sendfile. */
+/*
+ * Copies size bytes of in to out inside the kernel (copy_file_range, else
+ * sendfile), a window at a time so that progress can be shown.
+ */
 static int
-s_copy_fd(int in, int out, uint64_t size, wsync_err_t *err)
+s_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size, wsync_err_t *err)
 {
 	uint64_t done = 0;
 	int range = 1;
 
 	while (done < size) {
-		size_t want = size - done > (1u << 30) ? 1u << 30 : (size_t)(size - done);
+		size_t want = size - done > S_ALLOC_AHEAD ? S_ALLOC_AHEAD : (size_t)(size - done);
 		off_t ioff = (off_t)done, ooff = (off_t)done;
 		ssize_t n;
 		if (range) {
@@ -555,6 +558,8 @@ s_copy_fd(int in, int out, uint64_t size, wsync_err_t *err)
 			return wsync_err_set(err, n < 0 ? EX_IOERR : EX_DATAERR, "copy: %s",
 			    n < 0 ? strerror(errno) : "the store's file is shorter than announced");
 		done += (uint64_t)n;
+		if (c->progress != NULL)
+			c->progress(c->progress_arg, done, size);
 	}
 	return 0;
 }
@@ -678,7 +683,7 @@ s_fetch_local(wsync_client_t *c, const char *model, const wsync_head_t *got,
 	c->used = "copy";
 	if ((in = s_store_open(c, model, got->version, err)) < 0)
 		return -1;
-	if (s_copy_fd(in, *fd, got->size, err) < 0) {
+	if (s_copy_fd(c, in, *fd, got->size, err) < 0) {
 		close(in);
 		return -1;
 	}
@@ -1024,6 +1029,8 @@ s_write_window(const wsync_client_t *c, int fd, const struct s_source *src, int6
 			    strerror(errno));
 		if (src->shared)
 			wsync_pages_release(src->base + off, n);
+		if (c->progress != NULL)
+			c->progress(c->progress_arg, off + n, src->size);
 	}
 	return 0;
 }

@@ -171,3 +171,29 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	assert_output 1
 	wait_until watcher_at gpu0 1
 }
+
+@test "the Python helper's Publisher keeps one wsync-push --batch for every push" {
+	start_hub
+	start_watcher w1
+	wait_until hub_has_worker w1
+	run -0 --separate-stderr py "$ARRAYS"'
+with wsync.Publisher() as pub:
+    for step in (1, 2, 3):
+        a["steps"] = np.array(step, np.int64)
+        print(pub.publish("policy", a, meta={"step": step}, wait="all", timeout=10))
+    try:
+        pub.publish("bad!", a)
+    except wsync.WsyncError as e:
+        print(e.status, e)
+print(same(wsync.read("w1.wsync")[0]), wsync.read("w1.wsync")[1])'
+	assert_output - <<'EOF'
+1
+2
+3
+64 bad model id "bad!": use 1 to 64 of A-Z a-z 0-9 . _ - (not starting with '.')
+True {'step': '3'}
+EOF
+	run -0 grep -c "event=hello role=push" hub.log
+	assert_output 1
+	run -1 compgen -G "/dev/shm/wsync-publisher.*"
+}

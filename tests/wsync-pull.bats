@@ -268,3 +268,17 @@ PYEOF
 	stop_hub
 	rm -rf "$STORE" "$out"
 }
+
+@test "--progress counts a kernel copy and a push handed over through the store too" {
+	make_big 8
+	start_hub
+	run -0 --separate-stderr wsync-push --progress -m big big.safetensors
+	assert_output "1"
+	run -0 grep -c "event=begin.*transfer=copy" hub.log
+	[[ ${stderr##*$'\n'} =~ $(s_progress_done wsync-push "8.0 MiB") ]] ||
+	    fail "push, last line: ${stderr##*$'\n'}"
+	run -0 --separate-stderr wsync-pull --transfer copy --progress -m big -o big.wsync
+	assert_output "1"
+	[[ ${stderr##*$'\n'} =~ $(s_progress_done wsync-pull "8.0 MiB") ]] ||
+	    fail "pull, last line: ${stderr##*$'\n'}"
+}

@@ -185,7 +185,7 @@ ok policy 4"
 
 @test "wsync-push --batch takes no push on its command line" {
 	run -64 wsync-push --batch -m policy v1.wsync
-	assert_output "wsync-push: --batch takes its pushes on stdin, not on the command line (only -e, -t and --transfer go with it)
+	assert_output "wsync-push: --batch takes its pushes on stdin, not on the command line (only -e, -t, -q, --progress and --transfer go with it)
 Try 'wsync-push --help'."
 }
 

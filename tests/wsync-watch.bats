@@ -143,6 +143,7 @@ PYEOF
 	start_hub
 	wsync-watch --id nowhere -m policy -o "$TMP/missing/p.wsync" >nowhere.out 2>nowhere.err &
 	PIDS+=($!)
+	wait_until hub_has_worker nowhere
 	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
 	assert_regex "${stderr_lines[1]}" "^  nowhere: has no version, last seen [0-9.]+ s ago, last failure: $TMP/missing/p.wsync: cannot create a temporary file: No such file or directory$"
 	kill -0 "${PIDS[-1]}"

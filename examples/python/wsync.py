@@ -11,11 +11,17 @@ for k, v in model.state_dict().items()}; back: torch.from_numpy(a.copy()).
     arrays, meta = read("policy.wsync")
     for model, version, path in watch("policy", "policy.wsync"): ...
 
+    with Publisher() as pub:            # a trainer: one connection for its life
+        version = pub.publish("policy", arrays, wait="all", timeout=10)
+
 A failed program raises WsyncError with its exit status (wsync(7): 75 timed
 out, 69 no hub...) and its message.
 """
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 
 import numpy as np
 
@@ -125,3 +131,45 @@ def watch(model, path, worker=None, endpoint=None):
             p.terminate()
     if p.returncode not in (0, -15):
         raise WsyncError(p.returncode, "wsync-watch stopped")
+
+
+class Publisher:
+    """A trainer's coprocess, `wsync-push --batch`: connected once, one line a push.
+
+    Each publish writes the arrays as safetensors in a private directory
+    (default: the per-user tmpfs when there is one) and asks the coprocess to
+    push it; with wait, it returns once those workers applied it.
+    """
+
+    def __init__(self, endpoint=None, directory=None):
+        args = ["wsync-push", "--batch"] + (["-e", endpoint] if endpoint else [])
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        if directory is None and os.path.isdir("/dev/shm"):
+            directory = "/dev/shm"
+        self.dir = tempfile.mkdtemp(prefix="wsync-publisher.", dir=directory)
+
+    def publish(self, model, arrays, meta=None, wait=None, timeout=30):
+        """Pushes arrays as model's next version; returns its number."""
+        path = os.path.join(self.dir, model + ".safetensors")
+        write(path, arrays, meta)
+        line = f"-m {model} -t {timeout} {path}" + (f" -w {wait}" if wait is not None else "")
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().rstrip("\n").split(" ", 2)
+        if answer[0] == "ok":
+            return int(answer[2])
+        if answer[0] == "error":
+            raise WsyncError(int(answer[1]), answer[2])
+        raise WsyncError(self.proc.wait(), "wsync-push --batch stopped")
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
