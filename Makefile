@@ -1,5 +1,6 @@
 # wsync - weight synchronization as small Unix programs.
 # `make` builds libwsync and the programs; `make check` runs every test;
+# `make check-long` the long ones (crashes, load, valgrind, network faults);
 # `make demo` runs the main job. SANITIZE=1 builds with ASan and UBSan.
 
 CC       ?= cc
@@ -35,7 +36,7 @@ SOMAJOR  := 0
 STATIC   := $(BUILD)/libwsync.a
 SHARED   := $(BUILD)/libwsync.so.$(SOMAJOR)
 
-.PHONY: all deps check unit bats demo fuzz bench clean install uninstall FORCE
+.PHONY: all deps check check-long unit bats demo fuzz bench clean install uninstall FORCE
 all: $(STATIC) $(SHARED) $(PROGS)
 
 # Installs the Debian packages wsync needs when run as root; otherwise names them.
@@ -78,6 +79,10 @@ check: all $(UNITS)
 	@scripts/deps check-or-install fuzz
 	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run
+
+check-long: all
+	@scripts/deps check-or-install long
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run long
 
 demo: all
 	@BUILD=$(BUILD) scripts/demo

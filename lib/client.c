@@ -122,8 +122,6 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
 {
 	zmq_pollitem_t items[2] = { { c->sock, 0, ZMQ_POLLIN, 0 }, { c->mon, 0, ZMQ_POLLIN, 0 } };
 	int64_t left = deadline - wsync_now_ms();
-	uint64_t code = EX_PROTOCOL;
-	char text[600] = "the hub refused the request";
 	int rc;
 
 	*id = 0;
@@ -152,18 +150,15 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
 		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply it cannot read: %s",
 		    c->endpoint, why);
 	}
-	if (wsync_msg_u64(m, "id", id) < 0) {
-		*id = 0;
+	if (wsync_reply_decode(m, id, err) == 0)
+		return 0;
+	if (*id == 0) {
 		s_release(m, p);
 		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply without an id", c->endpoint);
 	}
-	if (wsync_obj_true(wsync_msg_get(m, "ok")))
-		return 0;
-	wsync_msg_u64(m, "code", &code);
-	wsync_msg_str(m, "error", text, sizeof(text));
 	if (!keep_refusal)
 		s_release(m, p);
-	return wsync_err_set(err, code > 0 && code < 128 ? (int)code : EX_PROTOCOL, "%s", text);
+	return -1;
 }
 
 /*
@@ -353,20 +348,6 @@ wsync_client_reconnect(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 	return s_hello(c, timeout_ms, err);
 }
 
-/* Reads {version, size, content, time} from a map object into h. */
-static int
-s_head_from(const msgpack_object *o, wsync_head_t *h)
-{
-	memset(h, 0, sizeof(*h));
-	if (wsync_obj_u64(wsync_obj_get(o, "version"), &h->version) < 0 ||
-	    wsync_obj_u64(wsync_obj_get(o, "size"), &h->size) < 0 ||
-	    wsync_obj_u64(wsync_obj_get(o, "content"), &h->content) < 0)
-		return -1;
-	wsync_obj_double(wsync_obj_get(o, "time"), &h->time);
-	wsync_obj_u64(wsync_obj_get(o, "mtime"), &h->mtime);
-	return 0;
-}
-
 int
 wsync_client_heads(wsync_client_t *c, const char *const *models, int n, const char *worker,
     const uint64_t *applied, wsync_head_t *heads, int timeout_ms, wsync_err_t *err)
@@ -400,7 +381,7 @@ wsync_client_heads(wsync_client_t *c, const char *const *models, int n, const ch
 		const msgpack_object *h = wsync_obj_get(all, models[i]);
 		if (h == NULL)
 			memset(&heads[i], 0, sizeof(heads[i]));
-		else if (s_head_from(h, &heads[i]) < 0) {
+		else if (wsync_head_decode(h, &heads[i]) < 0) {
 			s_release(&m, &p);
 			return wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply for %s without "
 			    "version, size or content", c->endpoint, models[i]);
@@ -426,7 +407,7 @@ s_stat(wsync_client_t *c, const char *model, uint64_t version, const char *worke
 		wsync_enc_kv_str(&e, "worker", worker);
 	if (s_call(c, &e, id, NULL, 0, timeout_ms, "stat", &m, &p, err) < 0)
 		return -1;
-	rc = s_head_from(m.root, h);
+	rc = wsync_head_decode(m.root, h);
 	s_release(&m, &p);
 	if (rc < 0 || h->version == 0)
 		return wsync_err_set(err, EX_PROTOCOL, "%s: a stat reply without version, size "
@@ -1192,19 +1173,9 @@ static int
 s_versions(wsync_client_t *c, wsync_msg_t *m, wsync_push_item_t *items, int n,
     wsync_err_t *err)
 {
-	const msgpack_object *versions = wsync_msg_get(m, "versions");
-
-	if (versions == NULL || versions->type != MSGPACK_OBJECT_ARRAY ||
-	    versions->via.array.size != (uint32_t)n)
+	if (wsync_versions_decode(m, items, n) < 0)
 		return wsync_err_set(err, EX_PROTOCOL, "%s: commit reply without versions",
 		    c->endpoint);
-	for (int i = 0; i < n; i++) {
-		const msgpack_object *v = &versions->via.array.ptr[i];
-		if (wsync_obj_u64(wsync_obj_get(v, "version"), &items[i].version) < 0 ||
-		    wsync_obj_u64(wsync_obj_get(v, "content"), &items[i].content) < 0)
-			return wsync_err_set(err, EX_PROTOCOL, "%s: commit reply without versions",
-			    c->endpoint);
-	}
 	return 0;
 }
 
@@ -1332,55 +1303,6 @@ out:
 	return rc;
 }
 
-/* Appends text to a growing malloc'd string; control bytes become '?'. */
-static void
-s_append(char **buf, size_t *len, const char *text)
-{
-	size_t n = strlen(text);
-	char *nb = realloc(*buf, *len + n + 1);
-
-	if (nb == NULL)
-		return;
-	for (size_t i = 0; i < n; i++)
-		nb[*len + i] = (unsigned char)text[i] < 0x20 && text[i] != '\n' ? '?' : text[i];
-	*len += n;
-	nb[*len] = '\0';
-	*buf = nb;
-}
-
-/* One line per missing worker of a wait that timed out. */
-static char *
-s_missing_text(const msgpack_object *list)
-{
-	char *buf = NULL, line[1024], worker[WSYNC_MAX_ID + 1], reason[WSYNC_MAX_REASON + 1];
-	size_t len = 0;
-
-	if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY)
-		return NULL;
-	for (uint32_t i = 0; i < list->via.array.size; i++) {
-		const msgpack_object *w = &list->via.array.ptr[i];
-		uint64_t v = 0;
-		double seen = -1;
-		if (wsync_obj_str(wsync_obj_get(w, "worker"), worker, sizeof(worker)) < 0)
-			continue;
-		wsync_obj_u64(wsync_obj_get(w, "version"), &v);
-		wsync_obj_double(wsync_obj_get(w, "seen"), &seen);
-		if (seen < 0)
-			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", never seen", worker,
-			    v ? "has version " : "has no version", v);
-		else
-			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", last seen %.1f s ago",
-			    worker, v ? "has version " : "has no version", v, seen);
-		s_append(&buf, &len, line);
-		if (wsync_obj_str(wsync_obj_get(w, "failure"), reason, sizeof(reason)) == 0) {
-			s_append(&buf, &len, ", last failure: ");
-			s_append(&buf, &len, reason);
-		}
-		s_append(&buf, &len, "\n");
-	}
-	return buf;
-}
-
 int
 wsync_client_wait(wsync_client_t *c, const char *model, uint64_t version,
     const char *mode, unsigned count, const char *const *ids, int nids, int timeout_ms,
@@ -1416,7 +1338,7 @@ wsync_client_wait(wsync_client_t *c, const char *model, uint64_t version,
 			    c->endpoint);
 		if (got == id) {
 			if (rc < 0)
-				*missing = s_missing_text(wsync_msg_get(&m, "missing"));
+				*missing = wsync_missing_text(wsync_msg_get(&m, "missing"));
 			s_release(&m, &p);
 			return rc;
 		}
@@ -1480,45 +1402,6 @@ wsync_client_bye(wsync_client_t *c, const char *worker, int timeout_ms, wsync_er
 	return s_simple(c, &e, id, timeout_ms, "bye", err);
 }
 
-/* A msgpack object as JSON; map keys that are not strings are skipped, content ids are hex. */
-static json_t *
-s_to_json(const msgpack_object *o)
-{
-	json_t *j;
-
-	switch (o->type) {
-	case MSGPACK_OBJECT_NIL: return json_null();
-	case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
-	case MSGPACK_OBJECT_POSITIVE_INTEGER: return json_integer((json_int_t)o->via.u64);
-	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer((json_int_t)o->via.i64);
-	case MSGPACK_OBJECT_FLOAT32:
-	case MSGPACK_OBJECT_FLOAT64: return json_real(o->via.f64);
-	case MSGPACK_OBJECT_STR: return json_stringn(o->via.str.ptr, o->via.str.size);
-	case MSGPACK_OBJECT_ARRAY:
-		j = json_array();
-		for (uint32_t i = 0; i < o->via.array.size; i++)
-			json_array_append_new(j, s_to_json(&o->via.array.ptr[i]));
-		return j;
-	case MSGPACK_OBJECT_MAP:
-		j = json_object();
-		for (uint32_t i = 0; i < o->via.map.size; i++) {
-			const msgpack_object *v = &o->via.map.ptr[i].val;
-			char key[256], hex[17];
-			if (wsync_obj_str(&o->via.map.ptr[i].key, key, sizeof(key)) < 0)
-				continue;
-			/* Content ids use all 64 bits: JSON integers would lose them. */
-			if (strcmp(key, "content") == 0 && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-				snprintf(hex, sizeof(hex), "%016" PRIx64, v->via.u64);
-				json_object_set_new(j, key, json_string(hex));
-			} else
-				json_object_set_new(j, key, s_to_json(v));
-		}
-		return j;
-	default:
-		return json_null();
-	}
-}
-
 char *
 wsync_client_status_json(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 {
@@ -1531,7 +1414,7 @@ wsync_client_status_json(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 
 	if (s_call(c, &e, id, NULL, 0, timeout_ms, "status", &m, &p, err) < 0)
 		return NULL;
-	j = s_to_json(m.root);
+	j = wsync_obj_json(m.root);
 	json_object_del(j, "id");
 	json_object_del(j, "ok");
 	text = json_dumps(j, JSON_COMPACT);

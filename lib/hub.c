@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "auth_int.h"
+#include "hub_int.h"
 #include "index_int.h"
 #include "keys_int.h"
 #include "net_int.h"
@@ -120,6 +121,7 @@ struct wsync_hub {
 	size_t nwaits, waits_cap;
 	wsync_blocked_t blocked;        /* connections that broke the protocol */
 	char conn[WSYNC_PEER_NAME];     /* the connection of the request being served */
+	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
 };
 
 /* One request being served. */
@@ -946,6 +948,29 @@ s_op_stat(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	return 0;
 }
 
+/*
+ * The test-only fault of wsync-serve(1) (WSYNC_TEST_FLIP_GET): the chunk is
+ * copied with its last bit flipped, as a link that corrupts data would.
+ */
+static int
+s_flip_last(zmq_msg_t *data, wsync_err_t *err)
+{
+	zmq_msg_t copy;
+	size_t len = zmq_msg_size(data);
+
+	if (len == 0)
+		return 0;
+	if (zmq_msg_init_size(&copy, len) < 0) {
+		zmq_msg_close(data);
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	}
+	memcpy(zmq_msg_data(&copy), zmq_msg_data(data), len);
+	((unsigned char *)zmq_msg_data(&copy))[len - 1] ^= 1;
+	zmq_msg_close(data);
+	*data = copy;
+	return 0;
+}
+
 static int
 s_op_get(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 {
@@ -980,6 +1005,8 @@ s_op_get(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		len = v->size - off;
 	/* Sent straight from the mapped file: no copy, and no fresh pages per chunk. */
 	if (wsync_version_msg((wsync_version_t *)v, off, len, &data, err) < 0)
+		return -1;
+	if (h->flip_get && s_flip_last(&data, err) < 0)
 		return -1;
 	s_ok(&e, r->id, 2);
 	wsync_enc_kv_u64(&e, "off", off);
@@ -1620,9 +1647,8 @@ static const struct {
 	{ "wait", s_op_wait },
 };
 
-/* Serves one message: [identity][empty][request] or [identity][empty][request][data]. */
-static void
-s_serve(wsync_hub_t *h, wsync_parts_t *p)
+void
+wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 {
 	struct s_req r = { .parts = p };
 	char quoted[2200];
@@ -1663,6 +1689,7 @@ s_serve(wsync_hub_t *h, wsync_parts_t *p)
 		;
 	if (i == nops) {
 		wsync_err_set(&err, EX_PROTOCOL, "unknown op \"%s\"", wsync_log_quote(r.op, quoted, 64));
+		r.op[0] = '\0';        /* named, quoted, in the error only: the log stays one line */
 		goto refuse;
 	}
 	if (p->n == 4 && strcmp(r.op, "chunk") != 0 && strcmp(r.op, "put") != 0) {
@@ -1748,7 +1775,7 @@ wsync_hub_run(wsync_hub_t *h, volatile int *stop, wsync_err_t *err)
 				return wsync_err_set(err, EX_SOFTWARE, "receive: %s",
 				    zmq_strerror(errno));
 			}
-			s_serve(h, &p);
+			wsync_hub_serve(h, &p);
 			wsync_parts_close(&p);
 		}
 		s_timers(h);
@@ -1910,6 +1937,7 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	h->log = opts->log;
 	h->log_arg = opts->log_arg;
 	h->keep = opts->keep;
+	h->flip_get = getenv("WSYNC_TEST_FLIP_GET") != NULL;
 	gethostname(host, sizeof(host) - 1);
 	snprintf(h->name, sizeof(h->name), "%s:%ld", host, (long)getpid());
 	h->reload = opts->reload;

@@ -1,4 +1,7 @@
 /* proto.c - decoding and encoding protocol messages (see proto_int.h, wsync(7)). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
 
@@ -50,7 +53,7 @@ wsync_obj_get(const msgpack_object *o, const char *key)
 	for (uint32_t i = 0; i < o->via.map.size; i++) {
 		const msgpack_object *k = &o->via.map.ptr[i].key;
 		if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-		    memcmp(k->via.str.ptr, key, n) == 0)
+		    (n == 0 || memcmp(k->via.str.ptr, key, n) == 0))
 			return &o->via.map.ptr[i].val;
 	}
 	return NULL;
@@ -59,10 +62,12 @@ wsync_obj_get(const msgpack_object *o, const char *key)
 int
 wsync_obj_str(const msgpack_object *o, char *buf, size_t size)
 {
+	/* msgpack-c gives an empty string a NULL pointer, which mem*() may not take. */
 	if (o == NULL || o->type != MSGPACK_OBJECT_STR || o->via.str.size >= size ||
-	    memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL)
+	    (o->via.str.size > 0 && memchr(o->via.str.ptr, '\0', o->via.str.size) != NULL))
 		return -1;
-	memcpy(buf, o->via.str.ptr, o->via.str.size);
+	if (o->via.str.size > 0)
+		memcpy(buf, o->via.str.ptr, o->via.str.size);
 	buf[o->via.str.size] = '\0';
 	return 0;
 }
@@ -178,4 +183,138 @@ wsync_id_check(const char *s)
 		if (*s <= ' ' || *s >= 0x7f)
 			return -1;
 	return 0;
+}
+
+int
+wsync_reply_decode(const wsync_msg_t *m, uint64_t *id, wsync_err_t *err)
+{
+	uint64_t code = EX_PROTOCOL;
+	char text[600] = "the hub refused the request";
+
+	*id = 0;
+	if (wsync_msg_u64(m, "id", id) < 0) {
+		*id = 0;
+		return wsync_err_set(err, EX_PROTOCOL, "a reply without an id");
+	}
+	if (wsync_obj_true(wsync_msg_get(m, "ok")))
+		return 0;
+	wsync_msg_u64(m, "code", &code);
+	wsync_msg_str(m, "error", text, sizeof(text));
+	return wsync_err_set(err, code > 0 && code < 128 ? (int)code : EX_PROTOCOL, "%s", text);
+}
+
+int
+wsync_head_decode(const msgpack_object *o, wsync_head_t *h)
+{
+	memset(h, 0, sizeof(*h));
+	if (wsync_obj_u64(wsync_obj_get(o, "version"), &h->version) < 0 ||
+	    wsync_obj_u64(wsync_obj_get(o, "size"), &h->size) < 0 ||
+	    wsync_obj_u64(wsync_obj_get(o, "content"), &h->content) < 0)
+		return -1;
+	wsync_obj_double(wsync_obj_get(o, "time"), &h->time);
+	wsync_obj_u64(wsync_obj_get(o, "mtime"), &h->mtime);
+	return 0;
+}
+
+int
+wsync_versions_decode(const wsync_msg_t *m, wsync_push_item_t *items, int n)
+{
+	const msgpack_object *versions = wsync_msg_get(m, "versions");
+
+	if (n < 0 || versions == NULL || versions->type != MSGPACK_OBJECT_ARRAY ||
+	    versions->via.array.size != (uint32_t)n)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		const msgpack_object *v = &versions->via.array.ptr[i];
+		if (wsync_obj_u64(wsync_obj_get(v, "version"), &items[i].version) < 0 ||
+		    wsync_obj_u64(wsync_obj_get(v, "content"), &items[i].content) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Appends text to a growing malloc'd string; control bytes become '?'. */
+static void
+s_append(char **buf, size_t *len, const char *text)
+{
+	size_t n = strlen(text);
+	char *nb = realloc(*buf, *len + n + 1);
+
+	if (nb == NULL)
+		return;
+	for (size_t i = 0; i < n; i++)
+		nb[*len + i] = (unsigned char)text[i] < 0x20 && text[i] != '\n' ? '?' : text[i];
+	*len += n;
+	nb[*len] = '\0';
+	*buf = nb;
+}
+
+char *
+wsync_missing_text(const msgpack_object *list)
+{
+	char *buf = NULL, line[1024], worker[WSYNC_MAX_ID + 1], reason[WSYNC_MAX_REASON + 1];
+	size_t len = 0;
+
+	if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY)
+		return NULL;
+	for (uint32_t i = 0; i < list->via.array.size; i++) {
+		const msgpack_object *w = &list->via.array.ptr[i];
+		uint64_t v = 0;
+		double seen = -1;
+		if (wsync_obj_str(wsync_obj_get(w, "worker"), worker, sizeof(worker)) < 0)
+			continue;
+		wsync_obj_u64(wsync_obj_get(w, "version"), &v);
+		wsync_obj_double(wsync_obj_get(w, "seen"), &seen);
+		if (seen < 0)
+			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", never seen", worker,
+			    v ? "has version " : "has no version", v);
+		else
+			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", last seen %.1f s ago",
+			    worker, v ? "has version " : "has no version", v, seen);
+		s_append(&buf, &len, line);
+		if (wsync_obj_str(wsync_obj_get(w, "failure"), reason, sizeof(reason)) == 0) {
+			s_append(&buf, &len, ", last failure: ");
+			s_append(&buf, &len, reason);
+		}
+		s_append(&buf, &len, "\n");
+	}
+	return buf;
+}
+
+json_t *
+wsync_obj_json(const msgpack_object *o)
+{
+	json_t *j;
+
+	switch (o->type) {
+	case MSGPACK_OBJECT_NIL: return json_null();
+	case MSGPACK_OBJECT_BOOLEAN: return json_boolean(o->via.boolean);
+	case MSGPACK_OBJECT_POSITIVE_INTEGER: return json_integer((json_int_t)o->via.u64);
+	case MSGPACK_OBJECT_NEGATIVE_INTEGER: return json_integer((json_int_t)o->via.i64);
+	case MSGPACK_OBJECT_FLOAT32:
+	case MSGPACK_OBJECT_FLOAT64: return json_real(o->via.f64);
+	case MSGPACK_OBJECT_STR: return json_stringn(o->via.str.ptr, o->via.str.size);
+	case MSGPACK_OBJECT_ARRAY:
+		j = json_array();
+		for (uint32_t i = 0; i < o->via.array.size; i++)
+			json_array_append_new(j, wsync_obj_json(&o->via.array.ptr[i]));
+		return j;
+	case MSGPACK_OBJECT_MAP:
+		j = json_object();
+		for (uint32_t i = 0; i < o->via.map.size; i++) {
+			const msgpack_object *v = &o->via.map.ptr[i].val;
+			char key[256], hex[17];
+			if (wsync_obj_str(&o->via.map.ptr[i].key, key, sizeof(key)) < 0)
+				continue;
+			/* Content ids use all 64 bits: JSON integers would lose them. */
+			if (strcmp(key, "content") == 0 && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+				snprintf(hex, sizeof(hex), "%016" PRIx64, v->via.u64);
+				json_object_set_new(j, key, json_string(hex));
+			} else
+				json_object_set_new(j, key, wsync_obj_json(v));
+		}
+		return j;
+	default:
+		return json_null();
+	}
 }

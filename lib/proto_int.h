@@ -2,6 +2,7 @@
 #ifndef WSYNC_PROTO_INT_H
 #define WSYNC_PROTO_INT_H
 
+#include <jansson.h>
 #include <msgpack.h>
 #include <stdint.h>
 
@@ -65,6 +66,29 @@ void wsync_enc_kv_u64(wsync_enc_t *e, const char *key, uint64_t value);
 void wsync_enc_kv_bool(wsync_enc_t *e, const char *key, int value);
 /* Packs key then a double. */
 void wsync_enc_kv_double(wsync_enc_t *e, const char *key, double value);
+
+/* ---- what clients read from replies: pure, so that they can be fuzzed ---- */
+
+/*
+ * Reads a reply's envelope: 0 when it says ok; -1 with *id 0 and code 76 when
+ * it has no unsigned id; -1 with *id set and err holding the hub's code and
+ * text when it is a refusal.
+ */
+int wsync_reply_decode(const wsync_msg_t *m, uint64_t *id, wsync_err_t *err);
+/* Reads {version, size, content[, time, mtime]} from a map into h; -1 without the first three. */
+int wsync_head_decode(const msgpack_object *o, wsync_head_t *h);
+/* Reads the version and content each of n pushed items got from a commit or put reply. */
+int wsync_versions_decode(const wsync_msg_t *m, wsync_push_item_t *items, int n);
+/*
+ * One line per entry of a timed-out wait's "missing" list ("w1: has version 3,
+ * last seen 0.5 s ago"); caller frees; NULL when there is none.
+ */
+char *wsync_missing_text(const msgpack_object *list);
+/*
+ * A msgpack object as JSON (caller decrefs): map keys that are not strings
+ * are skipped, content ids become hex strings. NULL only when out of memory.
+ */
+json_t *wsync_obj_json(const msgpack_object *o);
 
 
 #endif

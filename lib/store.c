@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sysexits.h>
@@ -33,6 +35,9 @@ struct wsync_store {
 	void *log_arg;
 	wsync_model_t **models;         /* sorted by id */
 	size_t nmodels, cap;
+	json_t *numbers;                /* model id -> last number given (decimal string) */
+	int crash_at;                   /* WSYNC_TEST_CRASH_AT: 0, or a commit step to die at */
+	int step;                       /* commit steps taken so far */
 };
 
 void
@@ -416,12 +421,13 @@ s_retain(wsync_store_t *s, wsync_model_t *m)
 
 /* ---- sidecars ---- */
 
+/* Writes a sidecar into a new synced temporary file in STORE/.uploads, named in tmp. */
 static int
-s_sidecar_write(const wsync_store_t *s, const char *path, const wsync_commit_info_t *info,
+s_sidecar_write(const wsync_store_t *s, char *tmp, const wsync_commit_info_t *info,
     wsync_err_t *err)
 {
 	json_t *doc = json_object(), *targets = info->targets ? json_array() : json_null();
-	char tmp[PATH_MAX], *text = NULL;
+	char *text = NULL;
 	int fd = -1, rc = -1;
 
 	for (size_t i = 0; info->targets != NULL && i < info->ntargets; i++)
@@ -433,16 +439,18 @@ s_sidecar_write(const wsync_store_t *s, const char *path, const wsync_commit_inf
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto done;
 	}
-	if (s_path(tmp, sizeof(tmp), "%s/sidecar.XXXXXX", s->uploads) < 0 ||
+	if (s_path(tmp, PATH_MAX, "%s/sidecar.XXXXXX", s->uploads) < 0 ||
 	    (fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
 		    s->uploads, strerror(errno));
+		tmp[0] = '\0';
 		goto done;
 	}
 	if (wsync_write_all(fd, text, strlen(text)) < 0 || wsync_write_all(fd, "\n", 1) < 0 ||
-	    fsync(fd) < 0 || rename(tmp, path) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
+	    fsync(fd) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", tmp, strerror(errno));
 		unlink(tmp);
+		tmp[0] = '\0';
 		goto done;
 	}
 	rc = 0;
@@ -501,6 +509,224 @@ s_sidecar_read(const char *path, wsync_version_t *v, char *why, size_t whylen)
 done:
 	json_decref(doc);
 	return rc;
+}
+
+/* ---- numbers and the commit journal (STORE/.journal) ---- */
+
+/*
+ * The test-only crash hook (wsync-serve(1), WSYNC_TEST_CRASH_AT): each step of
+ * a commit that writes to disk counts, and the one numbered crash_at kills
+ * the process as kill -9 would, so that tests can stop a commit between any
+ * two of its writes.
+ */
+static void
+s_step(wsync_store_t *s)
+{
+	if (s->crash_at > 0 && ++s->step == s->crash_at)
+		raise(SIGKILL);
+}
+
+/* The last number model was given (0: none), as the journal keeps it. */
+static uint64_t
+s_last(const wsync_store_t *s, const char *model)
+{
+	const char *v = json_string_value(json_object_get(s->numbers, model));
+	char *end;
+	unsigned long long n;
+
+	if (v == NULL || *v < '0' || *v > '9')
+		return 0;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	return errno == 0 && *end == '\0' ? (uint64_t)n : 0;
+}
+
+/* Records number as given to model when it is above what the journal has. */
+static int
+s_last_set(wsync_store_t *s, const char *model, uint64_t number)
+{
+	char buf[32];
+
+	if (number <= s_last(s, model))
+		return 0;
+	snprintf(buf, sizeof(buf), "%" PRIu64, number);
+	return json_object_set_new(s->numbers, model, json_string(buf));
+}
+
+/* One file of a commit, between its checks and its rename. */
+struct s_staged {
+	uint64_t version, size, content, offset;
+	char final[PATH_MAX];           /* STORE/MODEL/VERSION.wsync */
+	char sidecar[PATH_MAX];         /* STORE/MODEL/VERSION.json */
+	char sidecar_tmp[PATH_MAX];     /* STORE/.uploads/sidecar.XXXXXX until renamed */
+	int renamed;
+};
+
+/*
+ * Writes STORE/.journal atomically (temporary file, fsync, rename, fsync of
+ * the directory): the numbers given so far and, when n > 0, the renames of a
+ * commit. Once it is in place the commit has happened: a hub that dies
+ * before the renames are done has them done when the store opens again.
+ */
+static int
+s_journal_write(wsync_store_t *s, const wsync_store_temp_t *files, size_t n,
+    const struct s_staged *st, wsync_err_t *err)
+{
+	json_t *doc = json_object(), *list = json_array();
+	char path[PATH_MAX], tmp[PATH_MAX], *text = NULL;
+	int fd = -1, rc = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		char content[17];
+		snprintf(content, sizeof(content), "%016" PRIx64, st[i].content);
+		json_array_append_new(list, json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}",
+		    "model", files[i].model, "file", strrchr(files[i].path, '/') + 1,
+		    "sidecar", strrchr(st[i].sidecar_tmp, '/') + 1,
+		    "to", strrchr(st[i].final, '/') + 1, "sidecar_to",
+		    strrchr(st[i].sidecar, '/') + 1, "content", content));
+	}
+	json_object_set(doc, "numbers", s->numbers);
+	json_object_set_new(doc, "commit", list);
+	if ((text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS)) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto done;
+	}
+	if (s_path(path, sizeof(path), "%s/.journal", s->dir) < 0 ||
+	    s_path(tmp, sizeof(tmp), "%s/.journal.tmp", s->dir) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: path too long", s->dir);
+		goto done;
+	}
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0 ||
+	    wsync_write_all(fd, text, strlen(text)) < 0 || wsync_write_all(fd, "\n", 1) < 0 ||
+	    fsync(fd) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", tmp, strerror(errno));
+		goto done;
+	}
+	s_step(s);
+	if (rename(tmp, path) < 0 || s_sync_dir(s->dir) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
+		goto done;
+	}
+	rc = 0;
+done:
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0)
+		unlink(tmp);
+	free(text);
+	json_decref(doc);
+	return rc;
+}
+
+/* 1 when name is a plain file name (no '/', not "." or ".."), fit for a journal entry. */
+static int
+s_plain_name(const char *name)
+{
+	return name != NULL && name[0] != '\0' && strchr(name, '/') == NULL &&
+	    strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+/* 1 when the file at path is the .wsync the journal means: its stamp and content id. */
+static int
+s_is_staged(const char *path, const char *to, const char *content)
+{
+	wsync_err_t ignored;
+	wsync_file_t *f = wsync_file_open(path, &ignored);
+	char want[PATH_MAX], hex[17];
+	int same;
+
+	if (f == NULL)
+		return 0;
+	snprintf(want, sizeof(want), "%" PRIu64 ".wsync", wsync_file_version(f));
+	snprintf(hex, sizeof(hex), "%016" PRIx64, wsync_file_content_id(f));
+	same = strcmp(want, to) == 0 && content != NULL && strcmp(hex, content) == 0;
+	wsync_file_close(&f);
+	return same;
+}
+
+/*
+ * Renames uploads/from to STORE/model/to unless it is gone already (the
+ * rename was done before the crash); a .wsync only when it is the file the
+ * journal means (content not NULL), not an upload that reused the name.
+ * Returns 1 when it renamed, 0 when there was nothing to do, -1 on failure.
+ */
+static int
+s_roll(wsync_store_t *s, const char *from, const char *model, const char *to,
+    const char *content, int wsync)
+{
+	char src[PATH_MAX], dst[PATH_MAX], dir[PATH_MAX];
+	wsync_err_t ignored;
+
+	if (s_path(src, sizeof(src), "%s/%s", s->uploads, from) < 0 ||
+	    s_path(dir, sizeof(dir), "%s/%s", s->dir, model) < 0 ||
+	    s_path(dst, sizeof(dst), "%s/%s", dir, to) < 0)
+		return -1;
+	if (access(src, F_OK) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (access(dst, F_OK) == 0 || (wsync && !s_is_staged(src, to, content)))
+		return 0;
+	if (s_mkdir(dir, &ignored) < 0 || rename(src, dst) < 0 || s_sync_dir(dir) < 0)
+		return -1;
+	return 1;
+}
+
+/*
+ * Reads STORE/.journal: its numbers, and finishes the renames of the commit
+ * it records (a hub that died after writing it). A store without one (new,
+ * or older than the journal) starts with no numbers: those of the files on
+ * disk count then.
+ */
+static int
+s_journal_recover(wsync_store_t *s, wsync_err_t *err)
+{
+	char path[PATH_MAX], q[4 * PATH_MAX];
+	json_error_t jerr;
+	json_t *doc, *numbers, *list, *e;
+	size_t i, done = 0;
+
+	if (s_path(path, sizeof(path), "%s/.journal", s->dir) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: path too long", s->dir);
+	if ((doc = json_load_file(path, 0, &jerr)) == NULL) {
+		if (access(path, F_OK) < 0 && errno == ENOENT)
+			return 0;
+		return wsync_err_set(err, EX_DATAERR, "%s: unreadable: %s (a journal is "
+		    "written atomically: this is damage, not a crash)", path, jerr.text);
+	}
+	numbers = json_object_get(doc, "numbers");
+	list = json_object_get(doc, "commit");
+	if (!json_is_object(numbers) || !json_is_array(list)) {
+		json_decref(doc);
+		return wsync_err_set(err, EX_DATAERR, "%s: not a wsync store journal", path);
+	}
+	json_object_update(s->numbers, numbers);
+	json_array_foreach(list, i, e) {
+		const char *model = json_string_value(json_object_get(e, "model"));
+		const char *file = json_string_value(json_object_get(e, "file"));
+		const char *side = json_string_value(json_object_get(e, "sidecar"));
+		const char *to = json_string_value(json_object_get(e, "to"));
+		const char *side_to = json_string_value(json_object_get(e, "sidecar_to"));
+		const char *content = json_string_value(json_object_get(e, "content"));
+		int a, b;
+		if (model == NULL || wsync_model_id_check(model) < 0 || !s_plain_name(file) ||
+		    !s_plain_name(side) || !s_plain_name(to) || !s_plain_name(side_to)) {
+			json_decref(doc);
+			return wsync_err_set(err, EX_DATAERR, "%s: commit entry %zu is malformed",
+			    path, i);
+		}
+		/* The sidecar first: a version never shows up without its targets. */
+		if ((b = s_roll(s, side, model, side_to, NULL, 0)) < 0 ||
+		    (a = s_roll(s, file, model, to, content, 1)) < 0) {
+			json_decref(doc);
+			return wsync_err_set(err, EX_IOERR, "%s: cannot finish the commit of "
+			    "%s/%s: %s", path, model, to, strerror(errno));
+		}
+		done += (size_t)(a + b);
+	}
+	json_decref(doc);
+	if (done > 0)
+		s_log(s, "event=recover journal=\"%s\" renamed=%zu", wsync_log_quote(path, q,
+		    sizeof(q)), done);
+	return 0;
 }
 
 /* ---- opening ---- */
@@ -563,6 +789,11 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 		    "name", wsync_file_version(f));
 		goto skip;
 	}
+	/* Every byte, against its hash: what was committed is served, or nothing. */
+	if (wsync_file_verify(f, NULL, NULL, &err) < 0)
+		goto skip;
+	/* Verified here, as of this mtime (taken before the hashing). */
+	v.mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
 	v.size = wsync_file_size(f);
 	v.content = wsync_file_content_id(f);
 	wsync_file_close(&f);
@@ -625,7 +856,9 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 	}
 	if ((m = s_model_get(s, id)) == NULL)
 		goto oom;
-	qsort(numbers, n, sizeof(*numbers), s_cmp_u64);
+	/* A model directory may hold no version at all (every file deleted). */
+	if (n > 0)
+		qsort(numbers, n, sizeof(*numbers), s_cmp_u64);
 	for (size_t i = 0; i < n; i++)
 		if (s_load_version(s, m, numbers[i]) < 0)
 			goto oom;
@@ -634,7 +867,8 @@ s_load_model(wsync_store_t *s, const char *id, wsync_err_t *err)
 		m->next = numbers[n - 1] == UINT64_MAX ? UINT64_MAX : numbers[n - 1] + 1;
 	/* A sidecar without its file is what a crash between the two renames leaves. */
 	for (size_t i = 0; i < nside; i++)
-		if (bsearch(&sidecars[i], numbers, n, sizeof(*numbers), s_cmp_u64) == NULL &&
+		if ((n == 0 || bsearch(&sidecars[i], numbers, n, sizeof(*numbers),
+		    s_cmp_u64) == NULL) &&
 		    s_path(path, sizeof(path), "%s/%" PRIu64 ".json", dir, sidecars[i]) == 0 &&
 		    unlink(path) == 0)
 			s_log_skip(s, "cleanup", path, NULL, "a sidecar without its version");
@@ -662,7 +896,8 @@ s_scan(wsync_store_t *s, wsync_err_t *err)
 	while (rc == 0 && (e = readdir(d)) != NULL) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
 		    strcmp(e->d_name, ".uploads") == 0 || strcmp(e->d_name, ".lock") == 0 ||
-		    strcmp(e->d_name, ".id") == 0)
+		    strcmp(e->d_name, ".id") == 0 || strcmp(e->d_name, ".id.tmp") == 0 ||
+		    strcmp(e->d_name, ".journal") == 0 || strcmp(e->d_name, ".journal.tmp") == 0)
 			continue;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISDIR(st.st_mode) || wsync_model_id_check(e->d_name) < 0) {
@@ -750,6 +985,7 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 	}
 	s->lock = -1;
 	s->keep = keep > 0 ? keep : 1;
+	s->crash_at = getenv("WSYNC_TEST_CRASH_AT") ? atoi(getenv("WSYNC_TEST_CRASH_AT")) : 0;
 	s->log = log;
 	s->log_arg = log_arg;
 	if (s_mkdir(dir, err) < 0)
@@ -764,12 +1000,27 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
+	if ((s->numbers = json_object()) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto fail;
+	}
+	/* Roll forward a commit the journal records before its uploads are cleaned. */
 	if (s_lock(s, err) < 0 || s_identity(s, err) < 0 ||
-	    s_mkdir(s->uploads, err) < 0 ||
+	    s_mkdir(s->uploads, err) < 0 || s_journal_recover(s, err) < 0 ||
 	    s_clean_uploads(s, err) < 0 || s_scan(s, err) < 0)
 		goto fail;
-	for (size_t i = 0; i < s->nmodels; i++)
-		s_retain(s, s->models[i]);
+	for (size_t i = 0; i < s->nmodels; i++) {
+		wsync_model_t *m = s->models[i];
+		uint64_t last = s_last(s, m->id);
+		/* The journal's numbers hold even when the newest files are gone. */
+		if (last >= m->next && last < UINT64_MAX)
+			m->next = last + 1;
+		if (s_last_set(s, m->id, m->next - 1) < 0) {
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
+			goto fail;
+		}
+		s_retain(s, m);
+	}
 	return s;
 fail:
 	wsync_store_close(&s);
@@ -792,6 +1043,7 @@ wsync_store_close(wsync_store_t **sp)
 	}
 	if (s->lock >= 0)
 		close(s->lock);
+	json_decref(s->numbers);
 	free(s->models);
 	free(s->uploads);
 	free(s->dir);
@@ -854,14 +1106,6 @@ wsync_store_temp_remove(wsync_store_temp_t *t)
 	t->path[0] = '\0';
 }
 
-/* One file of a commit, between its checks and its rename. */
-struct s_staged {
-	uint64_t version, size, content, offset;
-	char final[PATH_MAX];           /* STORE/MODEL/VERSION.wsync */
-	char sidecar[PATH_MAX];         /* STORE/MODEL/VERSION.json */
-	int sidecar_written, renamed;
-};
-
 /* Checks an uploaded file the way a commit needs: parses, verifies, can be stamped. */
 static int
 s_check(const wsync_store_temp_t *t, struct s_staged *st, wsync_err_t *err)
@@ -912,10 +1156,13 @@ s_number(wsync_store_t *s, const wsync_store_temp_t *files, size_t n, struct s_s
 {
 	for (size_t i = 0; i < n; i++) {
 		const wsync_model_t *m = wsync_store_find(s, files[i].model);
-		uint64_t v = m != NULL ? m->next : 1;
+		uint64_t first = m != NULL ? m->next : 1, last = s_last(s, files[i].model), v;
+		if (last >= first && last < UINT64_MAX)
+			first = last + 1;
+		v = first;
 		for (size_t j = 0; j < i; j++)
 			v += strcmp(files[j].model, files[i].model) == 0;
-		if (v == UINT64_MAX || v < (m != NULL ? m->next : 1))
+		if (v == UINT64_MAX || v < first)
 			return wsync_err_set(err, EX_DATAERR, "model \"%s\" has no version numbers "
 			    "left", files[i].model);
 		st[i].version = v;
@@ -927,16 +1174,13 @@ s_number(wsync_store_t *s, const wsync_store_temp_t *files, size_t n, struct s_s
 	return 0;
 }
 
-/* Makes what a commit put on disk disappear again, after a failure. */
+/* Removes the sidecars of a commit that failed before its journal was written. */
 static void
-s_unstage(wsync_store_temp_t *files, size_t n, struct s_staged *st)
+s_unstage(size_t n, struct s_staged *st)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (st[i].renamed && rename(st[i].final, files[i].path) < 0)
-			unlink(st[i].final);
-		if (st[i].sidecar_written)
-			unlink(st[i].sidecar);
-	}
+	for (size_t i = 0; i < n; i++)
+		if (st[i].sidecar_tmp[0] != '\0')
+			unlink(st[i].sidecar_tmp);
 }
 
 /* Puts committed files in memory; they own the temporary files' descriptors afterwards. */
@@ -986,11 +1230,13 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
     const wsync_commit_info_t *info, wsync_committed_t *out, wsync_err_t *err)
 {
 	struct s_staged *st = calloc(n > 0 ? n : 1, sizeof(*st));
+	json_t *saved = NULL;
 	char dir[PATH_MAX];
 	int rc = -1;
 
 	if (st == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	s->step = 0;
 	for (size_t i = 0; i < n; i++)
 		if (s_check(&files[i], &st[i], err) < 0)
 			goto done;
@@ -1000,6 +1246,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 		if (s_path(dir, sizeof(dir), "%s/%s", s->dir, files[i].model) < 0 ||
 		    s_mkdir(dir, err) < 0)
 			goto fail;
+		s_step(s);
 		/*
 		 * Read-only from now on: a linked output is this very file, and a
 		 * worker writing it in place would change the version for everyone.
@@ -1010,31 +1257,55 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 			    files[i].path, st[i].version, strerror(errno));
 			goto fail;
 		}
-		if (s_sidecar_write(s, st[i].sidecar, info, err) < 0)
+		s_step(s);
+		if (s_sidecar_write(s, st[i].sidecar_tmp, info, err) < 0)
 			goto fail;
-		st[i].sidecar_written = 1;
 	}
-	/* Renames last: until then, a failure leaves nothing visible. */
+	/* The commit point: once the journal names the renames, they happen. */
+	if ((saved = json_deep_copy(s->numbers)) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < n; i++)
+		s_last_set(s, files[i].model, st[i].version);
+	if (s_journal_write(s, files, n, st, err) < 0) {
+		json_decref(s->numbers);
+		s->numbers = saved;
+		saved = NULL;
+		goto fail;
+	}
 	for (size_t i = 0; i < n; i++) {
+		s_step(s);
+		if (rename(st[i].sidecar_tmp, st[i].sidecar) == 0) {
+			st[i].sidecar_tmp[0] = '\0';
+			s_step(s);
+		}
 		if (rename(files[i].path, st[i].final) < 0) {
-			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s",
-			    st[i].final, strerror(errno));
-			goto fail;
+			/* Committed: the next open of the store finishes the renames. */
+			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place (the store "
+			    "finishes it when it opens again): %s", st[i].final, strerror(errno));
+			for (size_t j = i; j < n; j++) {
+				close(files[j].fd);
+				files[j].fd = -1;
+				files[j].path[0] = '\0';
+			}
+			goto done;
 		}
 		st[i].renamed = 1;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (s_path(dir, sizeof(dir), "%s/%s", s->dir, files[i].model) == 0)
 			s_sync_dir(dir);
-	s_sync_dir(s->dir);
+	s_step(s);
 	if (s_publish(s, files, n, st, info, out) < 0)
 		wsync_err_set(err, EX_SOFTWARE, "out of memory after committing");
 	else
 		rc = 0;
 	goto done;
 fail:
-	s_unstage(files, n, st);
+	s_unstage(n, st);
 done:
+	json_decref(saved);
 	free(st);
 	return rc;
 }

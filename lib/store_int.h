@@ -5,9 +5,13 @@
  *   STORE/MODEL/VERSION.wsync   a committed version, stamped with its number
  *   STORE/MODEL/VERSION.json    its sidecar: {"pusher", "time", "targets"}
  *   STORE/.uploads/             uploads in progress; emptied when the store opens
+ *   STORE/.journal              numbers given, and the renames of the last commit
  * Directories are 0700, files 0600, a committed version 0444 (read-only: a
  * client's hard link is this very file; the directory keeps others out).
- * A committed file is never written again;
+ * Writing the journal is a commit's commit point: opening the store finishes
+ * the renames it records, then empties .uploads, then verifies every
+ * version's bytes (wsync-serve(1), Crashes). A committed file is never
+ * written again;
  * retiring a version unlinks it, so a reader holding a descriptor or a link
  * keeps its bytes.
  */
@@ -48,8 +52,8 @@ typedef struct wsync_version {
 	uint64_t content;               /* content id */
 	double time;                    /* unix seconds of the commit */
 	/*
-	 * The file's modification time (ns since the epoch) once this hub verified
-	 * it; 0 when not verified here. A client that links the file and finds it
+	 * The file's modification time (ns since the epoch) when this hub verified
+	 * it, at its commit or when the store opened; 0 when not verified here. A client that links the file and finds it
 	 * unchanged need not hash it again (wsync(7), TRANSFER).
 	 */
 	uint64_t mtime_ns;
@@ -84,8 +88,9 @@ const char *wsync_store_id(const wsync_store_t *s);
 
 /*
  * Opens (creating it 0700 when missing) the store at dir, or RUNDIR/store when
- * dir is NULL: empties STORE/.uploads, then reads every model's versions,
- * checking that each parses and carries the number of its name. What does not
+ * dir is NULL: finishes the commit the journal records, empties
+ * STORE/.uploads, then reads every model's versions, checking that each
+ * parses, verifies and carries the number of its name. What does not
  * fit is skipped and logged, never deleted. Retention with keep (>= 1) runs
  * once. log may be NULL. Caller closes with wsync_store_close.
  */
@@ -163,10 +168,11 @@ typedef struct wsync_commit_info {
  * tensor hash) and have a fixed-width version field; the first that fails
  * fails the commit (code 65, the message naming the model and the tensor) and
  * nothing becomes visible. Otherwise each gets the next version of its model,
- * stamped in place, synced, its sidecar written, and is renamed into the
- * store; then retention runs. On success the temporary files are consumed and
+ * stamped in place, synced, its sidecar written; the journal is written (the
+ * commit point) and each is renamed into the store; then retention runs. On success the temporary files are consumed and
  * out[i] (n entries, caller's) says what file i became; on failure the caller
- * still owns them.
+ * still owns them, unless a rename failed after the commit point: then they
+ * are left for the next open to finish, and marked consumed.
  */
 int wsync_store_commit(wsync_store_t *store, wsync_store_temp_t *files, size_t n,
     const wsync_commit_info_t *info, wsync_committed_t *out, wsync_err_t *err);

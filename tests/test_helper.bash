@@ -6,6 +6,8 @@ bats_load_library bats-support
 bats_load_library bats-assert
 
 ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
+# tests/long/ is one level deeper.
+[ -e "$ROOT/Makefile" ] || ROOT=$(cd "$ROOT/.." && pwd)
 FIXTURES="$ROOT/tests/fixtures"
 : "${WSYNC_BIN:=$ROOT/build/cc/bin}"
 PATH="$WSYNC_BIN:$PATH"

@@ -1,10 +1,13 @@
 /* test_store.c - the hub's version store: numbering, atomic commits, retention, restarts. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sysexits.h>
 #include <unistd.h>
 
@@ -368,6 +371,144 @@ test_restart_keeps_numbering(void)
 	wsync_store_close(&s);
 }
 
+/* The newest version of model in a store opened anew (0: none); the store stays closed. */
+static uint64_t
+s_head_after_open(const char *model, uint64_t *next)
+{
+	wsync_store_t *s = s_open(3);
+	const wsync_model_t *m = s ? wsync_store_find(s, model) : NULL;
+	uint64_t v = m && wsync_model_newest(m) ? wsync_model_newest(m)->version : 0;
+
+	*next = m ? m->next : 1;
+	wsync_store_close(&s);
+	return v;
+}
+
+/* Counts the entries of STORE/.uploads. */
+static int
+s_uploads_left(void)
+{
+	char path[512];
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s/.uploads", s_dir);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	for (struct dirent *e; (e = readdir(d)) != NULL;)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * Kills a child committing policy and critic together at each step of the
+ * commit in turn (WSYNC_TEST_CRASH_AT), then opens the store again: both new
+ * versions or neither, every version verified, no upload left, and numbers
+ * that never go back.
+ */
+static void
+test_crash_at_every_step_is_all_or_nothing(void)
+{
+	int step, killed = 0, torn = 0, lost = 0, reused = 0, left = 0, forward = 0;
+
+	for (step = 1; step < 64; step++) {
+		uint64_t p0, c0, p1, c1, pn, cn;
+		pid_t pid;
+		int status;
+
+		p0 = s_head_after_open("policy", &pn);
+		c0 = s_head_after_open("critic", &cn);
+		if ((pid = fork()) == 0) {
+			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0 };
+			wsync_store_temp_t t[2];
+			wsync_committed_t out[2];
+			wsync_err_t err;
+			wsync_store_t *s;
+			char at[16];
+			snprintf(at, sizeof(at), "%d", step);
+			setenv("WSYNC_TEST_CRASH_AT", at, 1);
+			s = wsync_store_open(s_dir, 3, NULL, NULL, &err);
+			if (s == NULL || s_upload(s, "policy", (float)step, &t[0]) < 0 ||
+			    s_upload(s, "critic", (float)step, &t[1]) < 0 ||
+			    wsync_store_commit(s, t, 2, &info, out, &err) < 0)
+				_exit(1);
+			wsync_store_close(&s);
+			_exit(0);
+		}
+		waitpid(pid, &status, 0);
+		p1 = s_head_after_open("policy", &pn);
+		c1 = s_head_after_open("critic", &cn);
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+			ok(p1 == p0 + 1 && c1 == c0 + 1, "a commit not killed (step %d) makes both "
+			    "versions", step);
+			break;
+		}
+		killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+		torn += (p1 == p0 + 1) != (c1 == c0 + 1);
+		lost += p1 < p0 || c1 < c0;
+		reused += pn <= p1 || cn <= c1;
+		left += s_uploads_left() != 0;
+		forward += p1 == p0 + 1;
+	}
+	ok(killed == step - 1 && step > 6, "the commit was killed at each of its %d steps",
+	    step - 1);
+	ok(torn == 0, "no kill left one model's new version without the other's");
+	ok(lost == 0 && reused == 0, "no kill lost a version or let a number be given again");
+	ok(left == 0, "no kill left an upload behind after the next open");
+	ok(forward > 0 && forward < step - 1, "kills before the journal roll back (%d of %d "
+	    "rolled forward)", forward, step - 1);
+}
+
+/* A store whose newest files were deleted still never gives their numbers again. */
+static void
+test_numbering_survives_a_deleted_head(void)
+{
+	wsync_store_t *s = s_open(3);
+	uint64_t v = s_commit1(s, "policy", NULL, 0), next;
+	char path[512];
+
+	wsync_store_close(&s);
+	snprintf(path, sizeof(path), "%s/policy/%llu.wsync", s_dir, (unsigned long long)v);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/policy/%llu.json", s_dir, (unsigned long long)v);
+	unlink(path);
+	ok(s_head_after_open("policy", &next) == v - 1 && next == v + 1,
+	    "the head file gone, the store still numbers from %llu", (unsigned long long)v + 1);
+	s = s_open(3);
+	ok(s_commit1(s, "policy", NULL, 0) == v + 1, "and the next commit gets it");
+	wsync_store_close(&s);
+	snprintf(path, sizeof(path), "%s/.journal", s_dir);
+	ok(s_mode(path) == 0600, "the journal is 0600");
+}
+
+/* A version whose bytes changed on disk is not served after a restart. */
+static void
+test_a_corrupt_version_is_not_served(void)
+{
+	wsync_store_t *s = s_open(3);
+	uint64_t v = s_commit1(s, "policy", NULL, 0), next;
+	const wsync_model_t *m = wsync_store_find(s, "policy");
+	const wsync_version_t *head = wsync_model_newest(m);
+	uint64_t size = head->size;
+	unsigned char byte;
+	char path[512];
+	int fd;
+
+	wsync_store_close(&s);
+	snprintf(path, sizeof(path), "%s/policy/%llu.wsync", s_dir, (unsigned long long)v);
+	/* The last tensor's data ends the file: flip its last byte. */
+	fd = open(path, O_RDWR);
+	ok(fd >= 0 && pread(fd, &byte, 1, (off_t)size - 1) == 1, "read the last byte");
+	byte ^= 0x01;
+	ok(pwrite(fd, &byte, 1, (off_t)size - 1) == 1, "flipped one bit of the head");
+	close(fd);
+	ok(s_head_after_open("policy", &next) == v - 1 && next == v + 1,
+	    "the store serves the version before it, and numbers past it");
+	ok(strstr(s_log, "event=skip") != NULL && strstr(s_log, "layer.weight") != NULL,
+	    "the skip is logged, naming the tensor");
+}
+
 static void
 test_second_open_is_refused(void)
 {
@@ -395,6 +536,9 @@ main(void)
 	test_refuses_a_version_it_cannot_stamp();
 	test_retention_and_immutability();
 	test_restart_keeps_numbering();
+	test_crash_at_every_step_is_all_or_nothing();
+	test_numbering_survives_a_deleted_head();
+	test_a_corrupt_version_is_not_served();
 	test_second_open_is_refused();
 	s_fresh();
 	return tap_done();
