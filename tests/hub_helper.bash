@@ -3,6 +3,7 @@
 # killed by PID in teardown. Waits poll a condition with a bound, never sleep blindly.
 
 PIDS=()
+CLEANUP=()
 
 # Loading this file gives a test its own endpoint and store, and a teardown
 # that stops every process the test started.
@@ -131,6 +132,10 @@ hub_teardown() {
 	done
 	for pid in "${PIDS[@]}"; do
 		wait "$pid" 2>/dev/null || true
+	done
+	# Directories a test made outside its temp dir (a store on /dev/shm).
+	for pid in "${CLEANUP[@]}"; do
+		rm -rf -- "$pid"
 	done
 }
 

@@ -182,6 +182,7 @@ inode() { stat -c %i "$1"; }
 	[ "$(stat -c %d /dev/shm)" != "$(stat -c %d "$TMP")" ] ||
 	    skip "/dev/shm and $TMP are one file system here"
 	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	CLEANUP+=("$STORE")
 	make_versions 1
 	start_hub
 	wsync-push -m policy v1.wsync >/dev/null
@@ -190,8 +191,6 @@ inode() { stat -c %i "$1"; }
 	[ ! -e l.wsync ]
 	run -0 wsync-pull -m policy -o a.wsync
 	cmp a.wsync "$STORE/policy/1.wsync"
-	stop_hub
-	rm -rf "$STORE"
 }
 
 @test "link and copy exit 64 where the hub's store is not visible; socket works" {
@@ -256,17 +255,16 @@ PYEOF
 	run -65 wsync-convert huge.safetensors huge.wsync
 	assert_output "wsync-convert: huge.safetensors: tensor w: 4294971392 bytes: a .wsync tensor holds at most 4294967295 (one msgpack bin, see wsync-format(5))"
 	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	out=$STORE.out
+	CLEANUP+=("$STORE" "$out")
 	start_hub
 	run -0 wsync-push -t 300 -m policy five.safetensors
 	assert_output 1
-	out=$(dirname "$STORE")/$(basename "$STORE").out
 	run -0 wsync-pull -t 300 -m policy -o "$out"
 	assert_output 1
 	run -0 wsync-inspect --json "$out"
 	assert_equal "$(jq -c '[.bytes, .tensors]' <<<"$output")" "[5368709120,2]"
 	run -0 wsync-inspect diff five.safetensors "$out"
-	stop_hub
-	rm -rf "$STORE" "$out"
 }
 
 @test "--progress counts a kernel copy and a push handed over through the store too" {
