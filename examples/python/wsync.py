@@ -108,9 +108,11 @@ def s_lib():
     global s_libwsync
     if s_libwsync is None:
         path, push = os.environ.get("WSYNC_LIB"), shutil.which("wsync-push")
-        for rel in ([] if path or not push else ["..", "../lib"]):
-            where = os.path.join(os.path.dirname(os.path.realpath(push)), rel, "libwsync.so.0")
-            path = path or (where if os.path.exists(where) else None)
+        if not path and push:
+            bindir = os.path.dirname(os.path.realpath(push))
+            path = next((p for p in (os.path.join(bindir, "..", "libwsync.so.0"),
+                                     os.path.join(bindir, "..", "lib", "libwsync.so.0"))
+                         if os.path.exists(p)), None)
         path = path or ctypes.util.find_library("wsync")
         if not path:
             raise WsyncError(69, "libwsync.so.0 not found: set WSYNC_LIB to its path")
@@ -168,7 +170,9 @@ def wsync_size(arrays, model, meta=None):
 
 
 KEEP_MAPPED = 4     # slot files kept mapped; 0: map and unmap at every write
-s_maps = {}         # (st_dev, st_ino) -> mmap, the newest last
+# (st_dev, st_ino) -> mmap, the newest last. A mapping keeps its file alive, so
+# no other file can have the same (st_dev, st_ino) while it is here.
+s_maps = {}
 
 
 def write_into(fd, arrays, model, meta=None):
@@ -183,7 +187,8 @@ def write_into(fd, arrays, model, meta=None):
         check(lib.wsync_tree_size(tree, ctypes.byref(size), err))
         m = s_maps.pop((st.st_dev, st.st_ino), None)
         if m is not None and len(m) != st.st_size:
-            m = m.close()
+            m.close()
+            m = None
         if m is None and KEEP_MAPPED and stat.S_ISREG(st.st_mode) and st.st_size == size.value:
             with contextlib.suppress(OSError):
                 m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | mmap.MAP_POPULATE)
