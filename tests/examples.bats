@@ -96,6 +96,34 @@ wsync.write("ref.wsync", a, model="policy")'
 	run -0 cmp slot.wsync ref.wsync
 }
 
+@test "the Python helper's write_into fills a hub's slot that commits with --trust-hashes" {
+	start_hub --keep 1 --recycle 2
+	start_watcher w1 --transfer link
+	wait_until hub_has_worker w1
+	run -0 --separate-stderr pylib "$ARRAYS"'
+import os, subprocess
+batch = subprocess.Popen(["wsync-push", "--batch"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+def ask(line):
+    batch.stdin.write(line + "\n")
+    batch.stdin.flush()
+    return batch.stdout.readline().split()
+for step in (1, 2, 3):
+    a["steps"] = np.array(step, np.int64)
+    size = wsync.wsync_size(a, "policy", meta={"step": step})
+    _, upload, path = ask(f"--slot -m policy={size}")
+    fd = os.open(path, os.O_RDWR)
+    wsync.write_into(fd, a, "policy", meta={"step": step})
+    os.close(fd)
+    print(*ask(f"--commit {upload} --trust-hashes -w all -t 10"))
+batch.stdin.close()
+batch.wait()
+wsync.write("ref.wsync", a, meta={"step": 3}, model="policy")'
+	assert_output $'ok policy 1\nok policy 2\nok policy 3'
+	run -0 wsync-inspect --verify w1.wsync
+	assert_equal "$(content_of w1.wsync)" "$(content_of ref.wsync)"
+}
+
 @test "the Python helper's write_into raises WsyncError 64 for a file of another size" {
 	run -0 pylib "$ARRAYS$SLOT"'
 fd = slot("slot.wsync", wsync.wsync_size(a, "policy") + 1)
