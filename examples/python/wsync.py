@@ -1,7 +1,8 @@
 """wsync.py - weights in and out of the wsync programs from Python.
 
 Copy this file next to your code: it needs numpy and the wsync programs on
-PATH, nothing else. Arrays are {name: numpy array}; names are PyTorch's
+PATH (and libwsync.so.0, installed with them, for wsync_size and write_into),
+nothing else. Arrays are {name: numpy array}; names are PyTorch's
 state_dict keys ("actor.0.weight"). From torch: {k: v.detach().cpu().numpy()
 for k, v in model.state_dict().items()}; back: torch.from_numpy(a.copy()).
 
