@@ -319,3 +319,34 @@ EOF
 	assert_output 1
 	run -1 compgen -G "/dev/shm/wsync-publisher.*"
 }
+
+@test "the Python helper's Publisher writes each version into a slot of a recycling hub, asking for the next ahead" {
+	start_hub --keep 1 --recycle 4
+	start_watcher w1 --transfer link
+	wait_until hub_has_worker w1
+	run -0 --separate-stderr py "$ARRAYS"'
+with wsync.Publisher() as pub:
+    for step in range(1, 7):
+        a["steps"] = np.array(step, np.int64)
+        print(pub.publish("policy", a, meta={"step": step}, wait="all", timeout=10))
+        assert same(wsync.read("w1.wsync")[0])
+print(wsync.read("w1.wsync")[1])'
+	assert_output - <<'EOF'
+1
+2
+3
+4
+5
+6
+{'step': '6'}
+EOF
+	# Each went through a slot and committed on the hashes the helper computed...
+	run -0 grep -c "event=commit model=policy version=.* verified=no" hub.log
+	assert_output 6
+	# ...into a retired version's file from the third on (the first two had none
+	# free), and the slot asked for after the last was given back at close.
+	run -0 grep -o "recycled=[0-9]" hub.log
+	assert_output $'recycled=0\nrecycled=0\nrecycled=1\nrecycled=1\nrecycled=1\nrecycled=1\nrecycled=1'
+	wait_until grep -q "event=abort upload=7" hub.log
+	run -0 wsync-inspect --verify w1.wsync
+}

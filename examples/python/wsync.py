@@ -35,6 +35,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 
@@ -282,9 +283,12 @@ def watch(model, path, worker=None, endpoint=None):
 class Publisher:
     """A trainer's coprocess, `wsync-push --batch`: connected once, one line a push.
 
-    Each publish writes the arrays as safetensors in a private directory
-    (default: the per-user tmpfs when there is one) and asks the coprocess to
-    push it; with wait, it returns once those workers applied it.
+    On the hub's host, each publish asks for a slot in the hub's store, writes
+    the arrays into it (write_into: copied and hashed in one pass, into pages
+    a recycling hub already has) and commits it with --trust-hashes; after a
+    publish that waited, the next slot is asked for at once. Elsewhere it
+    writes a safetensors file in a private directory (default: the per-user
+    tmpfs) and pushes that. With wait, it returns once those workers applied it.
     """
 
     def __init__(self, endpoint=None, directory=None):
@@ -294,23 +298,72 @@ class Publisher:
         if directory is None and os.path.isdir("/dev/shm"):
             directory = "/dev/shm"
         self.dir = tempfile.mkdtemp(prefix="wsync-publisher.", dir=directory)
+        self.slots = True
+        self.ahead = None       # (model, size, when) of a slot asked for, not yet read
 
-    def publish(self, model, arrays, meta=None, wait=None, timeout=30):
-        """Pushes arrays as model's next version; returns its number."""
-        path = os.path.join(self.dir, model + ".safetensors")
-        write(path, arrays, meta)
-        line = f"-m {model} -t {timeout} {path}" + (f" -w {wait}" if wait is not None else "")
+    def s_send(self, line):
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
+
+    def s_answer(self):
         answer = self.proc.stdout.readline().rstrip("\n").split(" ", 2)
-        if answer[0] == "ok":
-            return int(answer[2])
         if answer[0] == "error":
             raise WsyncError(int(answer[1]), answer[2])
-        raise WsyncError(self.proc.wait(), "wsync-push --batch stopped")
+        if answer[0] not in ("ok", "slot"):
+            raise WsyncError(self.proc.wait(), "wsync-push --batch stopped")
+        return answer
+
+    def s_slot(self, model, size, timeout):
+        """(upload, path) of a slot for model's next version, or None off the hub's host."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            with contextlib.suppress(WsyncError):
+                upload, path = self.s_answer()[1:]
+                # The hub drops a slot left 60 s: not one near that age.
+                if ahead[:2] == (model, size) and time.monotonic() - ahead[2] < 45:
+                    return upload, path
+                self.s_send(f"--abort {upload}")
+                self.s_answer()
+        try:
+            self.s_send(f"--slot -m {model}={size} -t {timeout}")
+            return tuple(self.s_answer()[1:])
+        except WsyncError as e:
+            if e.status != 64 or "not visible" not in str(e):
+                raise
+            self.slots = False      # the hub is on another host
+            return None
+
+    def publish(self, model, arrays, meta=None, wait=None, timeout=30):
+        """Publishes arrays as model's next version; returns its number."""
+        wait_opt = f" -w {wait}" if wait is not None else ""
+        size = wsync_size(arrays, model, meta) if self.slots else 0
+        slot = self.s_slot(model, size, timeout) if self.slots else None
+        if slot is None:
+            path = os.path.join(self.dir, model + ".safetensors")
+            write(path, arrays, meta)
+            self.s_send(f"-m {model} -t {timeout} {path}{wait_opt}")
+            return int(self.s_answer()[2])
+        upload, path = slot
+        try:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                write_into(fd, arrays, model, meta)
+            finally:
+                os.close(fd)
+        except BaseException:
+            self.s_send(f"--abort {upload}")
+            self.s_answer()
+            raise
+        self.s_send(f"--commit {upload} --trust-hashes -t {timeout}{wait_opt}")
+        version = int(self.s_answer()[2])
+        if wait is not None:
+            # The workers left the version before: the next slot can be its pages.
+            self.s_send(f"--slot -m {model}={size} -t {timeout}")
+            self.ahead = (model, size, time.monotonic())
+        return version
 
     def close(self):
-        self.proc.stdin.close()
+        self.proc.stdin.close()     # the coprocess gives back a slot asked for ahead
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
