@@ -84,15 +84,16 @@ print(size, os.path.getsize("ref.wsync"), len(wsync.s_maps))'
 	run -0 cmp slot0.wsync ref.wsync
 }
 
-@test "the Python helper writes into a slot again through the mapping it kept" {
+@test "the Python helper writes into a slot again through the mapping it kept, unless told not to" {
 	run -0 pylib "$ARRAYS$SLOT"'
 fd = slot("slot.wsync", wsync.wsync_size(a, "policy"))
-for step in (1, 2):
+for step in (1, 2, 3):
+    wsync.KEEP_MAPPED = 0 if step == 3 else 4
     a["steps"] = np.array(step, np.int64)
     wsync.write_into(fd, a, "policy")
     print(step, wsync.read("slot.wsync")[0]["steps"], len(wsync.s_maps))
 wsync.write("ref.wsync", a, model="policy")'
-	assert_output $'1 1 1\n2 2 1'
+	assert_output $'1 1 1\n2 2 1\n3 3 0'
 	run -0 cmp slot.wsync ref.wsync
 }
 

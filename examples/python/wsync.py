@@ -186,7 +186,7 @@ def s_fill(fd, size, lib, tree, err, check):
     """Writes tree (of size bytes) into fd, through a kept mapping when it can."""
     st = os.fstat(fd)
     m = s_maps.pop((st.st_dev, st.st_ino), None)
-    if m is not None and len(m) != st.st_size:
+    if m is not None and (len(m) != st.st_size or not KEEP_MAPPED):
         m.close()
         m = None
     if m is None and KEEP_MAPPED and stat.S_ISREG(st.st_mode) and st.st_size == size:
@@ -194,9 +194,9 @@ def s_fill(fd, size, lib, tree, err, check):
             m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | mmap.MAP_POPULATE)
     if m is None:
         return check(lib.wsync_tree_write_map(tree, fd, err))
-    s_maps[(st.st_dev, st.st_ino)] = m
-    while len(s_maps) > KEEP_MAPPED:
+    while len(s_maps) >= KEEP_MAPPED:
         s_maps.pop(next(iter(s_maps))).close()
+    s_maps[(st.st_dev, st.st_ino)] = m
     at = ctypes.c_char.from_buffer(m)
     try:
         check(lib.wsync_tree_write_into(tree, ctypes.addressof(at), len(m), err))
