@@ -299,7 +299,7 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	start_hub
 	start_watcher w1
 	wait_until hub_has_worker w1
-	run -0 --separate-stderr py "$ARRAYS"'
+	run -0 --separate-stderr pylib "$ARRAYS"'
 with wsync.Publisher() as pub:
     for step in (1, 2, 3):
         a["steps"] = np.array(step, np.int64)
@@ -325,7 +325,7 @@ EOF
 	start_hub --keep 1 --recycle 4
 	start_watcher w1 --transfer link
 	wait_until hub_has_worker w1
-	run -0 --separate-stderr py "$ARRAYS"'
+	run -0 --separate-stderr pylib "$ARRAYS"'
 with wsync.Publisher() as pub:
     for step in range(1, 7):
         a["steps"] = np.array(step, np.int64)

@@ -305,7 +305,7 @@ class Publisher:
                                      text=True)
         if directory is None and os.path.isdir("/dev/shm"):
             directory = "/dev/shm"
-        self.dir = tempfile.mkdtemp(prefix="wsync-publisher.", dir=directory)
+        self.parent, self.dir = directory, None     # made for the first file pushed
         self.slots = True
         self.ahead = None       # (model, size, when) of a slot asked for, not yet read
 
@@ -365,6 +365,8 @@ class Publisher:
                 if slot is not None:
                     self.s_write_slot(slot, size, t)
         if slot is None:
+            if self.dir is None:
+                self.dir = tempfile.mkdtemp(prefix="wsync-publisher.", dir=self.parent)
             path = os.path.join(self.dir, model + ".safetensors")
             write(path, arrays, meta)
             self.s_send(f"-m {model} -t {timeout} {path}{wait_opt}")
@@ -381,7 +383,8 @@ class Publisher:
     def close(self):
         self.proc.stdin.close()     # the coprocess gives back a slot asked for ahead
         self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
