@@ -31,10 +31,12 @@ the memcpy limit are still measured. Exit status: 0 (a failed configuration
 is a "failed" cell, not an exit), 64 usage, 66 programs missing.
 """
 import argparse
+import datetime
 import gc
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -91,12 +93,12 @@ def shapes_of(size):
 
 
 def plan(size, quick):
-    """(warm-ups, runs, seconds of measured runs before stopping early) for a size."""
+    """(warm-ups, runs, seconds a configuration may take before it stops early)."""
     if size <= MIB:
-        return (2, 8, 1.0) if quick else (3, 30, 4.0)
+        return (2, 8, 1.0) if quick else (3, 30, 3.0)
     if size <= 64 * MIB:
-        return (1, 2, 1.0) if quick else (1, 7, 4.0)
-    return (1, 2, 8.0) if quick else (1, 3, 8.0)
+        return (1, 2, 1.5) if quick else (1, 7, 3.0)
+    return (1, 3, 6.0)
 
 
 def mem_available():
@@ -128,27 +130,30 @@ class Result:
     def p90(self):
         return stats(self.times)[1]
 
+    def short(self):
+        return len(self.times) < self.planned
+
     def cell(self):
         if not self.ok():
             return self.why
         med, p90 = stats(self.times)
         text = "%s (%s)" % (human(med), human(p90))
-        if len(self.times) < self.planned:
+        if self.short():
             text += ", %d of %d runs (time budget)" % (len(self.times), self.planned)
         return text
 
 
 def timed_runs(size, quick, update):
-    """Calls update(r) for the warm-ups and runs; update returns its seconds."""
+    """Calls update(r) for the warm-ups, then the runs until the time budget is
+    spent (at least one); update returns its seconds."""
     warm, runs, budget = plan(size, quick)
+    started = time.monotonic()
     for r in range(warm):
         update(r)
-    times, spent = [], 0.0
+    times = []
     for r in range(warm, warm + runs):
-        t = update(r)
-        times.append(t)
-        spent += t
-        if spent > budget and len(times) >= 2 and len(times) < runs:
+        times.append(update(r))
+        if time.monotonic() - started > budget:
             break
     return Result(times, runs)
 
@@ -170,12 +175,121 @@ def stop_procs(procs):
         if p.is_alive():
             p.terminate()
             p.join(10)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def child():
+    """A forked worker: SIGTERM kills it (the harness's handler is not for it)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)
+
+
+class Model:
+    """One size's trainer weights (numpy float32 views of one flat array, 4 KiB
+    spare) and a pre-faulted destination of the same size (a share_memory_()
+    tensor when torch is here): the memcpy limit, the shared buffer and wsync's
+    Publisher all use them, so their pages are faulted in once per size."""
+
+    def __init__(self, size):
+        self.size, self.shapes = size, shapes_of(size)
+        flat = np.full((size + 4096) // 4, 0.5, np.float32)
+        self.src = flat.view(np.uint8)
+        self.arrays, off = {}, 0
+        for i, s in enumerate(self.shapes):
+            self.arrays["layer%d.weight" % i] = flat[off:off + s[0] * s[1]].reshape(s)
+            off += s[0] * s[1]
+        if torch is not None:
+            self.buf = torch.empty((size + 4096) // 4).share_memory_()
+            self.buf.fill_(1.0)
+            self.dst = self.buf.numpy().view(np.uint8)
+        else:
+            self.dst = np.full(size + 4096, 1, np.uint8)
+
+    def version(self, r):
+        """Marks the trainer's weights as version r (their first number)."""
+        self.arrays["layer0.weight"].flat[0] = r
+
+
+# ---- the limit: one memcpy into pages that already exist ----
+
+def run_memcpy(model, quick):
+    """The faster of two layouts: source and destination at the same offset in a
+    page, and 64 bytes apart (this CPU's memcpy is slow for some sizes in one
+    of them); runs of the two alternate."""
+    size = model.size
+    warm, runs, _ = plan(size, quick)
+    times = ([], [])
+    for r in range(warm + 2 * runs):
+        for layout, shift in enumerate((0, 64)):
+            t0 = time.perf_counter()
+            np.copyto(model.dst[shift:shift + size], model.src[:size])
+            t = time.perf_counter() - t0
+            if r >= warm:
+                times[layout].append(t)
+    return Result(min(times, key=lambda t: stats(t)[0]), 2 * runs)
+
+
+# ---- one shared buffer overwritten in place ----
+
+def shared_worker(conn, buf, counter):
+    child()
+    while True:
+        if conn.recv_bytes() == b"stop":
+            return
+        v = counter.value
+        # Reads in place: the first weight carries the version the trainer wrote.
+        conn.send_bytes(struct.pack("<q", int(buf[0]) if int(buf[0]) == v else -1))
+
+
+class SharedPool:
+    """nmax workers reading model.buf in place; a run wakes the first n."""
+
+    def __init__(self, model, nmax, quick):
+        ctx = tmp.get_context("fork")
+        self.model, self.quick, self.conns, self.procs = model, quick, [], []
+        self.counter = ctx.RawValue("q", -1)
+        try:
+            for _ in range(nmax):
+                a, b = ctx.Pipe()
+                p = ctx.Process(target=shared_worker, args=(b, model.buf, self.counter),
+                                daemon=True)
+                p.start()
+                self.conns.append(a)
+                self.procs.append(p)
+        except BaseException:
+            self.close()
+            raise
+        self.weights = [torch.from_numpy(a) for a in model.arrays.values()]
+        self.views, off = [], 0
+        for s in model.shapes:
+            self.views.append(model.buf[off:off + s[0] * s[1]].view(s))
+            off += s[0] * s[1]
+
+    def run(self, n):
+        def update(r):
+            self.model.version(r)
+            t0 = time.perf_counter()
+            for v, w in zip(self.views, self.weights):
+                v.copy_(w)
+            self.counter.value = r
+            for c in self.conns[:n]:
+                c.send_bytes(b"go")
+            expect_acks(self.conns[:n], r, "shared-buffer")
+            return time.perf_counter() - t0
+        return timed_runs(self.model.size, self.quick, update)
+
+    def close(self):
+        for c in self.conns:
+            c.send_bytes(b"stop")
+        stop_procs(self.procs)
 
 
 # ---- torch.multiprocessing queues ----
 
 def queue_worker(q, ack, shapes):
-    torch.set_num_threads(1)
+    child()
     params = [torch.full(s, 1.0) for s in shapes]     # its own model, faulted in
     while True:
         sd = q.get()
@@ -187,97 +301,67 @@ def queue_worker(q, ack, shapes):
         ack.send_bytes(struct.pack("<q", int(params[0].view(-1)[0])))
 
 
-def run_queues(size, n, quick):
-    ctx = tmp.get_context("fork")
-    shapes = shapes_of(size)
-    qs, acks, procs = [], [], []
-    try:
-        for _ in range(n):
-            q = ctx.Queue()
-            r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=queue_worker, args=(q, w, shapes), daemon=True)
-            p.start()
-            qs.append(q)
-            acks.append(r)
-            procs.append(p)
+class QueuePool:
+    """nmax workers, each with its own queue and model; a run puts to the first n."""
+
+    def __init__(self, model, nmax, quick):
+        ctx = tmp.get_context("fork")
+        self.size, self.quick, self.qs, self.acks, self.procs = model.size, quick, [], [], []
+        try:
+            for _ in range(nmax):
+                q = ctx.Queue()
+                r, w = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=queue_worker, args=(q, w, model.shapes), daemon=True)
+                p.start()
+                self.qs.append(q)
+                self.acks.append(r)
+                self.procs.append(p)
+        except BaseException:
+            self.close()
+            raise
         # Shared before the first put, as torch's Hogwild example does: a put
         # moves a tensor into shared memory in a feeder thread, and N feeders
         # doing it at once race (EBADF).
-        sd = {"layer%d.weight" % i: torch.full(s, 0.5).share_memory_()
-              for i, s in enumerate(shapes)}
+        self.sd = {k: torch.empty(a.shape).share_memory_().copy_(torch.from_numpy(a))
+                   for k, a in model.arrays.items()}
+
+    def run(self, n):
+        first = self.sd["layer0.weight"].view(-1)
 
         def update(r):
-            sd["layer0.weight"].view(-1)[0] = r
+            first[0] = r
             t0 = time.perf_counter()
-            for q in qs:
-                q.put(sd)
-            expect_acks(acks, r, "queue")
+            for q in self.qs[:n]:
+                q.put(self.sd)
+            expect_acks(self.acks[:n], r, "queue")
             return time.perf_counter() - t0
-        return timed_runs(size, quick, update)
-    finally:
-        for q in qs:
+        return timed_runs(self.size, self.quick, update)
+
+    def close(self):
+        for q in self.qs:
             q.put(None)
-        stop_procs(procs)
-
-
-# ---- one shared buffer overwritten in place ----
-
-def shared_worker(conn, buf, counter):
-    while True:
-        if conn.recv_bytes() == b"stop":
-            return
-        v = counter.value
-        # Reads in place: the first weight carries the version the trainer wrote.
-        conn.send_bytes(struct.pack("<q", int(buf[0]) if int(buf[0]) == v else -1))
-
-
-def run_shared(size, n, quick):
-    ctx = tmp.get_context("fork")
-    shapes = shapes_of(size)
-    buf = torch.full((size // 4,), 1.0).share_memory_()
-    counter = ctx.RawValue("q", -1)
-    conns, procs = [], []
-    try:
-        for _ in range(n):
-            a, b = ctx.Pipe()
-            p = ctx.Process(target=shared_worker, args=(b, buf, counter), daemon=True)
-            p.start()
-            conns.append(a)
-            procs.append(p)
-        weights = [torch.full(s, 0.5) for s in shapes]
-        views, off = [], 0
-        for s in shapes:
-            views.append(buf[off:off + s[0] * s[1]].view(s))
-            off += s[0] * s[1]
-
-        def update(r):
-            weights[0].view(-1)[0] = r
-            t0 = time.perf_counter()
-            for v, w in zip(views, weights):
-                v.copy_(w)
-            counter.value = r
-            for c in conns:
-                c.send_bytes(b"go")
-            expect_acks(conns, r, "shared-buffer")
-            return time.perf_counter() - t0
-        return timed_runs(size, quick, update)
-    finally:
-        for c in conns:
-            c.send_bytes(b"stop")
-        stop_procs(procs)
+        stop_procs(self.procs)
 
 
 # ---- torch.distributed gloo broadcast ----
 
-def gloo_rank(rank, world, port, shapes, rounds, acks, out):
-    """Rank 0 is the trainer: it times each broadcast until every rank acked."""
-    torch.set_num_threads(1)
+def gloo_rank(rank, world, port, shapes, steps, acks, out):
+    """Rank 0 is the trainer: it times each broadcast until every rank acked,
+    and before each run tells the others whether the time budget allows it."""
+    child()
+    warm, runs, budget = steps
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
                             rank=rank, world_size=world,
-                            timeout=__import__("datetime").timedelta(seconds=WAIT_S))
+                            timeout=datetime.timedelta(seconds=WAIT_S))
     ts = [torch.full(s, 0.5 if rank == 0 else 1.0) for s in shapes]
-    times = []
-    for r in range(rounds):
+    go = torch.zeros(1, dtype=torch.int64)
+    started, times, r = time.monotonic(), [], 0
+    while True:
+        if r >= warm:
+            go[0] = r < warm + runs and (r == warm or time.monotonic() - started <= budget)
+            dist.broadcast(go, 0)
+            if not go[0]:
+                break
         if rank == 0:
             ts[0].view(-1)[0] = r
         dist.barrier()
@@ -286,61 +370,50 @@ def gloo_rank(rank, world, port, shapes, rounds, acks, out):
             dist.broadcast(t, 0)
         if rank == 0:
             expect_acks(acks, r, "gloo")
-            times.append(time.perf_counter() - t0)
+            if r >= warm:
+                times.append(time.perf_counter() - t0)
         else:
             out.send_bytes(struct.pack("<q", int(ts[0].view(-1)[0])))
+        r += 1
     if rank == 0:
         out.send_bytes(json.dumps(times).encode())
     dist.barrier()
     dist.destroy_process_group()
 
 
-def run_gloo(size, n, quick):
-    ctx = tmp.get_context("fork")
-    warm, runs, _ = plan(size, quick)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    port = free_port()
-    acks, procs = [], []
-    try:
-        for rank in range(1, n + 1):
-            r, w = ctx.Pipe(duplex=False)
-            acks.append(r)
-            procs.append(ctx.Process(target=gloo_rank, daemon=True, args=(
-                rank, n + 1, port, shapes_of(size), warm + runs, None, w)))
+class GlooRanks:
+    """A fresh process group of n+1 ranks per run (its size is fixed)."""
+
+    def __init__(self, size, nmax, quick):
+        self.size, self.quick = size, quick
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+
+    def run(self, n):
+        ctx = tmp.get_context("fork")
+        steps = plan(self.size, self.quick)
+        port, shapes = free_port(), shapes_of(self.size)
+        acks, procs = [], []
         res_r, res_w = ctx.Pipe(duplex=False)
-        procs.insert(0, ctx.Process(target=gloo_rank, daemon=True, args=(
-            0, n + 1, port, shapes_of(size), warm + runs, acks, res_w)))
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + WAIT_S * (warm + runs)
-        while not res_r.poll(1):
-            if time.monotonic() > deadline or not procs[0].is_alive():
-                raise RuntimeError("the gloo trainer rank stopped without its times")
-        times = json.loads(res_r.recv_bytes())[warm:]
-        return Result(times, runs)
-    finally:
-        stop_procs(procs)
+        try:
+            for rank in range(1, n + 1):
+                r, w = ctx.Pipe(duplex=False)
+                acks.append(r)
+                procs.append(ctx.Process(target=gloo_rank, daemon=True, args=(
+                    rank, n + 1, port, shapes, steps, None, w)))
+            procs.insert(0, ctx.Process(target=gloo_rank, daemon=True, args=(
+                0, n + 1, port, shapes, steps, acks, res_w)))
+            for p in procs:
+                p.start()
+            deadline = time.monotonic() + WAIT_S * (steps[0] + steps[1])
+            while not res_r.poll(1):
+                if time.monotonic() > deadline or not procs[0].is_alive():
+                    raise RuntimeError("the gloo trainer rank stopped without its times")
+            return Result(json.loads(res_r.recv_bytes()), steps[1])
+        finally:
+            stop_procs(procs)
 
-
-# ---- the limit: one memcpy into pages that already exist ----
-
-def run_memcpy(size, quick):
-    """The faster of two layouts: source and destination at the same offset in a
-    page, and 64 bytes apart (this CPU's memcpy is slow for some sizes in one
-    of them); runs of the two alternate."""
-    src = np.full(size + 4096, 1, np.uint8)
-    dst = np.full(size + 4096, 2, np.uint8)
-    warm, runs, _ = plan(size, quick)
-    times = ([], [])
-    for r in range(warm + 2 * runs):
-        for layout, shift in enumerate((0, 64)):
-            src[0] = r % 251
-            t0 = time.perf_counter()
-            np.copyto(dst[shift:shift + size], src[:size])
-            t = time.perf_counter() - t0
-            if r >= warm:
-                times[layout].append(t)
-    return min((Result(t, 2 * runs) for t in times), key=Result.median)
+    def close(self):
+        pass
 
 
 # ---- wsync: the Python helper's Publisher, watchers by link ----
@@ -402,56 +475,82 @@ class Wsync:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def run_wsync(size, n, quick, bindir, base, helper):
-    hub = Wsync(bindir, base, n)
-    try:
-        arrays = {"layer%d.weight" % i: np.full(s, 0.5, np.float32)
-                  for i, s in enumerate(shapes_of(size))}
-        with helper.Publisher(endpoint=hub.ep) as pub:
-            def update(r):
-                arrays["layer0.weight"].flat[0] = r
-                t0 = time.perf_counter()
-                pub.publish("bench", arrays, wait="all", timeout=WAIT_S)
-                return time.perf_counter() - t0
-            res = timed_runs(size, quick, update)
-        res.recycle = hub.recycle
-        return res
-    finally:
-        hub.close()
+class WsyncRuns:
+    """A hub and n watchers per run; the trainer publishes model.arrays."""
+
+    recycled = False    # whether a hub ran with --recycle
+
+    def __init__(self, model, nmax, quick, args, helper):
+        self.model, self.quick, self.args, self.helper = model, quick, args, helper
+        self.recycle = False
+
+    def run(self, n):
+        hub = Wsync(self.args.bin, self.args.tmp, n)
+        self.recycle = hub.recycle
+        try:
+            with self.helper.Publisher(endpoint=hub.ep) as pub:
+                def update(r):
+                    self.model.version(r)
+                    t0 = time.perf_counter()
+                    pub.publish("bench", self.model.arrays, wait="all", timeout=WAIT_S)
+                    return time.perf_counter() - t0
+                return timed_runs(self.model.size, self.quick, update)
+        finally:
+            hub.close()
+
+    def close(self):
+        pass
 
 
 # ---- the table ----
 
-def needs(method, size, n):
-    """Bytes of memory a configuration holds at once (with slack for the store)."""
-    return {"queues": (n + 1) * size, "shared": 2 * size, "gloo": (n + 2) * size,
-            "memcpy": 2 * size, "wsync": 5 * size}[method]
+# How each method runs: its runner class, and the memory it adds to what is
+# already held (the Model, 2 x size, except for gloo, whose ranks hold their own).
+RUNNERS = {"shared": (lambda m, n, q, a, h: SharedPool(m, n, q), lambda size, n: 0),
+           "wsync": (WsyncRuns, lambda size, n: 4 * size),
+           "queues": (lambda m, n, q, a, h: QueuePool(m, n, q), lambda size, n: (n + 1) * size),
+           "gloo": (lambda m, n, q, a, h: GlooRanks(m, n, q), lambda size, n: (n + 2) * size)}
 
 
-def measure(method, size, n, args, helper):
-    label = LABELS.get(size, "%d bytes" % size)
-    if method in TORCH_METHODS and torch is None:
-        return Result(why="skipped: python3-torch is not importable")
-    need = needs(method, size, n) + GIB
-    if need > mem_available():
-        log("skipping %s, %s x %d: needs %d MiB of memory" % (method, label, n, need // MIB))
-        return Result(why="skipped: needs %d MiB of memory" % (need // MIB))
-    log("side by side: %s, %s%s" % (NAMES[method], label,
-                                    "" if method == "memcpy" else " to %d workers" % n))
+def attempt(what, fn, *a):
+    """fn(*a), or a Result saying why it failed: one failure must not lose the table."""
+    log("side by side: " + what)
     started = time.monotonic()
     try:
-        if method == "memcpy":
-            return run_memcpy(size, args.quick)
-        if method == "wsync":
-            return run_wsync(size, n, args.quick, args.bin, args.tmp, helper)
-        return {"queues": run_queues, "shared": run_shared, "gloo": run_gloo}[method](
-            size, n, args.quick)
-    except Exception as e:      # one failed configuration must not lose the table
-        log("%s, %s x %d failed: %s" % (method, label, n, e))
-        return Result(why="failed: %s" % str(e).splitlines()[0][:80] if str(e) else "failed")
+        return fn(*a)
+    except Exception as e:
+        msg = (str(e).splitlines() or [type(e).__name__])[0][:80]
+        log("%s failed: %s" % (what, msg))
+        return Result(why="failed: " + msg)
     finally:
         gc.collect()
         log("... %.1f s" % (time.monotonic() - started))
+
+
+def run_method(method, model, size, counts, args, helper):
+    """{n: Result} of one method for every worker count."""
+    label = LABELS[size]
+    if method in TORCH_METHODS and torch is None:
+        return {n: Result(why="skipped: python3-torch is not importable") for n in counts}
+    make, extra = RUNNERS[method]
+    need = extra(size, max(counts)) + GIB
+    if need > mem_available():
+        log("skipping %s, %s: needs %d MiB of memory" % (NAMES[method], label, need // MIB))
+        return {n: Result(why="skipped: needs %d MiB of memory" % (need // MIB))
+                for n in counts}
+    runner = attempt("%s, %s: setting up for %d workers" % (NAMES[method], label, max(counts)),
+                     make, model if method != "gloo" else size, max(counts), args.quick,
+                     args, helper)
+    if isinstance(runner, Result):
+        return {n: runner for n in counts}
+    try:
+        return {n: attempt("%s, %s to %d worker%s" % (NAMES[method], label, n,
+                                                      "" if n == 1 else "s"), runner.run, n)
+                for n in counts}
+    finally:
+        runner.close()
+        if method == "wsync":
+            WsyncRuns.recycled = WsyncRuns.recycled or runner.recycle
 
 
 def ratio(a, b):
@@ -507,6 +606,8 @@ def main():
             print("torch_sync.py: %s/wsync-%s is missing (run make)" % (args.bin, p),
                   file=sys.stderr)
             return 66
+    # SIGTERM (bench/run stopped) unwinds, so that every process started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # Publisher runs wsync-push from PATH: this build's.
     os.environ["PATH"] = os.path.abspath(args.bin) + os.pathsep + os.environ.get("PATH", "")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -518,14 +619,28 @@ def main():
     results = {}
     started = time.monotonic()
     for size in sizes:
-        limit = measure("memcpy", size, 1, args, helper) if "memcpy" in methods else Result(
-            why="not run")
         for n in counts:
-            res = {"memcpy": limit}
-            for m in ("wsync", "shared", "queues", "gloo"):
-                res[m] = measure(m, size, n, args, helper) if m in methods else Result(
-                    why="not run")
-            results[size, n] = res
+            results[size, n] = {m: Result(why="not run") for m in NAMES}
+        need = 2 * size + GIB
+        if need > mem_available():
+            log("skipping %s: needs %d MiB of memory" % (LABELS[size], need // MIB))
+            for n in counts:
+                results[size, n] = {m: Result(why="skipped: needs %d MiB of memory"
+                                              % (need // MIB)) for m in NAMES}
+            continue
+        model = Model(size)
+        if "memcpy" in methods:
+            limit = attempt("memcpy limit, %s" % LABELS[size], run_memcpy, model, args.quick)
+            for n in counts:
+                results[size, n]["memcpy"] = limit
+        for m in ("shared", "wsync", "queues", "gloo"):
+            if m == "gloo":
+                del model       # the ranks hold their own copies
+                gc.collect()
+            if m in methods:
+                for n, r in run_method(m, model if m != "gloo" else None, size, counts, args,
+                                       helper).items():
+                    results[size, n][m] = r
     log("side by side took %.0f s" % (time.monotonic() - started))
 
     rows = []
@@ -549,12 +664,13 @@ def main():
                 continue
             bases = [(b, res[b]) for b in ("memcpy", "shared", "queues") if res[b].ok()]
             rows.append("| %s%s | %s | %s | %s | %s |" % (
-                name, "" if len(w.times) == w.planned else " (%d runs)" % len(w.times),
+                name, " (%d of %d runs, time budget)" % (len(w.times), w.planned)
+                if w.short() else "",
                 human(w.median()), human(w.p90()),
                 "; ".join("%s: %s" % (NAMES[b], human(r.median())) for b, r in bases) or "-",
                 "; ".join(ratio(w, r) for _, r in bases) or "-"))
 
-    recycle = any(getattr(r["wsync"], "recycle", False) for r in results.values())
+    recycle = WsyncRuns.recycled
     table = ["| model | workers | wsync | torch queues | shared buffer (tears) | gloo broadcast "
              "| memcpy limit | wsync / memcpy | wsync / shared | queues / wsync | target (N=8) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -580,8 +696,9 @@ def main():
         "share_memory_() tensor, bumps a shared counter and sends each worker a pipe message; "
         "workers read in place (no copy) and ack; it tears. gloo: torch.distributed broadcast "
         "of each tensor over N+1 ranks on 127.0.0.1, then every worker acks on a pipe. memcpy "
-        "limit: numpy.copyto into pre-faulted pages. One thread per process (torch."
-        "set_num_threads(1)). Targets (issue 8, N=8): 256 KiB <= 0.5 ms or <= 1.2x shared "
+        "limit: numpy.copyto into pre-faulted pages (the faster of two layouts: same offset in "
+        "a page, 64 bytes apart; this CPU's memcpy is slow for some sizes in one). One "
+        "thread per process (torch.set_num_threads(1)). Targets (issue 8, N=8): 256 KiB <= 0.5 ms or <= 1.2x shared "
         "buffer; 64 MiB <= 1.5x shared buffer; 1 GiB <= 1.5x memcpy limit; every size >= 20x "
         "faster than queues. %s The machine is shared and noisy (2 cores, 4 engineers): "
         "compare ratios within one run." % (
