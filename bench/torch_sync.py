@@ -703,7 +703,7 @@ def main():
         "faster than queues. %s The machine is shared and noisy (2 cores, 4 engineers): "
         "compare ratios within one run." % (
             NPARTS, " --recycle" if recycle else "",
-            torch.multiprocessing.get_sharing_strategy() if torch is not None else "-",
+            torch.multiprocessing.get_sharing_strategy() if torch is not None else "default",
             "torch %s." % torch.__version__ if torch is not None else
             "python3-torch is not importable: the torch columns are skipped."))
     section = "## Side by side with PyTorch's ways\n\n%s\n\n%s\n" % ("\n".join(table), notes)
