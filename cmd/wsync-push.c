@@ -9,6 +9,7 @@
 #include "cli.h"
 
 #define S_MAX_MODELS 64
+#define S_MAX_SLOTS 8
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
@@ -42,7 +43,9 @@ s_help(void)
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
 	    "                           options as above), answer \"ok MODEL VERSION...\" or\n"
 	    "                           \"error CODE MESSAGE\" a line on stdout, until end of\n"
-	    "                           input (-t bounds connecting)\n"
+	    "                           input (-t bounds connecting); on the hub's host a\n"
+	    "                           request may also ask for a slot in the store to\n"
+	    "                           write a version into (see wsync-push(1))\n"
 	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -53,8 +56,14 @@ s_help(void)
 	exit(0);
 }
 
+enum s_op { S_PUSH, S_SLOT, S_COMMIT, S_ABORT };
+
 /* One push: from the command line, or from one line of --batch. */
 struct s_push {
+	enum s_op op;                   /* --batch only: a slot, its commit or abort */
+	uint64_t upload;                /* S_COMMIT, S_ABORT */
+	int trust;                      /* S_COMMIT: --trust-hashes */
+	uint64_t sizes[S_MAX_MODELS];   /* S_SLOT: -m MODEL=SIZE */
 	wsync_push_item_t items[S_MAX_MODELS];
 	const char *models[S_MAX_MODELS];
 	int n;
@@ -114,6 +123,36 @@ s_wait_spec(struct s_push *p, char *spec, char *why, size_t size)
 	return 0;
 }
 
+/* Checks a --slot, --commit or --abort request of --batch, parsed into p. */
+static int
+s_check_request(struct s_push *p, int argc, char *why, size_t size)
+{
+	if (p->trust && p->op != S_COMMIT)
+		return s_bad(why, size, "--trust-hashes goes with --commit");
+	if (argc != 0)
+		return s_bad(why, size, "a slot request takes no file");
+	if (p->op == S_SLOT) {
+		if (p->n == 0)
+			return s_bad(why, size, "--slot wants -m MODEL=SIZE for each model");
+		if (p->wait_mode != NULL || p->wait_for != 0)
+			return s_bad(why, size, "--slot takes no wait: give -w with --commit");
+		for (int i = 0; i < p->n; i++)
+			if (p->items[i].path == NULL || cli_parse_number(p->items[i].path,
+			    &p->sizes[i]) < 0 || p->sizes[i] == 0)
+				return s_bad(why, size, "--slot wants -m MODEL=SIZE (bytes, 1 or more), "
+				    "not -m %s%s%s", p->items[i].model, p->items[i].path ? "=" : "",
+				    p->items[i].path ? p->items[i].path : "");
+		return 0;
+	}
+	if (p->n != 0 || p->targets != NULL || p->wait_for != 0)
+		return s_bad(why, size, "%s takes only the upload%s", p->op == S_COMMIT ?
+		    "--commit" : "--abort", p->op == S_COMMIT ? ", -t, -w and --trust-hashes" :
+		    "");
+	if (p->op == S_ABORT && p->wait_mode != NULL)
+		return s_bad(why, size, "--abort takes only the upload");
+	return 0;
+}
+
 /*
  * Parses a push's options and operands (argv[0] is the program). In a batch
  * line (batch set) the options of the whole coprocess are refused. 0, or -1
@@ -122,20 +161,25 @@ s_wait_spec(struct s_push *p, char *spec, char *why, size_t size)
 static int
 s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t size)
 {
-	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_BATCH, OPT_PROGRESS };
+	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_BATCH, OPT_PROGRESS, OPT_SLOT, OPT_COMMIT,
+	    OPT_ABORT, OPT_TRUST };
 	static const struct option opts[] = {
+		{ "abort", required_argument, NULL, OPT_ABORT },
 		{ "batch", no_argument, NULL, OPT_BATCH },
+		{ "commit", required_argument, NULL, OPT_COMMIT },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, 'm' },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "slot", no_argument, NULL, OPT_SLOT },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "wait", required_argument, NULL, 'w' },
 		{ "wait-for", required_argument, NULL, OPT_WAIT_FOR },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
+		{ "trust-hashes", no_argument, NULL, OPT_TRUST },
 		{ "workers", required_argument, NULL, 'W' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -202,6 +246,20 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 				    "not \"%s\"", optarg);
 			break;
 		case OPT_BATCH: p->batch = 1; break;
+		case OPT_SLOT:
+		case OPT_COMMIT:
+		case OPT_ABORT:
+			if (!batch)
+				return s_bad(why, size, "%s is a request of wsync-push --batch", arg);
+			if (p->op != S_PUSH)
+				return s_bad(why, size, "one of --slot, --commit and --abort a request");
+			p->op = c == OPT_SLOT ? S_SLOT : c == OPT_COMMIT ? S_COMMIT : S_ABORT;
+			if (c != OPT_SLOT && (cli_parse_number(optarg, &p->upload) < 0 ||
+			    p->upload == 0))
+				return s_bad(why, size, "%s wants the upload number a slot answer gave, "
+				    "not \"%s\"", arg, optarg);
+			break;
+		case OPT_TRUST: p->trust = 1; break;
 		case OPT_PROGRESS: cli_progress_force(); break;
 		case ':': return s_bad(why, size, "option '%s' needs a value", arg);
 		default:
@@ -212,6 +270,8 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 	}
 	argc -= optind;
 	argv += optind;
+	if (p->op != S_PUSH || p->trust)
+		return s_check_request(p, argc, why, size);
 	if (p->batch)
 		return p->n == 0 && argc == 0 && p->wait_mode == NULL && p->targets == NULL &&
 		    p->wait_for == 0 ? 0 : s_bad(why, size, "--batch takes its pushes on stdin, "
@@ -251,7 +311,11 @@ s_run(wsync_client_t *c, struct s_push *p, FILE *out, char **missing, wsync_err_
 	*missing = NULL;
 	if (p->wait_for != 0)
 		p->items[0].version = p->wait_for;
-	else if (wsync_client_push(c, p->items, p->n, (const char *const *)p->targets,
+	else if (p->op == S_COMMIT) {
+		if (wsync_client_commit(c, p->upload, p->trust, p->items, p->n, p->timeout_ms,
+		    err) < 0)
+			return -1;
+	} else if (wsync_client_push(c, p->items, p->n, (const char *const *)p->targets,
 	    p->ntargets, p->timeout_ms, err) < 0)
 		return -1;
 	cli_progress_end();
@@ -287,6 +351,89 @@ s_words(char *line, char **argv, int max)
 	return argc;
 }
 
+/* The slots a coprocess has open: their models, for the commit's answer and wait. */
+struct s_slots {
+	uint64_t upload[S_MAX_SLOTS];
+	int n[S_MAX_SLOTS];
+	char models[S_MAX_SLOTS][S_MAX_MODELS][WSYNC_MAX_MODEL + 1];
+};
+
+/* Answers a slot request: "slot UPLOAD PATH...", remembering its models. */
+static int
+s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
+{
+	char *paths[S_MAX_MODELS] = { NULL };
+	uint64_t upload;
+	int at = 0;
+
+	while (at < S_MAX_SLOTS && t->upload[at] != 0)
+		at++;
+	if (at == S_MAX_SLOTS)
+		return wsync_err_set(err, EX_USAGE, "%d slots are open already: commit or abort "
+		    "one first", S_MAX_SLOTS);
+	if (wsync_client_slot(c, p->models, p->sizes, p->n, (const char *const *)p->targets,
+	    p->ntargets, p->timeout_ms, &upload, paths, err) < 0)
+		return -1;
+	t->upload[at] = upload;
+	t->n[at] = p->n;
+	printf("slot %" PRIu64, upload);
+	for (int i = 0; i < p->n; i++) {
+		snprintf(t->models[at][i], sizeof(t->models[at][i]), "%s", p->models[i]);
+		printf(" %s", paths[i]);
+		free(paths[i]);
+	}
+	printf("\n");
+	return 0;
+}
+
+/* Takes the slot of p->upload out of t: its models become p's items. */
+static int
+s_slot_take(struct s_slots *t, struct s_push *p, wsync_err_t *err)
+{
+	for (int at = 0; at < S_MAX_SLOTS; at++) {
+		if (t->upload[at] != p->upload)
+			continue;
+		t->upload[at] = 0;
+		p->n = t->n[at];
+		for (int i = 0; i < p->n; i++)
+			p->items[i] = (wsync_push_item_t){ .model = t->models[at][i] };
+		return 0;
+	}
+	return wsync_err_set(err, EX_NOINPUT, "no open slot %" PRIu64 " (committed, aborted "
+	    "or never given)", p->upload);
+}
+
+/* Serves one parsed request of the coprocess; its answer is printed on success. */
+static int
+s_request(wsync_client_t *c, struct s_slots *t, struct s_push *p, char **missing,
+    wsync_err_t *err)
+{
+	*missing = NULL;
+	switch (p->op) {
+	case S_SLOT:
+		return s_slot(c, t, p, err);
+	case S_ABORT:
+		if (s_slot_take(t, p, err) < 0 || wsync_client_abort(c, p->upload, p->timeout_ms,
+		    err) < 0)
+			return -1;
+		printf("ok\n");
+		return 0;
+	case S_COMMIT:
+		if (s_slot_take(t, p, err) < 0)
+			return -1;
+		break;
+	case S_PUSH:
+		break;
+	}
+	if (s_run(c, p, NULL, missing, err) < 0)
+		return -1;
+	printf("ok");
+	for (int i = 0; i < p->n; i++)
+		printf(" %s %" PRIu64, p->items[i].model, p->items[i].version);
+	printf("\n");
+	return 0;
+}
+
 /*
  * The coprocess: one request a line on stdin, one answer a line on stdout,
  * "ok MODEL VERSION..." or "error CODE MESSAGE", until end of input.
@@ -295,8 +442,11 @@ static int
 s_batch(wsync_client_t *c)
 {
 	char *line = NULL, *argv[4 * S_MAX_MODELS + 16], why[600];
+	struct s_slots *slots = calloc(1, sizeof(*slots));
 	size_t cap = 0;
 
+	if (slots == NULL)
+		cli_die(EX_SOFTWARE, "out of memory");
 	while (getline(&line, &cap, stdin) >= 0 && !*cli_interrupt_flag()) {
 		struct s_push p;
 		char *missing = NULL;
@@ -307,7 +457,7 @@ s_batch(wsync_client_t *c)
 			continue;
 		if (s_parse(argc, argv, 1, &p, why, sizeof(why)) < 0)
 			printf("error %d %s\n", EX_USAGE, why);
-		else if (s_run(c, &p, NULL, &missing, &err) < 0) {
+		else if (s_request(c, slots, &p, &missing, &err) < 0) {
 			wsync_err_t ignored;
 			printf("error %d %s", err.code ? err.code : EX_SOFTWARE, err.msg);
 			for (char *m = missing ? strtok(missing, "\n") : NULL; m != NULL;
@@ -318,11 +468,6 @@ s_batch(wsync_client_t *c)
 			if (err.code == EX_UNAVAILABLE || err.code == EX_PROTOCOL ||
 			    (err.code == EX_TEMPFAIL && missing == NULL))
 				wsync_client_reconnect(c, S_CONNECT_MS, &ignored);
-		} else {
-			printf("ok");
-			for (int i = 0; i < p.n; i++)
-				printf(" %s %" PRIu64, p.items[i].model, p.items[i].version);
-			printf("\n");
 		}
 		free(missing);
 		s_push_free(&p);
@@ -334,6 +479,13 @@ s_batch(wsync_client_t *c)
 		}
 	}
 	free(line);
+	/* Slots left open are the hub's to drop (it does after 60 s): say so now instead. */
+	for (int at = 0; at < S_MAX_SLOTS; at++) {
+		wsync_err_t ignored;
+		if (slots->upload[at] != 0)
+			wsync_client_abort(c, slots->upload[at], 1000, &ignored);
+	}
+	free(slots);
 	/* A signal ends the coprocess as it ends a single push: 128 + its number. */
 	cli_exit_if_interrupted();
 	return 0;

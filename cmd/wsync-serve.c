@@ -12,8 +12,8 @@
 #define S_MAX_LISTS 64
 
 static const char s_usage[] =
-    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n"
-    "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n"
+    "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
+    "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
     "           --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n";
 
 static volatile int s_stop, s_reload;
@@ -30,6 +30,9 @@ s_help(void)
 	    "                           ipc://RUNDIR/hub)\n"
 	    "      --store DIR          keep versions in DIR (default: RUNDIR/store)\n"
 	    "      --keep N             versions kept per model (default 3)\n"
+	    "      --recycle N          keep up to N retired version files to be written\n"
+	    "                           again by pushes from this host (default 0: none);\n"
+	    "                           readers must lease what they hold open (wsync(7))\n"
 	    "      --log-format FORMAT  log lines as text (time=... event=... key=value)\n"
 	    "                           or json (one object per line)\n"
 	    "      --secret-key FILE    the hub's secret key (wsync-keygen): CURVE on every\n"
@@ -59,15 +62,17 @@ s_on_signal(int sig)
 		s_stop = 1;
 }
 
+/* A count option's value, from min to max; what wants says it counts. */
 static unsigned
-s_keep(const char *arg)
+s_count(const char *opt, const char *arg, unsigned long min, unsigned long max,
+    const char *wants)
 {
 	char *end;
 	unsigned long n;
 
 	n = strtoul(arg, &end, 10);
-	if (arg[0] < '0' || arg[0] > '9' || *end != '\0' || n < 1 || n > UINT_MAX)
-		cli_usage_error("--keep wants a number of versions, at least 1, not \"%s\"", arg);
+	if (arg[0] < '0' || arg[0] > '9' || *end != '\0' || n < min || n > max)
+		cli_usage_error("%s wants %s, not \"%s\"", opt, wants, arg);
 	return (unsigned)n;
 }
 
@@ -75,7 +80,7 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_KEEP = 256, OPT_STORE, OPT_LOG_FORMAT, OPT_SECRET_KEY, OPT_ALLOW_PUSH,
-	    OPT_ALLOW_PULL, OPT_INSECURE };
+	    OPT_ALLOW_PULL, OPT_INSECURE, OPT_RECYCLE };
 	static const struct option opts[] = {
 		{ "allow-pull", required_argument, NULL, OPT_ALLOW_PULL },
 		{ "allow-push", required_argument, NULL, OPT_ALLOW_PUSH },
@@ -84,6 +89,7 @@ main(int argc, char **argv)
 		{ "insecure", no_argument, NULL, OPT_INSECURE },
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
+		{ "recycle", required_argument, NULL, OPT_RECYCLE },
 		{ "secret-key", required_argument, NULL, OPT_SECRET_KEY },
 		{ "store", required_argument, NULL, OPT_STORE },
 		{ "version", no_argument, NULL, 'V' },
@@ -109,7 +115,14 @@ main(int argc, char **argv)
 			break;
 		case 'h': s_help(); break;
 		case 'V': cli_version(); break;
-		case OPT_KEEP: ho.keep = s_keep(optarg); break;
+		case OPT_KEEP:
+			ho.keep = s_count("--keep", optarg, 1, UINT_MAX, "a number of versions, at "
+			    "least 1");
+			break;
+		case OPT_RECYCLE:
+			ho.recycle = s_count("--recycle", optarg, 0, 64, "a number of files from 0 "
+			    "to 64");
+			break;
 		case OPT_STORE: ho.store = optarg; break;
 		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_SECRET_KEY: ho.secret_key = optarg; break;

@@ -211,7 +211,7 @@ _wsync_optarg() {
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
-	wsync-serve:--keep | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
+	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -237,7 +237,7 @@ _wsync() {
 	_wsync_words
 	prog=${words[0]##*/}
 	case $prog in
-	wsync-serve) opts="-e --endpoint --store --keep --log-format --secret-key --allow-push
+	wsync-serve) opts="-e --endpoint --store --keep --recycle --log-format --secret-key --allow-push
 		--allow-pull --insecure -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for --transfer -q --quiet --progress --batch --key --hub-key -h --help
@@ -280,7 +280,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--transfer | \
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;

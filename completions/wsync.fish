@@ -119,6 +119,7 @@ end
 complete -c wsync-serve -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Listen on this endpoint (repeatable)'
 complete -c wsync-serve -l store -x -a '(__fish_complete_directories)' -d 'Keep versions in this directory'
 complete -c wsync-serve -l keep -x -d 'Versions kept per model (default 3)'
+complete -c wsync-serve -l recycle -x -d 'Retired version files kept to be written again (default 0)'
 complete -c wsync-serve -l log-format -x -a 'text json' -d 'Log lines as key=value text or JSON'
 complete -c wsync-serve -l secret-key -r -F -d "The hub's secret key: CURVE on every socket"
 complete -c wsync-serve -l allow-push -r -F -d 'Public keys (file or directory) that may push'

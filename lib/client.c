@@ -532,8 +532,9 @@ s_store_open(const wsync_client_t *c, const char *model, uint64_t version, wsync
 
 	if (s_store_path(c, model, version, src, sizeof(src), err) < 0)
 		return -1;
-	if ((fd = open(src, O_RDONLY | O_CLOEXEC)) < 0)
-		return errno == ENOENT ? s_retired(model, version, err) :
+	/* Leased: a hub that recycles retired files leaves it alone while it is read. */
+	if ((fd = wsync_lease_open(src)) < 0)
+		return errno == ENOENT || errno == EAGAIN ? s_retired(model, version, err) :
 		    wsync_err_set(err, EX_IOERR, "%s: %s", src, strerror(errno));
 	return fd;
 }
@@ -964,15 +965,9 @@ out:
 static void
 s_abort(wsync_client_t *c, uint64_t upload)
 {
-	wsync_enc_t e;
 	wsync_err_t ignored;
-	wsync_msg_t m;
-	wsync_parts_t p = { .n = 0 };
-	uint64_t id = s_request(c, &e, "abort", 1);
 
-	wsync_enc_kv_u64(&e, "upload", upload);
-	if (s_call(c, &e, id, NULL, 0, 1000, "abort", &m, &p, &ignored) == 0)
-		s_release(&m, &p);
+	wsync_client_abort(c, upload, 1000, &ignored);
 }
 
 /* Sends every chunk of every source (none is empty) with up to window in flight. */
@@ -1067,34 +1062,32 @@ s_write_window(const wsync_client_t *c, int fd, const struct s_source *src, int6
 }
 
 /*
- * Writes each source into the file the hub made for it (begin's "paths"): the
- * hand-over of a pusher that sees the hub's store. The hub verifies at commit.
+ * Opens for writing the n upload files a local begin's reply names, in fds
+ * (and copies their paths into paths[i], malloc'd, when paths is not NULL).
+ * Only a file right in STORE/.uploads, reached without following a link,
+ * regular, with no other link, empty or of its declared size: whatever a hub
+ * says, nothing else gets written. 0; 1 when they cannot be written from
+ * here (another user, a read-only mount); -1 with err.
  */
 static int
-s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src, int n,
-    int64_t deadline, wsync_err_t *err)
+s_upload_files(wsync_client_t *c, const wsync_msg_t *m, const uint64_t *sizes, int n,
+    int *fds, char **paths, wsync_err_t *err)
 {
-	const msgpack_object *paths = wsync_msg_get(m, "paths");
+	const msgpack_object *list = wsync_msg_get(m, "paths");
 	char dir[PATH_MAX + 16];
-	int *fds = calloc((size_t)n, sizeof(*fds)), dfd = -1, rc = -1;
 	struct stat dst;
+	int dfd, rc = -1;
 
-	if (fds == NULL)
-		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (int i = 0; i < n; i++)
 		fds[i] = -1;
-	if (paths == NULL || paths->type != MSGPACK_OBJECT_ARRAY ||
-	    paths->via.array.size != (uint32_t)n) {
-		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without paths", c->endpoint);
-		goto out;
-	}
-	/*
-	 * Only an empty upload file right in STORE/.uploads, reached without
-	 * following a link: whatever a hub says, nothing else gets written.
-	 */
+	if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY ||
+	    list->via.array.size != (uint32_t)n)
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without paths",
+		    c->endpoint);
 	snprintf(dir, sizeof(dir), "%s/.uploads", c->store);
-	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-	    fstat(dfd, &dst) < 0) {
+	if ((dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+		return 1;
+	if (fstat(dfd, &dst) < 0) {
 		rc = 1;
 		goto out;
 	}
@@ -1102,7 +1095,7 @@ s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src,
 		char path[PATH_MAX];
 		const char *name = path + strlen(dir) + 1;
 		struct stat st;
-		if (wsync_obj_str(&paths->via.array.ptr[i], path, sizeof(path)) < 0 ||
+		if (wsync_obj_str(&list->via.array.ptr[i], path, sizeof(path)) < 0 ||
 		    strncmp(path, dir, strlen(dir)) != 0 || path[strlen(dir)] != '/' ||
 		    strncmp(name, "upload.", 7) != 0 || strchr(name, '/') != NULL) {
 			wsync_err_set(err, EX_PROTOCOL, "%s: an upload path outside %s", c->endpoint,
@@ -1110,22 +1103,62 @@ s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src,
 			goto out;
 		}
 		if ((fds[i] = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
-			/* Not writable here (another user, a read-only mount): send instead. */
 			rc = 1;
 			goto out;
 		}
 		if (fstat(fds[i], &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
-		    st.st_size != 0 || st.st_dev != dst.st_dev) {
+		    (st.st_size != 0 && (uint64_t)st.st_size != sizes[i]) ||
+		    st.st_dev != dst.st_dev) {
 			wsync_err_set(err, EX_PROTOCOL, "%s: %s is not a fresh upload file",
 			    c->endpoint, path);
 			goto out;
 		}
+		if (paths != NULL && (paths[i] = strdup(path)) == NULL) {
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
+			goto out;
+		}
 	}
+	rc = 0;
+out:
+	for (int i = 0; rc != 0 && i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+		if (paths != NULL) {
+			free(paths[i]);
+			paths[i] = NULL;
+		}
+	}
+	close(dfd);
+	return rc;
+}
+
+/*
+ * Hands the files over to a hub on this host: writes them straight into the
+ * upload files its begin reply names. 1 when they cannot be written here.
+ */
+static int
+s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src, int n,
+    int64_t deadline, wsync_err_t *err)
+{
+	int *fds = calloc((size_t)n, sizeof(*fds)), rc = -1;
+	uint64_t *sizes = calloc((size_t)n, sizeof(*sizes));
+
+	if (fds == NULL || sizes == NULL) {
+		free(fds);
+		free(sizes);
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	}
+	for (int i = 0; i < n; i++)
+		sizes[i] = src[i].size;
+	if ((rc = s_upload_files(c, m, sizes, n, fds, NULL, err)) != 0)
+		goto out;
+	rc = -1;
 	for (int i = 0; i < n; i++) {
 		/* Fresh pages cost less allocated at once than faulted in by each write. */
 		if (fallocate(fds[i], 0, 0, (off_t)src[i].size) < 0 && errno != EOPNOTSUPP) {
-			wsync_err_set(err, EX_IOERR, "%s: cannot allocate %zu bytes: %s", dir,
-			    src[i].size, strerror(errno));
+			wsync_err_set(err, EX_IOERR, "%s/.uploads: cannot allocate %zu bytes: %s",
+			    c->store, src[i].size, strerror(errno));
 			goto out;
 		}
 		if ((src[i].fd >= 0 ? s_copy_fd(c, src[i].fd, fds[i], src[i].size, deadline, err) :
@@ -1136,10 +1169,10 @@ s_hand_over(wsync_client_t *c, const wsync_msg_t *m, const struct s_source *src,
 out:
 	for (int i = 0; i < n; i++)
 		if (fds[i] >= 0 && close(fds[i]) < 0 && rc == 0)
-			rc = wsync_err_set(err, EX_IOERR, "%s: %s", dir, strerror(errno));
-	if (dfd >= 0)
-		close(dfd);
+			rc = wsync_err_set(err, EX_IOERR, "%s/.uploads: %s", c->store,
+			    strerror(errno));
 	free(fds);
+	free(sizes);
 	return rc;
 }
 
@@ -1285,22 +1318,120 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		s_abort(c, upload);
 		goto out;
 	}
-	id = s_request(c, &e, "commit", 1);
-	wsync_enc_kv_u64(&e, "upload", upload);
-	if ((rc = s_call(c, &e, id, NULL, 0, s_left(deadline), "commit", &m, &p, err)) < 0) {
-		if (err->code == EX_TEMPFAIL)
-			wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
-			    "timeout; the version may still have been committed (see "
-			    "wsync-inspect --hub)", c->endpoint);
-		goto out;
-	}
-	rc = s_versions(c, &m, items, n, err);
-	s_release(&m, &p);
+	rc = wsync_client_commit(c, upload, 0, items, n, s_left(deadline), err);
 out:
 	for (i = 0; i < n; i++)
 		s_source_free(&src[i]);
 	free(src);
 	return rc;
+}
+
+int
+wsync_client_commit(wsync_client_t *c, uint64_t upload, int trust, wsync_push_item_t *items,
+    int n, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = s_request(c, &e, "commit", trust ? 2 : 1);
+	int rc;
+
+	wsync_enc_kv_u64(&e, "upload", upload);
+	if (trust)
+		wsync_enc_kv_bool(&e, "trust", 1);
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "commit", &m, &p, err) < 0) {
+		if (err->code == EX_TEMPFAIL)
+			wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
+			    "timeout; the version may still have been committed (see "
+			    "wsync-inspect --hub)", c->endpoint);
+		return -1;
+	}
+	rc = s_versions(c, &m, items, n, err);
+	s_release(&m, &p);
+	return rc;
+}
+
+int
+wsync_client_slot(wsync_client_t *c, const char *const *models, const uint64_t *sizes,
+    int n, const char *const *workers, int nworkers, int timeout_ms, uint64_t *upload,
+    char **paths, wsync_err_t *err)
+{
+	wsync_push_item_t *items = calloc((size_t)n + 1, sizeof(*items));
+	struct s_source *src = calloc((size_t)n + 1, sizeof(*src));
+	int *fds = calloc((size_t)n + 1, sizeof(*fds)), rc = -1;
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id;
+
+	*upload = 0;
+	if (items == NULL || src == NULL || fds == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	if (!c->local) {
+		wsync_err_set(err, EX_USAGE, "a slot is a file in the hub's store, which is not "
+		    "visible from here (another host, user or mount namespace): push a file");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		items[i].model = models[i];
+		src[i].size = (size_t)sizes[i];
+		if (sizes[i] == 0 || sizes[i] != (uint64_t)src[i].size) {
+			wsync_err_set(err, EX_USAGE, "a slot of %" PRIu64 " bytes for model %s",
+			    sizes[i], models[i]);
+			goto out;
+		}
+	}
+	id = s_request(c, &e, "begin", (workers != NULL ? 3 : 2) + 1);
+	s_pack_upload(&e, items, src, n, workers, nworkers);
+	wsync_enc_kv_bool(&e, "local", 1);
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "begin", &m, &p, err) < 0)
+		goto out;
+	if (wsync_msg_u64(&m, "upload", upload) < 0)
+		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
+	else if ((rc = s_upload_files(c, &m, sizes, n, fds, paths, err)) == 1)
+		rc = wsync_err_set(err, EX_NOPERM, "%s/.uploads: the hub's slots cannot be "
+		    "written by this user", c->store);
+	s_release(&m, &p);
+	for (int i = 0; rc == 0 && i < n; i++) {
+		/* A new file's pages, allocated at once; a recycled one's exist already. */
+		struct stat st;
+		if (fstat(fds[i], &st) == 0 && (uint64_t)st.st_blocks * 512 < sizes[i] &&
+		    fallocate(fds[i], 0, 0, (off_t)sizes[i]) < 0 && errno != EOPNOTSUPP)
+			rc = wsync_err_set(err, EX_IOERR, "%s: cannot allocate %" PRIu64 " bytes: %s",
+			    paths[i], sizes[i], strerror(errno));
+	}
+	for (int i = 0; i < n && fds != NULL; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (rc < 0 && *upload != 0) {
+		s_abort(c, *upload);
+		for (int i = 0; i < n; i++) {
+			free(paths[i]);
+			paths[i] = NULL;
+		}
+	}
+out:
+	free(items);
+	free(src);
+	free(fds);
+	return rc;
+}
+
+int
+wsync_client_abort(wsync_client_t *c, uint64_t upload, int timeout_ms, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = s_request(c, &e, "abort", 1);
+
+	wsync_enc_kv_u64(&e, "upload", upload);
+	if (s_call(c, &e, id, NULL, 0, timeout_ms, "abort", &m, &p, err) < 0)
+		return -1;
+	s_release(&m, &p);
+	return 0;
 }
 
 int

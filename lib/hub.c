@@ -80,6 +80,7 @@ struct s_upload {
 	char **targets;                 /* NULL: every worker */
 	size_t ntargets;
 	int local;                      /* the pusher writes the files itself, by path */
+	size_t recycled;                /* local: files made of retired versions' */
 	uint64_t written;               /* local: the files' summed mtimes when last seen */
 	int64_t touched;
 };
@@ -1041,7 +1042,13 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct s_upload *u, wsync
 			return wsync_err_set(err, EX_USAGE, "file %u (model %s) has %" PRIu64 " bytes:"
 			    " a file has 1 byte to 64 GiB", i, model, size);
 		u->files[i].size = size;
-		if (wsync_store_temp_open(h->store, model, &u->temps[i], err) < 0)
+		if (u->local) {
+			/* Written in place: sized now, and of a spare's existing pages if free. */
+			int rc = wsync_store_slot_open(h->store, model, size, &u->temps[i], err);
+			if (rc < 0)
+				return -1;
+			u->recycled += (size_t)rc;
+		} else if (wsync_store_temp_open(h->store, model, &u->temps[i], err) < 0)
 			return -1;
 		u->nfiles = i + 1;
 	}
@@ -1093,8 +1100,9 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 	for (size_t i = 0; i < u->nfiles; i++)
 		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s%s",
 		    i ? "," : "", u->temps[i].model);
-	s_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s transfer=%s", u->id, list,
-	    u->pusher[0] ? u->pusher : "-", u->local ? "copy" : "socket");
+	s_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s recycled=%zu transfer=%s",
+	    u->id, list, u->pusher[0] ? u->pusher : "-", u->recycled,
+	    u->local ? "copy" : "socket");
 	*up = u;
 	return 0;
 fail:
@@ -1250,6 +1258,11 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 	info.time = wsync_wall_time();
 	info.targets = (const char *const *)u->targets;
 	info.ntargets = u->ntargets;
+	if (s_bool(r, "trust", &info.trust, err) < 0)
+		return -1;
+	if (info.trust && !u->local)
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " came through the socket: "
+		    "the hub verifies it (trust is for files written in its store)", id);
 	/* On success the store consumed the temporary files: s_upload_end leaves them. */
 	if (wsync_store_commit(h->store, u->temps, u->nfiles, &info, out, err) < 0) {
 		s_upload_end(u);
@@ -1271,8 +1284,9 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 		    "%s%s", i ? "," : " workers=", u->targets[i]);
 	for (size_t i = 0; i < u->nfiles; i++) {
 		s_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
-		    PRIx64 " pusher=%s upload=%" PRIu64 "%s", out[i].model, out[i].version,
-		    out[i].size, out[i].content, u->pusher[0] ? u->pusher : "-", id, targets);
+		    PRIx64 " pusher=%s upload=%" PRIu64 "%s%s", out[i].model, out[i].version,
+		    out[i].size, out[i].content, u->pusher[0] ? u->pusher : "-", id, targets,
+		    info.trust ? " verified=no" : "");
 		s_announce(h, &out[i], u);
 	}
 	for (size_t i = 0; i < u->nfiles; i++)
@@ -1961,9 +1975,10 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	if ((h->store = wsync_store_open(opts->store, opts->keep, opts->log, opts->log_arg,
 	    err)) == NULL)
 		goto fail;
-	s_log(h, "event=store dir=\"%s\" models=%zu keep=%u", wsync_log_quote(
+	wsync_store_set_spares(h->store, opts->recycle);
+	s_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(
 	    wsync_store_dir(h->store), quoted, sizeof(quoted)), wsync_store_count(h->store),
-	    opts->keep);
+	    opts->keep, opts->recycle);
 	for (int i = 0; i < opts->nendpoints; i++)
 		s_log(h, "event=listen endpoint=%s%s%s hub=%s", opts->endpoints[i],
 		    i == 0 ? " pub=" : "", i == 0 ? h->pub_endpoint : "", h->name);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
@@ -40,6 +41,26 @@ s_inner_pages(const void *p, size_t len, uintptr_t *start, uintptr_t *end)
 	*start = ((uintptr_t)p + page - 1) & ~(page - 1);
 	*end = ((uintptr_t)p + len) & ~(page - 1);
 	return *end > *start;
+}
+
+int
+wsync_lease_open(const char *path)
+{
+	/* A few rounds: each failure means the path was given a newer file meanwhile. */
+	for (int round = 0; round < 8; round++) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat held, named;
+		if (fd < 0)
+			return -1;
+		/* Exclusively locked: a hub is rewriting it, so the path names another. */
+		if (flock(fd, LOCK_SH | LOCK_NB) == 0 && fstat(fd, &held) == 0 &&
+		    stat(path, &named) == 0 && held.st_dev == named.st_dev &&
+		    held.st_ino == named.st_ino)
+			return fd;
+		close(fd);
+	}
+	errno = EAGAIN;
+	return -1;
 }
 
 void

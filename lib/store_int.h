@@ -11,9 +11,11 @@
  * Writing the journal is a commit's commit point: opening the store finishes
  * the renames it records, then empties .uploads, then verifies every
  * version's bytes (wsync-serve(1), Crashes). A committed file is never
- * written again;
+ * written again while anyone can see it;
  * retiring a version unlinks it, so a reader holding a descriptor or a link
- * keeps its bytes.
+ * keeps its bytes. With spares (wsync-serve --recycle), a retired file is kept
+ * in .uploads instead and reused for an upload once nothing else links it and
+ * no reader holds a shared flock(2) lease on it (wsync(7), LEASES).
  */
 #ifndef WSYNC_STORE_INT_H
 #define WSYNC_STORE_INT_H
@@ -27,6 +29,7 @@
 #include "wsync.h"
 
 #define WSYNC_KEEP_DEFAULT 3
+#define WSYNC_STORE_MAX_SPARES 64
 
 /* Receives one log line (no newline), key=value style. */
 typedef void (*wsync_log_fn)(void *arg, const char *line);
@@ -143,6 +146,15 @@ typedef struct wsync_store_temp {
 /* Creates an empty temporary file for an upload of model (a checked id). */
 int wsync_store_temp_open(wsync_store_t *store, const char *model, wsync_store_temp_t *t,
     wsync_err_t *err);
+/*
+ * As wsync_store_temp_open, sized to size bytes, and made of a spare (a
+ * retired version's file, whose pages exist) when one is free: 1 then, 0 for
+ * a new file. The file is exclusively flocked until its commit.
+ */
+int wsync_store_slot_open(wsync_store_t *store, const char *model, uint64_t size,
+    wsync_store_temp_t *t, wsync_err_t *err);
+/* Keeps up to n retired files as spares (0, the default: retiring unlinks). */
+void wsync_store_set_spares(wsync_store_t *store, unsigned n);
 /* Closes and unlinks a temporary file; nothing when already consumed. */
 void wsync_store_temp_remove(wsync_store_temp_t *t);
 
@@ -161,11 +173,12 @@ typedef struct wsync_commit_info {
 	double time;
 	const char *const *targets;     /* NULL: every worker */
 	size_t ntargets;
+	int trust;                      /* take the files' declared hashes unverified */
 } wsync_commit_info_t;
 
 /*
  * Commits n uploaded files together. Each must parse as .wsync, verify (every
- * tensor hash) and have a fixed-width version field; the first that fails
+ * tensor hash, unless info->trust) and have a fixed-width version field; the first that fails
  * fails the commit (code 65, the message naming the model and the tensor) and
  * nothing becomes visible. Otherwise each gets the next version of its model,
  * stamped in place, synced, its sidecar written; the journal is written (the

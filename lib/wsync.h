@@ -210,6 +210,16 @@ int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 /* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
 int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
 
+/*
+ * Opens a version file read-only with a lease: a shared flock(2) taken while
+ * path still names the file. A hub that recycles retired files
+ * (wsync-serve --recycle) never rewrites a leased one, so the bytes stay
+ * this version's for as long as the descriptor (or a mapping made from it)
+ * lives, whatever replaces path (wsync(7), LEASES). -1 with errno set;
+ * EAGAIN when path kept changing.
+ */
+int wsync_lease_open(const char *path);
+
 /* ---- clients: push, pull, wait, status (wsync(7) describes the protocol) ---- */
 
 typedef struct wsync_client wsync_client_t;
@@ -301,6 +311,28 @@ int wsync_client_pull(wsync_client_t *client, const char *model, uint64_t versio
 int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
 /*
+ * Slots (this host only): asks the hub for writable files in its store for
+ * the next versions of n models, of sizes[i] bytes each (taken from retired
+ * versions' files when the hub recycles them). Sets *upload and paths[i]
+ * (malloc'd). The caller writes each whole .wsync file into its path, then
+ * commits or aborts; the hub drops a slot left untouched for 60 s.
+ * workers: as for wsync_client_push.
+ */
+int wsync_client_slot(wsync_client_t *client, const char *const *models,
+    const uint64_t *sizes, int n, const char *const *workers, int nworkers,
+    int timeout_ms, uint64_t *upload, char **paths, wsync_err_t *err);
+/*
+ * Commits upload (a slot, or a push's upload) and sets the n items' version
+ * and content, n being the upload's number of files and items[i].model the
+ * models in their order. trust: the hub takes the declared hashes without
+ * reading the data (slots only; the writer answers for them).
+ */
+int wsync_client_commit(wsync_client_t *client, uint64_t upload, int trust,
+    wsync_push_item_t *items, int n, int timeout_ms, wsync_err_t *err);
+/* Drops an upload (a slot) that will not be committed. */
+int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
+    wsync_err_t *err);
+/*
  * Waits until workers have applied version of model (or newer): mode "all",
  * "count" (count workers) or "ids" (those n ids). On timeout: 75 and
  * *missing a malloc'd text, one line per missing worker (caller frees).
@@ -377,6 +409,12 @@ typedef struct wsync_hub_opts {
 	int nendpoints;
 	const char *store;              /* NULL: RUNDIR/store */
 	unsigned keep;                  /* versions kept per model, at least 1 */
+	/*
+	 * Retired version files kept to be written again by local uploads (pages
+	 * that exist are ~10x faster to fill); 0: retiring unlinks. Only for readers
+	 * that lease what they keep open (wsync(7), LEASES). At most 64.
+	 */
+	unsigned recycle;
 	/* Called with one line per event (no newline); may be NULL. */
 	void (*log)(void *arg, const char *line);
 	void *log_arg;

@@ -61,8 +61,8 @@ flip_data_byte() {
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-serve --help
 	assert_output - <<'EOF'
-usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]
-       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]
+usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]
+       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]
            --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...
 
 Run a hub: take pushed versions of models, keep them in a store, announce
@@ -73,6 +73,9 @@ them to watchers and serve them. Log lines go to stderr.
                            ipc://RUNDIR/hub)
       --store DIR          keep versions in DIR (default: RUNDIR/store)
       --keep N             versions kept per model (default 3)
+      --recycle N          keep up to N retired version files to be written
+                           again by pushes from this host (default 0: none);
+                           readers must lease what they hold open (wsync(7))
       --log-format FORMAT  log lines as text (time=... event=... key=value)
                            or json (one object per line)
       --secret-key FILE    the hub's secret key (wsync-keygen): CURVE on every

@@ -17,6 +17,7 @@ for k, v in model.state_dict().items()}; back: torch.from_numpy(a.copy()).
 A failed program raises WsyncError with its exit status (wsync(7): 75 timed
 out, 69 no hub...) and its message.
 """
+import fcntl
 import json
 import os
 import shutil
@@ -99,6 +100,26 @@ def read(path):
         return parse_safetensors(image)
     return parse_safetensors(s_run(["wsync-convert", "-t", "safetensors", "-", "-"],
                                    data=image))
+
+
+def open_version(path):
+    """A descriptor of the version file at path, with its lease (wsync(7) LEASES).
+
+    A hub run with --recycle rewrites retired version files nobody holds;
+    the lease (a shared flock taken while path still names the file) keeps
+    this one as it is for as long as the descriptor, or a mapping of it, lives.
+    """
+    for _ in range(8):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            held, named = os.fstat(fd), os.stat(path)
+            if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    raise WsyncError(75, f"{path}: replaced 8 times while being opened")
 
 
 def push(model, path, wait=None, timeout=30, endpoint=None):

@@ -62,7 +62,7 @@ s_upload(wsync_store_t *s, const char *model, float value, wsync_store_temp_t *t
 static uint64_t
 s_commit1(wsync_store_t *s, const char *model, const char *const *targets, size_t ntargets)
 {
-	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets };
+	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets, 0 };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err;
@@ -212,7 +212,7 @@ static void
 test_bad_file_fails_the_whole_commit(void)
 {
 	wsync_store_t *s = s_open(3);
-	wsync_commit_info_t info = { "unit:1", 1, NULL, 0 };
+	wsync_commit_info_t info = { "unit:1", 1, NULL, 0, 0 };
 	wsync_store_temp_t t[3];
 	wsync_committed_t out[3];
 	wsync_err_t err = { 0 };
@@ -279,7 +279,7 @@ static void
 test_refuses_a_version_it_cannot_stamp(void)
 {
 	wsync_store_t *s = s_open(3);
-	wsync_commit_info_t info = { "", 1, NULL, 0 };
+	wsync_commit_info_t info = { "", 1, NULL, 0, 0 };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err = { 0 };
@@ -420,7 +420,7 @@ test_crash_at_every_step_is_all_or_nothing(void)
 		p0 = s_head_after_open("policy", &pn);
 		c0 = s_head_after_open("critic", &cn);
 		if ((pid = fork()) == 0) {
-			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0 };
+			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0, 0 };
 			wsync_store_temp_t t[2];
 			wsync_committed_t out[2];
 			wsync_err_t err;
