@@ -15,8 +15,9 @@ signals back that it has the new version's weights in its own hands):
            every worker returned from it and acked.
   memcpy   the limit: numpy.copyto of the model into pages that already exist.
   wsync    examples/python/wsync.py's Publisher into a hub (wsync-serve
-           --keep 1, store on tmpfs) with N `wsync-watch --transfer link`
-           workers: publish(model, arrays, wait="all") until it returns.
+           --keep 1, and --recycle when the hub has it; store on tmpfs) with
+           N `wsync-watch --transfer link` workers: publish(model, arrays,
+           wait="all") until it returns.
 
 Every method moves the same state dict: 4 float32 tensors summing to the size.
 Called by bench/run (`make bench`):
@@ -57,6 +58,7 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SIZES = {"256k": 256 * KIB, "64m": 64 * MIB, "1g": GIB}
 LABELS = {256 * KIB: "256 KiB", 64 * MIB: "64 MiB", GIB: "1 GiB"}
 NPARTS = 4          # tensors in the state dict
+RECYCLE = 2         # wsync-serve --recycle N: retired files kept to be rewritten
 WAIT_S = 60         # bound on any single wait for a worker
 TORCH_METHODS = ("queues", "shared", "gloo")
 NAMES = {"wsync": "wsync", "queues": "torch queues", "shared": "shared buffer",
@@ -428,10 +430,11 @@ class Wsync:
         self.log = open(os.path.join(self.dir, "log"), "w")
         helptext = subprocess.run([self.prog("serve"), "--help"], capture_output=True,
                                   text=True).stdout
-        self.recycle = "--recycle" in helptext
+        # Recycled store pages when this hub has them (--recycle N: spare files).
+        self.recycle = (["--recycle", str(RECYCLE)] if "--recycle N" in helptext else
+                        ["--recycle"] if "--recycle" in helptext else [])
         self.start([self.prog("serve"), "-e", self.ep, "--store",
-                    os.path.join(self.dir, "store"), "--keep", "1"] +
-                   (["--recycle"] if self.recycle else []))
+                    os.path.join(self.dir, "store"), "--keep", "1"] + self.recycle)
         self.wait_for(lambda: subprocess.run(
             [self.prog("inspect"), "-e", self.ep, "--hub", "-t", "0.5"],
             capture_output=True).returncode == 0, "the hub to answer")
@@ -478,11 +481,11 @@ class Wsync:
 class WsyncRuns:
     """A hub and n watchers per run; the trainer publishes model.arrays."""
 
-    recycled = False    # whether a hub ran with --recycle
+    recycled = []       # the --recycle options a hub ran with
 
     def __init__(self, model, nmax, quick, args, helper):
         self.model, self.quick, self.args, self.helper = model, quick, args, helper
-        self.recycle = False
+        self.recycle = []
 
     def run(self, n):
         hub = Wsync(self.args.bin, self.args.tmp, n)
@@ -702,7 +705,7 @@ def main():
         "buffer; 64 MiB <= 1.5x shared buffer; 1 GiB <= 1.5x memcpy limit; every size >= 20x "
         "faster than queues. %s The machine is shared and noisy (2 cores, 4 engineers): "
         "compare ratios within one run." % (
-            NPARTS, " --recycle" if recycle else "",
+            NPARTS, " " + " ".join(recycle) if recycle else "",
             torch.multiprocessing.get_sharing_strategy() if torch is not None else "default",
             "torch %s." % torch.__version__ if torch is not None else
             "python3-torch is not importable: the torch columns are skipped."))
