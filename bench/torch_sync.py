@@ -22,7 +22,7 @@ signals back that it has the new version's weights in its own hands):
 Every method moves the same state dict: 4 float32 tensors summing to the size.
 Called by bench/run (`make bench`):
 
-  torch_sync.py --bin DIR [--quick] [--rows FILE] [--section FILE]
+  torch_sync.py --bin DIR [--quick] [--rows FILE] [--section FILE] [--tmp DIR]
                 [--sizes 256k,64m,1g] [--counts 1,4,8] [--methods LIST]
 
 --rows gets rows of bench/run's table (wsync beside its baselines), --section
