@@ -17,7 +17,8 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
-    "                   [--max-lag N] [--transfer MODE] [-t SEC] [-q] [--log-format text|json]\n"
+    "                   [--max-lag N] [--keep N] [--transfer MODE] [-t SEC] [-q]\n"
+    "                   [--log-format text|json]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -41,6 +42,8 @@ s_help(void)
 	    "                           later) and report it failed (default: no limit)\n"
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
+	    "      --keep N             hold leases on the N versions before the current one,\n"
+	    "                           so a hub that recycles leaves them to their readers\n"
 	    "      --transfer MODE      auto (default), link (each file a hard link to the\n"
 	    "                           hub's, read-only), copy, or socket; link and copy need\n"
 	    "                           the hub's store on this host\n"
@@ -169,7 +172,7 @@ int
 main(int argc, char **argv)
 {
 	enum {
-		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
+		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
 		OPT_LOG_FORMAT
 	};
 	static const struct option opts[] = {
@@ -181,6 +184,7 @@ main(int argc, char **argv)
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
+		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "model", required_argument, NULL, 'm' },
 		{ "once", no_argument, NULL, OPT_ONCE },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
@@ -219,6 +223,13 @@ main(int argc, char **argv)
 		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_ONCE: w.once = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
+		case OPT_KEEP: {
+			uint64_t keep = cli_number("--keep", optarg);
+			if (keep > 16)
+				cli_usage_error("--keep wants 0 to 16 versions, not \"%s\"", optarg);
+			w.keep = (unsigned)keep;
+			break;
+		}
 		case OPT_TRANSFER: w.transfer = cli_transfer(optarg); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);

@@ -211,7 +211,7 @@ _wsync_optarg() {
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
-	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
+	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--keep | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -246,7 +246,7 @@ _wsync() {
 		--if-newer --transfer -t --timeout -q --quiet --progress --key --hub-key -h --help
 		-V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --transfer -t --timeout -q --quiet --log-format --key --hub-key
+		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
 		-h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;

@@ -433,11 +433,11 @@ s_spare_drop(wsync_store_t *s, size_t i)
 
 /*
  * Opens spare path read-write with an exclusive lease, when nothing else can
- * see it: no other link (a client's output) and no reader's shared lease.
- * The descriptor, or -1 when it is in use.
+ * see it: no other link (a client's output) and no reader's shared lease; and,
+ * when size is not 0, only a spare of that size. The descriptor, or -1.
  */
 static int
-s_spare_take(const char *path)
+s_spare_take(const char *path, uint64_t size)
 {
 	int ro = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rw = -1;
 	struct stat st;
@@ -445,7 +445,7 @@ s_spare_take(const char *path)
 	if (ro < 0)
 		return -1;
 	if (fstat(ro, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
-	    fchmod(ro, 0600) == 0) {
+	    (size == 0 || (uint64_t)st.st_size == size) && fchmod(ro, 0600) == 0) {
 		if ((rw = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC)) >= 0 &&
 		    (flock(rw, LOCK_EX | LOCK_NB) < 0 || fstat(rw, &st) < 0 ||
 		    st.st_nlink != 1)) {
@@ -460,39 +460,57 @@ s_spare_take(const char *path)
 	return rw;
 }
 
-int
-wsync_store_slot_open(wsync_store_t *s, const char *model, uint64_t size,
-    wsync_store_temp_t *t, wsync_err_t *err)
+/*
+ * A free spare made an upload file of size bytes for model: 1 with t set, 0
+ * when none is free, -1 with err. One of the same size first: resizing frees
+ * or allocates pages, which is what spares are there to avoid.
+ */
+static int
+s_spare_reuse(wsync_store_t *s, const char *model, uint64_t size, wsync_store_temp_t *t,
+    wsync_err_t *err)
 {
 	char path[PATH_MAX];
 	int fd;
 
-	/* Oldest first: the likeliest to have been left by every reader. */
-	for (size_t i = 0; i < s->nspare; i++) {
-		if (s_path(path, sizeof(path), "%s/%s", s->uploads, s->spare[i]) < 0 ||
-		    (fd = s_spare_take(path)) < 0) {
-			if (access(path, F_OK) < 0)
-				s_spare_drop(s, i--);
-			continue;
-		}
-		/* The upload's own name, then the spare moved onto it. */
-		if (wsync_store_temp_open(s, model, t, err) < 0) {
-			close(fd);
-			return -1;
-		}
-		close(t->fd);
-		t->fd = fd;
-		if (rename(path, t->path) < 0 || ftruncate(fd, (off_t)size) < 0) {
-			wsync_err_set(err, EX_IOERR, "%s: cannot reuse %s: %s", s->uploads,
-			    s->spare[i], strerror(errno));
-			wsync_store_temp_remove(t);
-			unlink(path);
+	for (int exact = 1; exact >= 0; exact--) {
+		/* Oldest first: the likeliest to have been left by every reader. */
+		for (size_t i = 0; i < s->nspare; i++) {
+			if (s_path(path, sizeof(path), "%s/%s", s->uploads, s->spare[i]) < 0 ||
+			    (fd = s_spare_take(path, exact ? size : 0)) < 0) {
+				if (access(path, F_OK) < 0)
+					s_spare_drop(s, i--);
+				continue;
+			}
+			/* The upload's own name, then the spare moved onto it. */
+			if (wsync_store_temp_open(s, model, t, err) < 0) {
+				close(fd);
+				return -1;
+			}
+			close(t->fd);
+			t->fd = fd;
+			if (rename(path, t->path) < 0 || ftruncate(fd, (off_t)size) < 0) {
+				wsync_err_set(err, EX_IOERR, "%s: cannot reuse %s: %s", s->uploads,
+				    s->spare[i], strerror(errno));
+				wsync_store_temp_remove(t);
+				unlink(path);
+				s_spare_drop(s, i);
+				return -1;
+			}
 			s_spare_drop(s, i);
-			return -1;
+			return 1;
 		}
-		s_spare_drop(s, i);
-		return 1;
 	}
+	return 0;
+}
+
+int
+wsync_store_slot_open(wsync_store_t *s, const char *model, uint64_t size,
+    wsync_store_temp_t *t, wsync_err_t *err)
+{
+	int rc = s_spare_reuse(s, model, size, t, err);
+
+	if (rc != 0)
+		return rc;
 	if (wsync_store_temp_open(s, model, t, err) < 0)
 		return -1;
 	if (ftruncate(t->fd, (off_t)size) < 0) {

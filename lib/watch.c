@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sysexits.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ struct s_watch {
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
 	const char **how;       /* per model: how that version came (link, copy, socket) */
+	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
 	char endpoint[512];
 	char store[64];         /* the store id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
@@ -123,6 +125,26 @@ s_failed(struct s_watch *w, int i, uint64_t v, const char *reason)
 	if (wsync_client_report(w->client, w->o->worker, w->o->models[i], v,
 	    reason[0] ? reason : "not applied", S_CALL_MS, &rerr) < 0)
 		s_log(w, "cannot report %s version %" PRIu64 ": %s", w->o->models[i], v, rerr.msg);
+}
+
+/*
+ * With keep, leases the version just put at model i's output (wsync(7),
+ * LEASES), letting go of the one keep + 1 versions back: a hub that recycles
+ * leaves the last keep versions alone for readers still on them.
+ */
+static void
+s_lease(struct s_watch *w, int i)
+{
+	unsigned ring = w->o->keep + 1;
+	int *held = &w->leases[(size_t)i * ring];
+
+	if (w->o->keep == 0)
+		return;
+	if (held[0] >= 0)
+		close(held[0]);
+	memmove(held, held + 1, (ring - 1) * sizeof(*held));
+	if ((held[ring - 1] = wsync_lease_open(w->o->paths[i])) < 0)
+		s_log(w, "%s: cannot lease: %s", w->o->paths[i], strerror(errno));
 }
 
 /* Keeps the worker alive at the hub while the apply callback runs long. */
@@ -237,6 +259,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			continue;
 		free(w->tmp[i]);
 		w->tmp[i] = NULL;
+		s_lease(w, i);
 		if (o->apply(o->arg, &u) < 0) {
 			s_failed(w, i, u.version, u.reason);
 			continue;
@@ -419,11 +442,14 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.heads = calloc(n, sizeof(*w.heads));
 	w.tmp = calloc(n, sizeof(*w.tmp));
 	w.how = calloc(n, sizeof(*w.how));
+	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
 	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
-	    w.how == NULL) {
+	    w.how == NULL || w.leases == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
+	for (size_t i = 0; i < n * (o->keep + 1); i++)
+		w.leases[i] = -1;
 	s_remove_leftovers(o);
 	if (wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
 		rc = s_run(&w, err);
@@ -440,5 +466,9 @@ out:
 	free(w.heads);
 	free(w.tmp);
 	free(w.how);
+	for (size_t i = 0; w.leases != NULL && i < n * (o->keep + 1); i++)
+		if (w.leases[i] >= 0)
+			close(w.leases[i]);
+	free(w.leases);
 	return rc;
 }

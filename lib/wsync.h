@@ -384,6 +384,12 @@ typedef struct wsync_watch_opts {
 	int connect_timeout_ms;         /* 0: wait for a hub for ever */
 	int once;                       /* return after the first update of every model */
 	uint64_t max_lag;               /* 0: none; else 75 when further behind the head */
+	/*
+	 * Hold leases (wsync(7), LEASES) on the keep versions applied before the
+	 * current one of each model, so that a hub that recycles retired files
+	 * leaves them alone for readers still on them; 0: none. At most 16.
+	 */
+	unsigned keep;
 	int transfer;                   /* WSYNC_TRANSFER_*: how versions come */
 	wsync_apply_fn apply;
 	void *arg;

@@ -315,3 +315,34 @@ Try 'wsync-push --help'."
 	run -1 grep -c "event=commit" "$TMP/hub.log"
 	assert_output 0
 }
+
+@test "wsync-watch --keep 1 leases the version before the current one: an unleased reader of it is safe for one more update" {
+	make_versions 4
+	start_hub --keep 1 --recycle 4
+	start_watcher w2 --transfer link --keep 1
+	wait_until hub_has_worker w2
+	start_batch
+	push_slot v1.wsync -w all -t 10
+	assert_equal "$ANSWER" "ok policy 1"
+	start_reader plain "$TMP/w2.wsync" --no-lease
+	push_slot v2.wsync -w all -t 10
+	assert_equal "$ANSWER" "ok policy 2"
+	push_slot v3.wsync -w all -t 10
+	assert_equal "$ANSWER" "ok policy 3"
+	# Version 1's file was free for slot 3 but for w2's lease: a new file was made.
+	assert_equal "$(check_reader plain)" "same"
+	push_slot v4.wsync -w all -t 10
+	assert_equal "$ANSWER" "ok policy 4"
+	# Two updates on, w2 let go of it, and it was written again.
+	assert_equal "$(check_reader plain)" "changed"
+}
+
+@test "without --keep, the same unleased reader loses its version one update earlier" {
+	make_versions 3
+	recycling_with_watcher
+	start_reader plain "$TMP/w1.wsync" --no-lease
+	push_slot v2.wsync -w all -t 10
+	push_slot v3.wsync -w all -t 10
+	assert_equal "$ANSWER" "ok policy 3"
+	assert_equal "$(check_reader plain)" "changed"
+}

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sysexits.h>
@@ -39,35 +40,49 @@ s_open(unsigned keep)
 	return s;
 }
 
+/* A valid .wsync of model, n floats, in a new upload file; value changes the data. */
+static int
+s_upload_n(wsync_store_t *s, const char *model, float value, uint64_t n,
+    wsync_store_temp_t *t)
+{
+	float *w = calloc(n, sizeof(*w));
+	uint64_t shape[1] = { n };
+	wsync_err_t err;
+	wsync_tree_t *tree = wsync_tree_new(model, &err);
+	int rc = -1;
+
+	if (w == NULL || tree == NULL || wsync_store_temp_open(s, model, t, &err) < 0)
+		goto out;
+	w[0] = value;
+	for (uint64_t i = 1; i < n; i++)
+		w[i] = (float)(i + 1);
+	wsync_tree_set_meta(tree, "note", "abc", &err);
+	wsync_tree_add(tree, "layer.weight", WSYNC_F32, 1, shape, w, n * sizeof(*w), &err);
+	rc = wsync_tree_write_fd(tree, t->fd, model, &err);
+out:
+	wsync_tree_destroy(&tree);
+	free(w);
+	return rc;
+}
+
 /* A small valid .wsync of model in a new upload file; value changes the data. */
 static int
 s_upload(wsync_store_t *s, const char *model, float value, wsync_store_temp_t *t)
 {
-	float w[4] = { value, 2, 3, 4 };
-	uint64_t shape[1] = { 4 };
-	wsync_err_t err;
-	wsync_tree_t *tree = wsync_tree_new(model, &err);
-	int rc;
-
-	if (tree == NULL || wsync_store_temp_open(s, model, t, &err) < 0)
-		return -1;
-	wsync_tree_set_meta(tree, "note", "abc", &err);
-	wsync_tree_add(tree, "layer.weight", WSYNC_F32, 1, shape, w, sizeof(w), &err);
-	rc = wsync_tree_write_fd(tree, t->fd, model, &err);
-	wsync_tree_destroy(&tree);
-	return rc;
+	return s_upload_n(s, model, value, 4, t);
 }
 
-/* Commits one fresh upload of model; its version, or 0 on failure. */
+/* Commits one fresh upload of model with n floats; its version, or 0 on failure. */
 static uint64_t
-s_commit1(wsync_store_t *s, const char *model, const char *const *targets, size_t ntargets)
+s_commit_n(wsync_store_t *s, const char *model, const char *const *targets,
+    size_t ntargets, uint64_t n)
 {
 	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets, 0 };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err;
 
-	if (s_upload(s, model, 1, &t) < 0)
+	if (s_upload_n(s, model, 1, n, &t) < 0)
 		return 0;
 	if (wsync_store_commit(s, &t, 1, &info, &out, &err) < 0) {
 		printf("# commit: %s\n", err.msg);
@@ -75,6 +90,13 @@ s_commit1(wsync_store_t *s, const char *model, const char *const *targets, size_
 		return 0;
 	}
 	return out.version;
+}
+
+/* Commits one fresh small upload of model; its version, or 0 on failure. */
+static uint64_t
+s_commit1(wsync_store_t *s, const char *model, const char *const *targets, size_t ntargets)
+{
+	return s_commit_n(s, model, targets, ntargets, 4);
 }
 
 static int
@@ -522,6 +544,90 @@ test_second_open_is_refused(void)
 	wsync_store_close(&b);
 }
 
+/* The path of a version's file, in buf. */
+static const char *
+s_version_path(char *buf, size_t size, uint64_t version)
+{
+	snprintf(buf, size, "%s/policy/%llu.wsync", s_dir, (unsigned long long)version);
+	return buf;
+}
+
+/* Opens a slot of size for "policy"; 1 recycled, 0 new, -1 failed (t removed after). */
+static int
+s_slot(wsync_store_t *s, uint64_t size, struct stat *st)
+{
+	wsync_store_temp_t t;
+	wsync_err_t err;
+	int rc = wsync_store_slot_open(s, "policy", size, &t, &err);
+
+	if (rc >= 0) {
+		fstat(t.fd, st);
+		wsync_store_temp_remove(&t);
+	}
+	return rc;
+}
+
+static void
+test_spares_only_when_nobody_holds_them(void)
+{
+	wsync_store_t *s;
+	char path[512], link_path[600];
+	struct stat st, held;
+	uint64_t v1, v2;
+	int lease;
+
+	s_fresh();
+	s = s_open(1);
+	ok(s_slot(s, 100, &st) == 0 && st.st_size == 100,
+	    "without spares a slot is a new file of the size asked");
+	wsync_store_set_spares(s, 4);
+	v1 = s_commit1(s, "policy", NULL, 0);
+	/* Version 1 linked elsewhere, as a watcher's output is. */
+	snprintf(link_path, sizeof(link_path), "%s/out.wsync", s_dir);
+	link(s_version_path(path, sizeof(path), v1), link_path);
+	v2 = s_commit1(s, "policy", NULL, 0);
+	ok(v2 == v1 + 1 && access(path, F_OK) < 0 && s_slot(s, 100, &st) == 0,
+	    "a retired file with another link is not reused");
+	/* Version 2 leased by a reader when version 3 retires it. */
+	lease = wsync_lease_open(s_version_path(path, sizeof(path), v2));
+	fstat(lease, &held);
+	s_commit1(s, "policy", NULL, 0);
+	ok(lease >= 0 && s_slot(s, (uint64_t)held.st_size, &st) == 0,
+	    "a retired file a reader leases is not reused");
+	close(lease);
+	ok(s_slot(s, 100, &st) == 1 && st.st_ino == held.st_ino && st.st_size == 100,
+	    "once the lease is gone it is, resized to the slot");
+	unlink(link_path);
+	ok(s_slot(s, 100, &st) == 1, "and once the other link is gone, so is the first");
+	ok(s_slot(s, 100, &st) == 0, "a spare serves one slot");
+	wsync_store_close(&s);
+}
+
+static void
+test_spares_prefer_the_size_asked(void)
+{
+	wsync_store_t *s;
+	struct stat st, big;
+	char path[512];
+
+	s_fresh();
+	s = s_open(1);
+	wsync_store_set_spares(s, 4);
+	s_commit1(s, "policy", NULL, 0);
+	s_commit_n(s, "policy", NULL, 0, 4096);
+	stat(s_version_path(path, sizeof(path), 2), &big);
+	/* Version 3 retires version 2; version 1, smaller, is the older spare. */
+	s_commit1(s, "policy", NULL, 0);
+	ok(s_slot(s, (uint64_t)big.st_size, &st) == 1 && st.st_ino == big.st_ino,
+	    "of several spares, one of the slot's size is taken first, though newer");
+	ok(s_slot(s, (uint64_t)big.st_size, &st) == 1 && st.st_size == big.st_size,
+	    "then any other, resized");
+	wsync_store_set_spares(s, 0);
+	s_commit1(s, "policy", NULL, 0);
+	ok(s_slot(s, 100, &st) == 0, "with spares set to 0 a retired file is not kept");
+	wsync_store_close(&s);
+}
+
 int
 main(void)
 {
@@ -540,6 +646,8 @@ main(void)
 	test_numbering_survives_a_deleted_head();
 	test_a_corrupt_version_is_not_served();
 	test_second_open_is_refused();
+	test_spares_only_when_nobody_holds_them();
+	test_spares_prefer_the_size_asked();
 	s_fresh();
 	return tap_done();
 }
