@@ -58,7 +58,7 @@ KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SIZES = {"256k": 256 * KIB, "64m": 64 * MIB, "1g": GIB}
 LABELS = {256 * KIB: "256 KiB", 64 * MIB: "64 MiB", GIB: "1 GiB"}
 NPARTS = 4          # tensors in the state dict
-RECYCLE = 2         # wsync-serve --recycle N: retired files kept to be rewritten
+RECYCLE = 4         # wsync-serve --recycle N: retired files kept to be rewritten
 WAIT_S = 60         # bound on any single wait for a worker
 TORCH_METHODS = ("queues", "shared", "gloo")
 NAMES = {"wsync": "wsync", "queues": "torch queues", "shared": "shared buffer",
@@ -145,10 +145,11 @@ class Result:
         return text
 
 
-def timed_runs(size, quick, update):
-    """Calls update(r) for the warm-ups, then the runs until the time budget is
-    spent (at least one); update returns its seconds."""
+def timed_runs(size, quick, update, min_warm=1):
+    """Calls update(r) for the warm-ups (at least min_warm), then the runs until
+    the time budget is spent (at least one); update returns its seconds."""
     warm, runs, budget = plan(size, quick)
+    warm = max(warm, min_warm)
     started = time.monotonic()
     for r in range(warm):
         update(r)
@@ -497,7 +498,10 @@ class WsyncRuns:
                     t0 = time.perf_counter()
                     pub.publish("bench", self.model.arrays, wait="all", timeout=WAIT_S)
                     return time.perf_counter() - t0
-                return timed_runs(self.model.size, self.quick, update)
+                # A recycling hub has a spare file from the third version on
+                # (the first retired one, once the watchers dropped it).
+                return timed_runs(self.model.size, self.quick, update,
+                                  2 if self.recycle else 1)
         finally:
             hub.close()
 
@@ -687,7 +691,8 @@ def main():
                 ratio(res["queues"], res["wsync"]), target(size, n, res)))
     notes = (
         "Each cell: median (p90) of the time from the trainer starting an update until all N "
-        "workers acked holding it, after warm-ups; a configuration that ran out of its time "
+        "workers acked holding it, after warm-ups (wsync with a recycling hub: at least two, "
+        "so that a retired file is there to rewrite); a configuration that ran out of its time "
         "budget says how many runs it got. The state dict is %d float32 tensors summing to the "
         "size, for every method. wsync: examples/python/wsync.py's Publisher (`wsync-push "
         "--batch`) publishing numpy arrays with wait=\"all\" to a hub (`wsync-serve --keep 1`%s, "
