@@ -706,9 +706,9 @@ def main():
         "of each tensor over N+1 ranks on 127.0.0.1, then every worker acks on a pipe. memcpy "
         "limit: numpy.copyto into pre-faulted pages (the faster of two layouts: same offset in "
         "a page, 64 bytes apart; this CPU's memcpy is slow for some sizes in one). One "
-        "thread per process (torch.set_num_threads(1)). Targets (issue 8, N=8): 256 KiB <= 0.5 ms or <= 1.2x shared "
-        "buffer; 64 MiB <= 1.5x shared buffer; 1 GiB <= 1.5x memcpy limit; every size >= 20x "
-        "faster than queues. %s The machine is shared and noisy (2 cores, 4 engineers): "
+        "thread per process (torch.set_num_threads(1)). Targets (issue 8, N=8): 256 KiB "
+        "<= 0.5 ms or <= 1.2x shared buffer; 64 MiB <= 1.5x shared buffer; 1 GiB <= 1.5x "
+        "memcpy limit; every size >= 20x faster than queues. %s The machine is shared and noisy (2 cores, 4 engineers): "
         "compare ratios within one run." % (
             NPARTS, " " + " ".join(recycle) if recycle else "",
             torch.multiprocessing.get_sharing_strategy() if torch is not None else "default",
