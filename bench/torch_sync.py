@@ -708,8 +708,8 @@ def main():
         "a page, 64 bytes apart; this CPU's memcpy is slow for some sizes in one). One "
         "thread per process (torch.set_num_threads(1)). Targets (issue 8, N=8): 256 KiB "
         "<= 0.5 ms or <= 1.2x shared buffer; 64 MiB <= 1.5x shared buffer; 1 GiB <= 1.5x "
-        "memcpy limit; every size >= 20x faster than queues. %s The machine is shared and noisy (2 cores, 4 engineers): "
-        "compare ratios within one run." % (
+        "memcpy limit; every size >= 20x faster than queues. %s The machine is shared and "
+        "noisy (2 cores, 4 engineers): compare ratios within one run." % (
             NPARTS, " " + " ".join(recycle) if recycle else "",
             torch.multiprocessing.get_sharing_strategy() if torch is not None else "default",
             "torch %s." % torch.__version__ if torch is not None else
