@@ -1,7 +1,6 @@
-/* dtype.c - element types: names, sizes, values; tensor sizes; model ids; hashes. */
+/* dtype.c - element types: names, sizes, values; tensor sizes; model ids. */
 #include <math.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "wsync.h"
 
@@ -125,12 +124,6 @@ wsync_tensor_nbytes(wsync_dtype_t dtype, int ndim, const uint64_t *shape,
 	}
 	*nbytes = n;
 	return 0;
-}
-
-uint64_t
-wsync_hash(const void *data, size_t len)
-{
-	return XXH3_64bits(data, len);
 }
 
 int

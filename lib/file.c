@@ -9,10 +9,9 @@
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include "file_int.h"
+#include "hash_int.h"
 #include "io_int.h"
 #include "mpcheck_int.h"
 
@@ -747,7 +746,7 @@ s_tensor_hash(const wsync_file_t *f, const wsync_tensor_t *t, XXH3_state_t *stat
 		size_t n = t->nbytes - off < S_HASH_WINDOW ? (size_t)(t->nbytes - off) :
 		    S_HASH_WINDOW;
 		wsync_pages_populate(p + off, n);
-		XXH3_64bits_update(state, p + off, n);
+		wsync_hash_update(state, p + off, n);
 		wsync_pages_release(p + off, n);
 	}
 	return XXH3_64bits_digest(state);

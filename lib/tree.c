@@ -1,8 +1,11 @@
-/* tree.c - building a tensor tree in memory and streaming it as a .wsync file. */
+/* tree.c - building a tensor tree in memory and writing it as a .wsync file: to a
+ * descriptor (streamed) or into memory of its exact size. */
 #include <errno.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sysexits.h>
 
 #include "io_int.h"
@@ -266,15 +269,21 @@ wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err)
 }
 
 /*
- * The writer's output: msgpack-c packs small pieces into buf; tensor data
- * bypasses it. off counts every byte emitted, for the alignment arithmetic.
+ * The writer's output, one of three: a descriptor (fd >= 0), through buf;
+ * memory of size bytes at dst, written in place; or neither, only counting.
+ * msgpack-c packs the small pieces; tensor data bypasses it (s_out_data).
+ * off counts every byte emitted, for the alignment arithmetic.
  */
+#define S_OUT_BUF 65536
+
 struct s_out {
 	int fd;
+	unsigned char *dst;
+	uint64_t size;
 	uint64_t off;
 	size_t len;
 	int error;                   /* errno of the first failed write */
-	char buf[65536];
+	char *buf;                   /* S_OUT_BUF bytes, for a descriptor */
 };
 
 static int
@@ -291,11 +300,20 @@ s_out_write(void *data, const char *buf, size_t len)
 {
 	struct s_out *o = data;
 
+	if (o->fd < 0) {
+		if (o->dst != NULL) {
+			if (len > o->size - o->off)
+				return o->error = ENOSPC, -1;
+			memcpy(o->dst + o->off, buf, len);
+		}
+		o->off += len;
+		return 0;
+	}
 	o->off += len;
-	if (len > sizeof(o->buf) - o->len) {
+	if (len > S_OUT_BUF - o->len) {
 		if (s_flush(o) < 0)
 			return -1;
-		if (len >= sizeof(o->buf)) {
+		if (len >= S_OUT_BUF) {
 			if (wsync_write_all(o->fd, buf, len) < 0)
 				o->error = errno ? errno : EIO;
 			return o->error ? -1 : 0;
@@ -304,6 +322,32 @@ s_out_write(void *data, const char *buf, size_t len)
 	memcpy(o->buf + o->len, buf, len);
 	o->len += len;
 	return 0;
+}
+
+/*
+ * A tensor's data bytes, after the header of their bin. In memory they are
+ * copied and hashed in one pass, and the hash is patched into the 8 bytes at
+ * hash_at (a msgpack uint64: big-endian), written as 0 before.
+ */
+static void
+s_out_data(struct s_out *o, const struct wsync_tree_tensor *t, uint64_t hash_at)
+{
+	uint64_t h;
+
+	if (o->fd >= 0) {
+		s_out_write(o, t->data, t->nbytes);
+		return;
+	}
+	if (o->dst != NULL) {
+		if (t->nbytes > o->size - o->off) {
+			o->error = ENOSPC;
+			return;
+		}
+		h = wsync_copy_hash(o->dst + o->off, t->data, t->nbytes);
+		for (int b = 0; b < 8; b++)
+			o->dst[hash_at + b] = (unsigned char)(h >> (56 - 8 * b));
+	}
+	o->off += t->nbytes;
 }
 
 static void
@@ -326,6 +370,7 @@ static void
 s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor *t)
 {
 	static const char zeros[WSYNC_ALIGN];
+	uint64_t hash_at;
 	unsigned pad;
 
 	msgpack_pack_map(pk, 5);
@@ -336,7 +381,9 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tenso
 	for (int i = 0; i < t->ndim; i++)
 		msgpack_pack_uint64(pk, t->shape[i]);
 	s_pack_str(pk, "hash");
-	msgpack_pack_fix_uint64(pk, wsync_hash(t->data, t->nbytes));
+	/* A stream cannot go back: it hashes first. Memory patches the hash in later. */
+	msgpack_pack_fix_uint64(pk, o->fd >= 0 ? wsync_hash(t->data, t->nbytes) : 0);
+	hash_at = o->off - 8;
 	s_pack_str(pk, "pad");
 	/* The pad bin's header (2), the "data" key (5) and the data bin's header. */
 	pad = (unsigned)((WSYNC_ALIGN - (o->off + 2 + 5 + s_bin_header(t->nbytes)) %
@@ -345,7 +392,7 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tenso
 	msgpack_pack_bin_body(pk, zeros, pad);
 	s_pack_str(pk, "data");
 	msgpack_pack_bin(pk, t->nbytes);
-	msgpack_pack_bin_body(pk, t->data, t->nbytes);
+	s_out_data(o, t, hash_at);
 }
 
 /* Packs tensors [lo, hi), which share their first depth keys, as one map. */
@@ -371,18 +418,14 @@ s_pack_level(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor
 	}
 }
 
-int
-wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name, wsync_err_t *err)
+/* Emits the whole document to o; -1 with o->error set when a write failed. */
+static int
+s_write(wsync_tree_t *tree, struct s_out *o, wsync_err_t *err)
 {
-	struct s_out *o;
 	msgpack_packer pk;
-	int rc = 0;
 
 	if (wsync_tree_sort(tree, err) < 0)
 		return -1;
-	if ((o = calloc(1, sizeof(*o))) == NULL)
-		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	o->fd = fd;
 	msgpack_packer_init(&pk, o, s_out_write);
 	msgpack_pack_map(&pk, 5);
 	s_pack_str(&pk, "wsync");
@@ -402,10 +445,80 @@ wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name, wsync_err_t *e
 		msgpack_pack_map(&pk, 0);
 	else
 		s_pack_level(&pk, o, tree->t, 0, tree->n, 0);
-	if (s_flush(o) < 0)
-		rc = wsync_err_set(err, EX_IOERR, "%s: write failed: %s", name,
-		    strerror(o->error));
-	free(o);
+	if (o->fd >= 0)
+		return s_flush(o);
+	/* Only a bug can make the document outgrow the size it was measured at. */
+	return o->error ? wsync_err_set(err, EX_SOFTWARE, "model %s: the document "
+	    "outgrew its %llu bytes", tree->model, (unsigned long long)o->size) : 0;
+}
+
+int
+wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name, wsync_err_t *err)
+{
+	struct s_out o = { .fd = fd };
+	int rc;
+
+	if ((o.buf = malloc(S_OUT_BUF)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if ((rc = s_write(tree, &o, err)) < 0 && o.error)
+		wsync_err_set(err, EX_IOERR, "%s: write failed: %s", name, strerror(o.error));
+	free(o.buf);
+	return rc;
+}
+
+int
+wsync_tree_size(wsync_tree_t *tree, uint64_t *size, wsync_err_t *err)
+{
+	struct s_out o = { .fd = -1 };
+
+	if (s_write(tree, &o, err) < 0)
+		return -1;
+	*size = o.off;
+	return 0;
+}
+
+int
+wsync_tree_write_into(wsync_tree_t *tree, void *dst, uint64_t size, wsync_err_t *err)
+{
+	struct s_out o = { .fd = -1, .dst = dst, .size = size };
+	uint64_t need;
+
+	if (wsync_tree_size(tree, &need, err) < 0)
+		return -1;
+	if (need != size)
+		return wsync_err_set(err, EX_USAGE, "model %s: the document is %llu bytes, "
+		    "the memory for it %llu", tree->model, (unsigned long long)need,
+		    (unsigned long long)size);
+	return s_write(tree, &o, err);
+}
+
+int
+wsync_tree_write_map(wsync_tree_t *tree, int fd, wsync_err_t *err)
+{
+	struct stat st;
+	uint64_t need;
+	void *p;
+	int rc;
+
+	if (wsync_tree_size(tree, &need, err) < 0)
+		return -1;
+	if (fstat(fd, &st) < 0)
+		return wsync_err_set(err, EX_IOERR, "model %s: cannot stat the file to write "
+		    "into: %s", tree->model, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return wsync_err_set(err, EX_USAGE, "model %s: the file to write into is not "
+		    "a regular file", tree->model);
+	if ((uint64_t)st.st_size != need)
+		return wsync_err_set(err, EX_USAGE, "model %s: the document is %llu bytes, "
+		    "the file to write it into has %llu", tree->model,
+		    (unsigned long long)need, (unsigned long long)st.st_size);
+	p = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED)
+		return wsync_err_set(err, EX_IOERR, "model %s: cannot map the file to write "
+		    "into: %s%s", tree->model, strerror(errno), errno == EACCES ?
+		    " (is it open for reading and writing?)" : "");
+	rc = wsync_tree_write_into(tree, p, need, err);
+	munmap(p, need);
 	return rc;
 }
 

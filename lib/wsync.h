@@ -58,6 +58,13 @@ int wsync_tensor_nbytes(wsync_dtype_t dtype, int ndim, const uint64_t *shape,
 
 /* XXH3-64 of a buffer, the per-tensor hash of the format. */
 uint64_t wsync_hash(const void *data, size_t len);
+/*
+ * Copies n bytes from src to dst (not overlapping) and returns their XXH3-64,
+ * in one pass over the data: about the time of the copy alone (bench/copyhash).
+ * Large copies bypass the cache (streaming stores) and hash src, so src must
+ * not change during the call.
+ */
+uint64_t wsync_copy_hash(void *dst, const void *src, size_t n);
 
 /* 0 when s is a valid model id (1..64 of [A-Za-z0-9._-], not starting with '.'). */
 int wsync_model_id_check(const char *s);
@@ -116,6 +123,27 @@ int wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name,
     wsync_err_t *err);
 /* Writes path atomically (temporary file, fsync, rename); "-" means stdout. */
 int wsync_tree_write_file(wsync_tree_t *tree, const char *path, wsync_err_t *err);
+/*
+ * The exact byte size of the document wsync_tree_write_fd writes for the tree
+ * as it is now; reads no tensor data.
+ */
+int wsync_tree_size(wsync_tree_t *tree, uint64_t *size, wsync_err_t *err);
+/*
+ * Writes the document into memory of exactly wsync_tree_size bytes (64 when
+ * size differs), byte for byte what wsync_tree_write_fd writes: the header in
+ * place, then each tensor copied and hashed in one pass (wsync_copy_hash), its
+ * hash patched into the header. For a MAP_SHARED mapping of a file whose pages
+ * exist, this is about the cost of one memcpy of the data.
+ */
+int wsync_tree_write_into(wsync_tree_t *tree, void *dst, uint64_t size,
+    wsync_err_t *err);
+/*
+ * wsync_tree_write_into on a file open for reading and writing, which must
+ * already hold exactly wsync_tree_size bytes (64 otherwise): maps it shared,
+ * writes, unmaps. It never changes the file's size or allocates its blocks,
+ * and does not fsync it.
+ */
+int wsync_tree_write_map(wsync_tree_t *tree, int fd, wsync_err_t *err);
 
 /* ---- reading ---- */
 

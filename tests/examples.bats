@@ -13,6 +13,18 @@ py() {
 	PYTHONPATH="$EX/python" "$PY" -c "$1"
 }
 
+# pylib CODE: py, for code that loads libwsync.so.0 through ctypes: a sanitizer
+# build's library needs its runtime loaded first (Python's own leaks are not
+# the library's).
+pylib() {
+	if [ "${SANITIZE:-}" = 1 ]; then
+		LD_PRELOAD=$(cc -print-file-name=libasan.so) \
+		    ASAN_OPTIONS=detect_leaks=0:exitcode=99 py "$1"
+	else
+		py "$1"
+	fi
+}
+
 # The arrays the helper tests write: every dtype the helper knows, a scalar
 # and a zero-size tensor, with PyTorch-style names.
 ARRAYS='
@@ -41,6 +53,109 @@ EOF
 	run -0 wsync-inspect --verify a.wsync
 	run -0 wsync-inspect --json a.safetensors
 	run -0 wsync-inspect diff a.safetensors a.wsync
+}
+
+# A Python function for the slot tests: a file of size zero bytes, open read-write.
+SLOT='
+import os
+def slot(name, size):
+    open(name, "wb").close()
+    os.truncate(name, size)
+    return os.open(name, os.O_RDWR)
+'
+
+@test "the Python helper writes into a file of wsync_size bytes what write() and wsync-convert write" {
+	run -0 pylib "$ARRAYS$SLOT"'
+a["strided"] = np.arange(20, dtype=np.float32).reshape(4, 5)[:, ::2]
+a["big_endian"] = np.arange(3, dtype=">i4")
+meta = {"step": 7, "lr": "0.1"}
+size = wsync.wsync_size(a, "policy", meta=meta)
+for keep in (4, 0):
+    wsync.KEEP_MAPPED = keep
+    fd = slot(f"slot{keep}.wsync", size)
+    wsync.write_into(fd, a, "policy", meta=meta)
+    os.close(fd)
+wsync.write("ref.wsync", a, meta=meta, model="policy")
+print(size, os.path.getsize("ref.wsync"), len(wsync.s_maps))'
+	assert_output "964 964 1"
+	run -0 wsync-inspect --verify slot4.wsync
+	assert_output "slot4.wsync: OK"
+	run -0 cmp slot4.wsync ref.wsync
+	run -0 cmp slot0.wsync ref.wsync
+}
+
+@test "the Python helper writes into a slot again through the mapping it kept" {
+	run -0 pylib "$ARRAYS$SLOT"'
+fd = slot("slot.wsync", wsync.wsync_size(a, "policy"))
+for step in (1, 2):
+    a["steps"] = np.array(step, np.int64)
+    wsync.write_into(fd, a, "policy")
+    print(step, wsync.read("slot.wsync")[0]["steps"], len(wsync.s_maps))
+wsync.write("ref.wsync", a, model="policy")'
+	assert_output $'1 1 1\n2 2 1'
+	run -0 cmp slot.wsync ref.wsync
+}
+
+@test "the Python helper's write_into fills a hub's slot that commits with --trust-hashes" {
+	start_hub --keep 1 --recycle 2
+	start_watcher w1 --transfer link
+	wait_until hub_has_worker w1
+	run -0 --separate-stderr pylib "$ARRAYS"'
+import os, subprocess
+batch = subprocess.Popen(["wsync-push", "--batch"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+def ask(line):
+    batch.stdin.write(line + "\n")
+    batch.stdin.flush()
+    return batch.stdout.readline().split()
+for step in (1, 2, 3):
+    a["steps"] = np.array(step, np.int64)
+    size = wsync.wsync_size(a, "policy", meta={"step": step})
+    _, upload, path = ask(f"--slot -m policy={size}")
+    fd = os.open(path, os.O_RDWR)
+    wsync.write_into(fd, a, "policy", meta={"step": step})
+    os.close(fd)
+    print(*ask(f"--commit {upload} --trust-hashes -w all -t 10"))
+batch.stdin.close()
+batch.wait()
+wsync.write("ref.wsync", a, meta={"step": 3}, model="policy")'
+	assert_output $'ok policy 1\nok policy 2\nok policy 3'
+	run -0 wsync-inspect --verify w1.wsync
+	assert_equal "$(content_of w1.wsync)" "$(content_of ref.wsync)"
+}
+
+@test "the Python helper's write_into raises WsyncError 64 for a file of another size" {
+	run -0 pylib "$ARRAYS$SLOT"'
+fd = slot("slot.wsync", wsync.wsync_size(a, "policy") + 1)
+try:
+    wsync.write_into(fd, a, "policy")
+except wsync.WsyncError as e:
+    print(e.status, e)'
+	assert_output "64 model policy: the document is 772 bytes, the file to write it into has 773"
+	run -0 cmp slot.wsync <(head -c 773 /dev/zero)
+}
+
+@test "the Python helper's wsync_size raises WsyncError 65 for a dtype wsync lacks" {
+	run -0 pylib '
+import numpy as np, wsync
+try:
+    wsync.wsync_size({"z": np.zeros(2, np.complex64)}, "policy")
+except wsync.WsyncError as e:
+    print(e.status, e)'
+	assert_output "65 tensor z: no wsync dtype for numpy's complex64"
+}
+
+@test "the Python helper writes PyTorch tensors into a slot as their numpy arrays" {
+	"$PY" -c 'import torch' 2>/dev/null ||
+	    skip "python3-torch is not installed (scripts/deps install torch, as root)"
+	run -0 pylib "$SLOT"'
+import torch, wsync
+t = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3).requires_grad_(),
+     "b": torch.ones(3, dtype=torch.float16)}
+fd = slot("slot.wsync", wsync.wsync_size(t, "policy"))
+wsync.write_into(fd, t, "policy")
+wsync.write("ref.wsync", {k: v.detach().numpy() for k, v in t.items()}, model="policy")'
+	run -0 cmp slot.wsync ref.wsync
 }
 
 @test "the Python helper pushes, pulls and watches through a real hub" {
@@ -203,4 +318,35 @@ EOF
 	run -0 grep -c "event=hello role=push" hub.log
 	assert_output 1
 	run -1 compgen -G "/dev/shm/wsync-publisher.*"
+}
+
+@test "the Python helper's Publisher writes each version into a slot of a recycling hub, asking for the next ahead" {
+	start_hub --keep 1 --recycle 4
+	start_watcher w1 --transfer link
+	wait_until hub_has_worker w1
+	run -0 --separate-stderr py "$ARRAYS"'
+with wsync.Publisher() as pub:
+    for step in range(1, 7):
+        a["steps"] = np.array(step, np.int64)
+        print(pub.publish("policy", a, meta={"step": step}, wait="all", timeout=10))
+        assert same(wsync.read("w1.wsync")[0])
+print(wsync.read("w1.wsync")[1])'
+	assert_output - <<'EOF'
+1
+2
+3
+4
+5
+6
+{'step': '6'}
+EOF
+	# Each went through a slot and committed on the hashes the helper computed...
+	run -0 grep -c "event=commit model=policy version=.* verified=no" hub.log
+	assert_output 6
+	# ...into a retired version's file from the third on (the first two had none
+	# free), and the slot asked for after the last was given back at close.
+	run -0 grep -o "recycled=[0-9]" hub.log
+	assert_output $'recycled=0\nrecycled=0\nrecycled=1\nrecycled=1\nrecycled=1\nrecycled=1\nrecycled=1'
+	wait_until grep -q "event=abort upload=7" hub.log
+	run -0 wsync-inspect --verify w1.wsync
 }

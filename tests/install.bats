@@ -140,6 +140,17 @@ EOF
 	refute_output --partial libwsync
 }
 
+@test "the Python helper loads the installed libwsync beside the installed programs" {
+	s_make install
+	local pre=()
+	[ "${SANITIZE:-}" != 1 ] ||
+	    pre=(env LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
+	PATH="$DEST/usr/bin:$PATH" PYTHONPATH="$ROOT/examples/python" run -0 "${pre[@]}" "$PY" -c '
+import numpy as np, wsync
+print(wsync.wsync_size({"w": np.zeros(3, np.float32)}, "policy"), wsync.s_lib()._name)'
+	assert_output "140 $DEST/usr/bin/../lib/libwsync.so.0"
+}
+
 @test "the installed bash completion is found by program name and completes" {
 	s_make install
 	run -0 bash -c "source '$DEST/usr/share/bash-completion/completions/wsync-pull'

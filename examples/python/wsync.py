@@ -1,7 +1,8 @@
 """wsync.py - weights in and out of the wsync programs from Python.
 
 Copy this file next to your code: it needs numpy and the wsync programs on
-PATH, nothing else. Arrays are {name: numpy array}; names are PyTorch's
+PATH (and libwsync.so.0, installed with them, for wsync_size and write_into),
+nothing else. Arrays are {name: numpy array}; names are PyTorch's
 state_dict keys ("actor.0.weight"). From torch: {k: v.detach().cpu().numpy()
 for k, v in model.state_dict().items()}; back: torch.from_numpy(a.copy()).
 
@@ -16,13 +17,25 @@ for k, v in model.state_dict().items()}; back: torch.from_numpy(a.copy()).
 
 A failed program raises WsyncError with its exit status (wsync(7): 75 timed
 out, 69 no hub...) and its message.
+
+Writing a version into a file the hub lends (a slot) goes through libwsync
+(ctypes): one pass over the arrays that copies and hashes them.
+
+    size = wsync_size(arrays, "policy", meta={"step": "100"})
+    write_into(fd, arrays, "policy", meta={"step": "100"})   # fd: size bytes
 """
+import contextlib
+import ctypes
+import ctypes.util
 import fcntl
 import json
+import mmap
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 
@@ -79,6 +92,119 @@ def parse_safetensors(image):
                           count=(end - begin) // np.dtype(DTYPES[t["dtype"]]).itemsize)
         arrays[name] = a.reshape(t["shape"])
     return arrays, meta
+
+
+class s_Err(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 1024)]
+
+
+# numpy's dtype names in the order of wsync_dtype_t (wsync.h); the last three
+# come from ml_dtypes.
+ABI_DTYPES = ["float64", "float32", "float16", "bfloat16", "int64", "int32", "int16",
+              "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2"]
+s_libwsync = None
+
+
+def s_lib():
+    """libwsync: $WSYNC_LIB, else the one beside the wsync-push on PATH (a build
+    directory's bin/.., or an installed PREFIX/lib), else the system's."""
+    global s_libwsync
+    if s_libwsync is None:
+        path, push = os.environ.get("WSYNC_LIB"), shutil.which("wsync-push")
+        if not path and push:
+            bindir = os.path.dirname(os.path.realpath(push))
+            path = next((p for p in (os.path.join(bindir, "..", "libwsync.so.0"),
+                                     os.path.join(bindir, "..", "lib", "libwsync.so.0"))
+                         if os.path.exists(p)), None)
+        path = path or ctypes.util.find_library("wsync")
+        if not path:
+            raise WsyncError(69, "libwsync.so.0 not found: set WSYNC_LIB to its path")
+        lib, P, E = ctypes.CDLL(path), ctypes.c_void_p, ctypes.POINTER(s_Err)
+        u64, i = ctypes.c_uint64, ctypes.c_int
+        for name, res, args in [
+                ("new", P, [ctypes.c_char_p, E]), ("destroy", None, [ctypes.POINTER(P)]),
+                ("add_split", i, [P, ctypes.c_char_p, ctypes.c_char_p, i, i,
+                                  ctypes.POINTER(u64), P, u64, E]),
+                ("set_meta", i, [P, ctypes.c_char_p, ctypes.c_char_p, E]),
+                ("size", i, [P, ctypes.POINTER(u64), E]), ("write_map", i, [P, i, E]),
+                ("write_into", i, [P, P, u64, E])]:
+            f = getattr(lib, "wsync_tree_" + name)
+            f.restype, f.argtypes = res, args
+        s_libwsync = lib
+    return s_libwsync
+
+
+@contextlib.contextmanager
+def s_tree(arrays, model, meta):
+    """A libwsync tree of arrays, yielding (lib, tree, err, check); check(rc) raises."""
+    lib, err, keep = s_lib(), s_Err(), []
+
+    def check(rc):
+        if rc != 0:
+            raise WsyncError(err.code, err.msg.decode(errors="replace"))
+    tree = ctypes.c_void_p(lib.wsync_tree_new(model.encode(), err))
+    check(0 if tree else -1)
+    try:
+        for name, a in arrays.items():
+            if not isinstance(a, np.ndarray) and hasattr(a, "numpy"):   # torch
+                a = (a.detach().cpu() if hasattr(a, "detach") else a).numpy()
+            a = np.asarray(a, order="C")   # a copy when not C-contiguous
+            if a.dtype.byteorder == ">":
+                a = a.astype(a.dtype.newbyteorder("<"))
+            if a.dtype.name not in ABI_DTYPES:
+                raise WsyncError(65, f"tensor {name}: no wsync dtype for numpy's {a.dtype}")
+            keep.append(a)
+            check(lib.wsync_tree_add_split(
+                tree, name.encode(), b".", ABI_DTYPES.index(a.dtype.name), a.ndim,
+                (ctypes.c_uint64 * a.ndim)(*a.shape), a.ctypes.data, a.nbytes, err))
+        for k, v in (meta or {}).items():
+            check(lib.wsync_tree_set_meta(tree, str(k).encode(), str(v).encode(), err))
+        yield lib, tree, err, check
+    finally:
+        lib.wsync_tree_destroy(ctypes.byref(tree))
+
+
+def wsync_size(arrays, model, meta=None):
+    """Bytes of the .wsync document of arrays (what write_into needs)."""
+    with s_tree(arrays, model, meta) as (lib, tree, err, check):
+        size = ctypes.c_uint64()
+        check(lib.wsync_tree_size(tree, ctypes.byref(size), err))
+        return size.value
+
+
+KEEP_MAPPED = 4     # slot files kept mapped; 0: map and unmap at every write
+# (st_dev, st_ino) -> mmap, the newest last. A mapping keeps its file alive, so
+# no other file can have the same (st_dev, st_ino) while it is here.
+s_maps = {}
+
+
+def write_into(fd, arrays, model, meta=None):
+    """Writes arrays as a .wsync document into the open file fd (read-write), which
+    must hold exactly wsync_size bytes: copied and hashed in one pass, byte for
+    byte what write() and wsync-convert make. Arrays that are not C-contiguous
+    are copied first (another pass). Mapping 1 GiB costs about as much as
+    copying it, so the last KEEP_MAPPED files stay mapped for when the hub lends
+    one again (their pages stay in memory while they do)."""
+    with s_tree(arrays, model, meta) as (lib, tree, err, check):
+        size, st = ctypes.c_uint64(), os.fstat(fd)
+        check(lib.wsync_tree_size(tree, ctypes.byref(size), err))
+        m = s_maps.pop((st.st_dev, st.st_ino), None)
+        if m is not None and len(m) != st.st_size:
+            m.close()
+            m = None
+        if m is None and KEEP_MAPPED and stat.S_ISREG(st.st_mode) and st.st_size == size.value:
+            with contextlib.suppress(OSError):
+                m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | mmap.MAP_POPULATE)
+        if m is None:
+            return check(lib.wsync_tree_write_map(tree, fd, err))
+        s_maps[(st.st_dev, st.st_ino)] = m
+        while len(s_maps) > KEEP_MAPPED:
+            s_maps.pop(next(iter(s_maps))).close()
+        at = ctypes.c_char.from_buffer(m)
+        try:
+            check(lib.wsync_tree_write_into(tree, ctypes.addressof(at), len(m), err))
+        finally:
+            del at
 
 
 def write(path, arrays, meta=None, model=None):
@@ -157,9 +283,12 @@ def watch(model, path, worker=None, endpoint=None):
 class Publisher:
     """A trainer's coprocess, `wsync-push --batch`: connected once, one line a push.
 
-    Each publish writes the arrays as safetensors in a private directory
-    (default: the per-user tmpfs when there is one) and asks the coprocess to
-    push it; with wait, it returns once those workers applied it.
+    On the hub's host, each publish asks for a slot in the hub's store, writes
+    the arrays into it (write_into: copied and hashed in one pass, into pages
+    a recycling hub already has) and commits it with --trust-hashes; after a
+    publish that waited, the next slot is asked for at once. Elsewhere it
+    writes a safetensors file in a private directory (default: the per-user
+    tmpfs) and pushes that. With wait, it returns once those workers applied it.
     """
 
     def __init__(self, endpoint=None, directory=None):
@@ -169,23 +298,72 @@ class Publisher:
         if directory is None and os.path.isdir("/dev/shm"):
             directory = "/dev/shm"
         self.dir = tempfile.mkdtemp(prefix="wsync-publisher.", dir=directory)
+        self.slots = True
+        self.ahead = None       # (model, size, when) of a slot asked for, not yet read
 
-    def publish(self, model, arrays, meta=None, wait=None, timeout=30):
-        """Pushes arrays as model's next version; returns its number."""
-        path = os.path.join(self.dir, model + ".safetensors")
-        write(path, arrays, meta)
-        line = f"-m {model} -t {timeout} {path}" + (f" -w {wait}" if wait is not None else "")
+    def s_send(self, line):
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
+
+    def s_answer(self):
         answer = self.proc.stdout.readline().rstrip("\n").split(" ", 2)
-        if answer[0] == "ok":
-            return int(answer[2])
         if answer[0] == "error":
             raise WsyncError(int(answer[1]), answer[2])
-        raise WsyncError(self.proc.wait(), "wsync-push --batch stopped")
+        if answer[0] not in ("ok", "slot"):
+            raise WsyncError(self.proc.wait(), "wsync-push --batch stopped")
+        return answer
+
+    def s_slot(self, model, size, timeout):
+        """(upload, path) of a slot for model's next version, or None off the hub's host."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None:
+            with contextlib.suppress(WsyncError):
+                upload, path = self.s_answer()[1:]
+                # The hub drops a slot left 60 s: not one near that age.
+                if ahead[:2] == (model, size) and time.monotonic() - ahead[2] < 45:
+                    return upload, path
+                self.s_send(f"--abort {upload}")
+                self.s_answer()
+        try:
+            self.s_send(f"--slot -m {model}={size} -t {timeout}")
+            return tuple(self.s_answer()[1:])
+        except WsyncError as e:
+            if e.status != 64 or "not visible" not in str(e):
+                raise
+            self.slots = False      # the hub is on another host
+            return None
+
+    def publish(self, model, arrays, meta=None, wait=None, timeout=30):
+        """Publishes arrays as model's next version; returns its number."""
+        wait_opt = f" -w {wait}" if wait is not None else ""
+        size = wsync_size(arrays, model, meta) if self.slots else 0
+        slot = self.s_slot(model, size, timeout) if self.slots else None
+        if slot is None:
+            path = os.path.join(self.dir, model + ".safetensors")
+            write(path, arrays, meta)
+            self.s_send(f"-m {model} -t {timeout} {path}{wait_opt}")
+            return int(self.s_answer()[2])
+        upload, path = slot
+        try:
+            fd = os.open(path, os.O_RDWR)
+            try:
+                write_into(fd, arrays, model, meta)
+            finally:
+                os.close(fd)
+        except BaseException:
+            self.s_send(f"--abort {upload}")
+            self.s_answer()
+            raise
+        self.s_send(f"--commit {upload} --trust-hashes -t {timeout}{wait_opt}")
+        version = int(self.s_answer()[2])
+        if wait is not None:
+            # The workers left the version before: the next slot can be its pages.
+            self.s_send(f"--slot -m {model}={size} -t {timeout}")
+            self.ahead = (model, size, time.monotonic())
+        return version
 
     def close(self):
-        self.proc.stdin.close()
+        self.proc.stdin.close()     # the coprocess gives back a slot asked for ahead
         self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
