@@ -95,7 +95,7 @@ def shapes_of(size):
 
 
 def plan(size, quick):
-    """(warm-ups, runs, seconds a configuration may take before it stops early)."""
+    """(warm-ups, runs, seconds the runs may take before they stop early)."""
     if size <= MIB:
         return (2, 8, 1.0) if quick else (3, 30, 3.0)
     if size <= 64 * MIB:
@@ -147,13 +147,12 @@ class Result:
 
 def timed_runs(size, quick, update, min_warm=1):
     """Calls update(r) for the warm-ups (at least min_warm), then the runs until
-    the time budget is spent (at least one); update returns its seconds."""
+    they spent the time budget (at least one); update returns its seconds."""
     warm, runs, budget = plan(size, quick)
     warm = max(warm, min_warm)
-    started = time.monotonic()
     for r in range(warm):
         update(r)
-    times = []
+    started, times = time.monotonic(), []
     for r in range(warm, warm + runs):
         times.append(update(r))
         if time.monotonic() - started > budget:
@@ -358,8 +357,10 @@ def gloo_rank(rank, world, port, shapes, steps, acks, out):
                             timeout=datetime.timedelta(seconds=WAIT_S))
     ts = [torch.full(s, 0.5 if rank == 0 else 1.0) for s in shapes]
     go = torch.zeros(1, dtype=torch.int64)
-    started, times, r = time.monotonic(), [], 0
+    times, r = [], 0
     while True:
+        if r == warm:
+            started = time.monotonic()
         if r >= warm:
             go[0] = r < warm + runs and (r == warm or time.monotonic() - started <= budget)
             dist.broadcast(go, 0)
@@ -550,10 +551,18 @@ def run_method(method, model, size, counts, args, helper):
                      args, helper)
     if isinstance(runner, Result):
         return {n: runner for n in counts}
+    out = {}
     try:
-        return {n: attempt("%s, %s to %d worker%s" % (NAMES[method], label, n,
-                                                      "" if n == 1 else "s"), runner.run, n)
-                for n in counts}
+        for n in counts:
+            what = "%s, %s to %d worker%s" % (NAMES[method], label, n, "" if n == 1 else "s")
+            # Others share this machine's memory: look again before a run that allocates.
+            need = extra(size, n) + GIB
+            if method in ("wsync", "gloo") and need > mem_available():
+                log("skipping %s: needs %d MiB of memory" % (what, need // MIB))
+                out[n] = Result(why="skipped: needs %d MiB of memory" % (need // MIB))
+            else:
+                out[n] = attempt(what, runner.run, n)
+        return out
     finally:
         runner.close()
         if method == "wsync":
