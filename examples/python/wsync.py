@@ -164,18 +164,44 @@ def s_tree(arrays, model, meta):
         lib.wsync_tree_destroy(ctypes.byref(tree))
 
 
+def s_size(lib, tree, err, check):
+    size = ctypes.c_uint64()
+    check(lib.wsync_tree_size(tree, ctypes.byref(size), err))
+    return size.value
+
+
 def wsync_size(arrays, model, meta=None):
     """Bytes of the .wsync document of arrays (what write_into needs)."""
-    with s_tree(arrays, model, meta) as (lib, tree, err, check):
-        size = ctypes.c_uint64()
-        check(lib.wsync_tree_size(tree, ctypes.byref(size), err))
-        return size.value
+    with s_tree(arrays, model, meta) as t:
+        return s_size(*t)
 
 
 KEEP_MAPPED = 4     # slot files kept mapped; 0: map and unmap at every write
 # (st_dev, st_ino) -> mmap, the newest last. A mapping keeps its file alive, so
 # no other file can have the same (st_dev, st_ino) while it is here.
 s_maps = {}
+
+
+def s_fill(fd, size, lib, tree, err, check):
+    """Writes tree (of size bytes) into fd, through a kept mapping when it can."""
+    st = os.fstat(fd)
+    m = s_maps.pop((st.st_dev, st.st_ino), None)
+    if m is not None and len(m) != st.st_size:
+        m.close()
+        m = None
+    if m is None and KEEP_MAPPED and stat.S_ISREG(st.st_mode) and st.st_size == size:
+        with contextlib.suppress(OSError):
+            m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | mmap.MAP_POPULATE)
+    if m is None:
+        return check(lib.wsync_tree_write_map(tree, fd, err))
+    s_maps[(st.st_dev, st.st_ino)] = m
+    while len(s_maps) > KEEP_MAPPED:
+        s_maps.pop(next(iter(s_maps))).close()
+    at = ctypes.c_char.from_buffer(m)
+    try:
+        check(lib.wsync_tree_write_into(tree, ctypes.addressof(at), len(m), err))
+    finally:
+        del at
 
 
 def write_into(fd, arrays, model, meta=None):
@@ -185,26 +211,8 @@ def write_into(fd, arrays, model, meta=None):
     are copied first (another pass). Mapping 1 GiB costs about as much as
     copying it, so the last KEEP_MAPPED files stay mapped for when the hub lends
     one again (their pages stay in memory while they do)."""
-    with s_tree(arrays, model, meta) as (lib, tree, err, check):
-        size, st = ctypes.c_uint64(), os.fstat(fd)
-        check(lib.wsync_tree_size(tree, ctypes.byref(size), err))
-        m = s_maps.pop((st.st_dev, st.st_ino), None)
-        if m is not None and len(m) != st.st_size:
-            m.close()
-            m = None
-        if m is None and KEEP_MAPPED and stat.S_ISREG(st.st_mode) and st.st_size == size.value:
-            with contextlib.suppress(OSError):
-                m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | mmap.MAP_POPULATE)
-        if m is None:
-            return check(lib.wsync_tree_write_map(tree, fd, err))
-        s_maps[(st.st_dev, st.st_ino)] = m
-        while len(s_maps) > KEEP_MAPPED:
-            s_maps.pop(next(iter(s_maps))).close()
-        at = ctypes.c_char.from_buffer(m)
-        try:
-            check(lib.wsync_tree_write_into(tree, ctypes.addressof(at), len(m), err))
-        finally:
-            del at
+    with s_tree(arrays, model, meta) as t:
+        s_fill(fd, s_size(*t), *t)
 
 
 def write(path, arrays, meta=None, model=None):
@@ -333,27 +341,35 @@ class Publisher:
             self.slots = False      # the hub is on another host
             return None
 
+    def s_write_slot(self, slot, size, tree):
+        """Writes tree into slot (upload, path); aborts the slot if that fails."""
+        try:
+            fd = os.open(slot[1], os.O_RDWR)
+            try:
+                s_fill(fd, size, *tree)
+            finally:
+                os.close(fd)
+        except BaseException:
+            self.s_send(f"--abort {slot[0]}")
+            self.s_answer()
+            raise
+
     def publish(self, model, arrays, meta=None, wait=None, timeout=30):
         """Publishes arrays as model's next version; returns its number."""
         wait_opt = f" -w {wait}" if wait is not None else ""
-        size = wsync_size(arrays, model, meta) if self.slots else 0
-        slot = self.s_slot(model, size, timeout) if self.slots else None
+        slot = None
+        if self.slots:
+            with s_tree(arrays, model, meta) as t:
+                size = s_size(*t)
+                slot = self.s_slot(model, size, timeout)
+                if slot is not None:
+                    self.s_write_slot(slot, size, t)
         if slot is None:
             path = os.path.join(self.dir, model + ".safetensors")
             write(path, arrays, meta)
             self.s_send(f"-m {model} -t {timeout} {path}{wait_opt}")
             return int(self.s_answer()[2])
-        upload, path = slot
-        try:
-            fd = os.open(path, os.O_RDWR)
-            try:
-                write_into(fd, arrays, model, meta)
-            finally:
-                os.close(fd)
-        except BaseException:
-            self.s_send(f"--abort {upload}")
-            self.s_answer()
-            raise
+        upload = slot[0]
         self.s_send(f"--commit {upload} --trust-hashes -t {timeout}{wait_opt}")
         version = int(self.s_answer()[2])
         if wait is not None:
