@@ -13,16 +13,9 @@ py() {
 	PYTHONPATH="$EX/python" "$PY" -c "$1"
 }
 
-# pylib CODE: py, for code that loads libwsync.so.0 through ctypes: a sanitizer
-# build's library needs its runtime loaded first (Python's own leaks are not
-# the library's).
+# pylib CODE: py, for code that loads libwsync.so.0 through ctypes.
 pylib() {
-	if [ "${SANITIZE:-}" = 1 ]; then
-		LD_PRELOAD=$(cc -print-file-name=libasan.so) \
-		    ASAN_OPTIONS=detect_leaks=0:exitcode=99 py "$1"
-	else
-		py "$1"
-	fi
+	with_libwsync py "$1"
 }
 
 # The arrays the helper tests write: every dtype the helper knows, a scalar

@@ -20,6 +20,17 @@ setup() {
 	cd "$TMP" || return 1
 }
 
+# with_libwsync CMD...: runs CMD, a Python program that loads libwsync.so.0
+# through ctypes: a sanitizer build's library needs its runtime loaded first
+# (and Python's own leaks are not the library's).
+with_libwsync() {
+	if [ "${SANITIZE:-}" = 1 ]; then
+		LD_PRELOAD=$(cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0:exitcode=99 "$@"
+	else
+		"$@"
+	fi
+}
+
 # A TCP port on 127.0.0.1 that nothing listens on right now.
 free_port() {
 	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
