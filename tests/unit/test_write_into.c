@@ -45,10 +45,11 @@ s_streamed(wsync_tree_t *tree, size_t *len)
 static void
 test_copy_hash(void)
 {
+	/* Up to 1 MiB a plain copy; then streamed; from 8 MiB hashed by a second thread. */
 	static const size_t sizes[] = { 0, 1, 63, 64, 65, 4096, MIB - 1, MIB, MIB + 777,
-	    3 * MIB + 5 };
+	    3 * MIB + 5, 8 * MIB - 1, 8 * MIB, 21 * MIB + 3 };
 	static const size_t shifts[] = { 0, 1, 17, 63 };
-	size_t most = 3 * MIB + 5 + 64;
+	size_t most = 21 * MIB + 3 + 64;
 	unsigned char *src = s_pattern(most, 7), *dst = malloc(most + 128);
 
 	for (size_t i = 0; i < sizeof(sizes) / sizeof(*sizes); i++) {
