@@ -9,7 +9,7 @@
 #include "cli.h"
 
 #define S_MAX_MODELS 64
-#define S_MAX_SLOTS 8
+#define S_MAX_SLOTS 3             /* the hub takes 4 uploads a client: one left for pushes */
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
@@ -386,47 +386,52 @@ s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
 	return 0;
 }
 
-/* Takes the slot of p->upload out of t: its models become p's items. */
+/* The index in t of the open slot p->upload, its models made p's items; -1 with err. */
 static int
-s_slot_take(struct s_slots *t, struct s_push *p, wsync_err_t *err)
+s_slot_find(struct s_slots *t, struct s_push *p, wsync_err_t *err)
 {
 	for (int at = 0; at < S_MAX_SLOTS; at++) {
 		if (t->upload[at] != p->upload)
 			continue;
-		t->upload[at] = 0;
 		p->n = t->n[at];
 		for (int i = 0; i < p->n; i++)
 			p->items[i] = (wsync_push_item_t){ .model = t->models[at][i] };
-		return 0;
+		return at;
 	}
 	return wsync_err_set(err, EX_NOINPUT, "no open slot %" PRIu64 " (committed, aborted "
 	    "or never given)", p->upload);
 }
 
-/* Serves one parsed request of the coprocess; its answer is printed on success. */
+/*
+ * Serves one parsed request of the coprocess; its answer is printed on
+ * success. A slot stays open until the hub has committed, aborted or
+ * forgotten it (65, 66): after another error it can still be aborted.
+ */
 static int
 s_request(wsync_client_t *c, struct s_slots *t, struct s_push *p, char **missing,
     wsync_err_t *err)
 {
+	int at = -1, rc;
+
 	*missing = NULL;
-	switch (p->op) {
-	case S_SLOT:
+	if (p->op == S_SLOT)
 		return s_slot(c, t, p, err);
-	case S_ABORT:
-		if (s_slot_take(t, p, err) < 0 || wsync_client_abort(c, p->upload, p->timeout_ms,
-		    err) < 0)
-			return -1;
+	if (p->op != S_PUSH && (at = s_slot_find(t, p, err)) < 0)
+		return -1;
+	if (p->op == S_ABORT)
+		rc = wsync_client_abort(c, p->upload, p->timeout_ms, err);
+	else
+		rc = s_run(c, p, NULL, missing, err);
+	/* A commit whose wait timed out is committed all the same. */
+	if (at >= 0 && (rc == 0 || err->code == EX_DATAERR || err->code == EX_NOINPUT ||
+	    *missing != NULL))
+		t->upload[at] = 0;
+	if (rc < 0)
+		return -1;
+	if (p->op == S_ABORT) {
 		printf("ok\n");
 		return 0;
-	case S_COMMIT:
-		if (s_slot_take(t, p, err) < 0)
-			return -1;
-		break;
-	case S_PUSH:
-		break;
 	}
-	if (s_run(c, p, NULL, missing, err) < 0)
-		return -1;
 	printf("ok");
 	for (int i = 0; i < p->n; i++)
 		printf(" %s %" PRIu64, p->items[i].model, p->items[i].version);
@@ -466,8 +471,11 @@ s_batch(wsync_client_t *c)
 			printf("\n");
 			/* The hub may have gone or restarted: say hello again for the next one. */
 			if (err.code == EX_UNAVAILABLE || err.code == EX_PROTOCOL ||
-			    (err.code == EX_TEMPFAIL && missing == NULL))
+			    (err.code == EX_TEMPFAIL && missing == NULL)) {
 				wsync_client_reconnect(c, S_CONNECT_MS, &ignored);
+				/* A new connection owns none of the old one's slots. */
+				memset(slots->upload, 0, sizeof(slots->upload));
+			}
 		}
 		free(missing);
 		s_push_free(&p);

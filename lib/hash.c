@@ -112,10 +112,14 @@ s_hash_behind(void *arg)
 	size_t done = 0;
 
 	XXH3_64bits_reset(&state);
-	while (done < b->n) {
+	for (unsigned spins = 0; done < b->n; spins++) {
 		size_t ready = atomic_load_explicit(&b->copied, memory_order_acquire);
 		if (ready == done) {
-			_mm_pause();
+			/* A chunk takes ~10 us to copy; longer means the copier lost its CPU. */
+			if (spins % 4096 == 4095)
+				sched_yield();
+			else
+				_mm_pause();
 			continue;
 		}
 		wsync_hash_update(&state, b->src + done, ready - done);
@@ -179,7 +183,11 @@ s_copy_hash_pipelined(unsigned char *d, const unsigned char *s, size_t n, uint64
 {
 	struct s_behind b = { .src = s, .n = n };
 	pthread_t hasher;
+	cpu_set_t cpus;
 
+	/* On one CPU the two would only take turns. */
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) < 0 || CPU_COUNT(&cpus) < 2)
+		return -1;
 	atomic_init(&b.copied, 0);
 	if (pthread_create(&hasher, NULL, s_hash_behind, &b) != 0)
 		return -1;

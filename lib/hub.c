@@ -661,12 +661,19 @@ s_waits_check(wsync_hub_t *h, const char *model)
 
 /* ---- uploads ---- */
 
+/* Upload id of the client r comes from; another client's is refused (77). */
 static struct s_upload *
-s_upload_find(wsync_hub_t *h, uint64_t id, wsync_err_t *err)
+s_upload_find(wsync_hub_t *h, const struct s_req *r, uint64_t id, wsync_err_t *err)
 {
-	for (int i = 0; i < S_UPLOADS; i++)
-		if (id != 0 && h->uploads[i].id == id)
-			return &h->uploads[i];
+	for (int i = 0; i < S_UPLOADS; i++) {
+		if (id == 0 || h->uploads[i].id != id)
+			continue;
+		if (strcmp(h->uploads[i].peer, r->peer) != 0) {
+			wsync_err_set(err, EX_NOPERM, "upload %" PRIu64 " is another client's", id);
+			return NULL;
+		}
+		return &h->uploads[i];
+	}
 	wsync_err_set(err, EX_NOINPUT, "upload %" PRIu64 " does not exist (it expired, was "
 	    "aborted or committed)", id);
 	return NULL;
@@ -1142,6 +1149,10 @@ s_upload_write(struct s_upload *u, uint64_t file, uint64_t off, const char *data
 	if (file >= u->nfiles)
 		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " has no file %" PRIu64,
 		    u->id, file);
+	/* Its pusher writes it in the store: bytes sent here could ride on a trusted commit. */
+	if (u->local)
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " is written in place in the "
+		    "store, not sent", u->id);
 	f = &u->files[file];
 	if (off > f->filled)
 		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " file %" PRIu64 ": a chunk "
@@ -1178,7 +1189,7 @@ s_op_chunk(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		return -1;
 	if (r->parts->n != 4)
 		return wsync_err_set(err, EX_PROTOCOL, "a chunk without its data frame");
-	if ((u = s_upload_find(h, id, err)) == NULL)
+	if ((u = s_upload_find(h, r, id, err)) == NULL)
 		return -1;
 	len = wsync_part_size(r->parts, 3);
 	if (len > WSYNC_CHUNK)
@@ -1301,7 +1312,7 @@ s_op_commit(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	struct s_upload *u;
 	uint64_t id;
 
-	if (s_u64(r, "upload", 1, &id, err) < 0 || (u = s_upload_find(h, id, err)) == NULL)
+	if (s_u64(r, "upload", 1, &id, err) < 0 || (u = s_upload_find(h, r, id, err)) == NULL)
 		return -1;
 	return s_upload_commit(h, r, u, err);
 }
@@ -1353,7 +1364,7 @@ s_op_abort(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	wsync_enc_t e;
 	uint64_t id;
 
-	if (s_u64(r, "upload", 1, &id, err) < 0 || (u = s_upload_find(h, id, err)) == NULL)
+	if (s_u64(r, "upload", 1, &id, err) < 0 || (u = s_upload_find(h, r, id, err)) == NULL)
 		return -1;
 	s_upload_end(u);
 	s_log(h, "event=abort upload=%" PRIu64, id);

@@ -461,6 +461,19 @@ s_spare_take(const char *path, uint64_t size)
 }
 
 /*
+ * Zeroes the start of a reused file: a slot committed before its writer wrote
+ * it must not parse as the retired version it was (possibly another model's).
+ */
+static int
+s_wipe_head(int fd, uint64_t size)
+{
+	static const unsigned char zeros[4096];
+	size_t n = size < sizeof(zeros) ? (size_t)size : sizeof(zeros);
+
+	return pwrite(fd, zeros, n, 0) == (ssize_t)n ? 0 : -1;
+}
+
+/*
  * A free spare made an upload file of size bytes for model: 1 with t set, 0
  * when none is free, -1 with err. One of the same size first: resizing frees
  * or allocates pages, which is what spares are there to avoid.
@@ -488,7 +501,8 @@ s_spare_reuse(wsync_store_t *s, const char *model, uint64_t size, wsync_store_te
 			}
 			close(t->fd);
 			t->fd = fd;
-			if (rename(path, t->path) < 0 || ftruncate(fd, (off_t)size) < 0) {
+			if (rename(path, t->path) < 0 || ftruncate(fd, (off_t)size) < 0 ||
+			    s_wipe_head(fd, size) < 0) {
 				wsync_err_set(err, EX_IOERR, "%s: cannot reuse %s: %s", s->uploads,
 				    s->spare[i], strerror(errno));
 				wsync_store_temp_remove(t);

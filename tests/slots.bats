@@ -346,3 +346,58 @@ Try 'wsync-push --help'."
 	assert_equal "$ANSWER" "ok policy 3"
 	assert_equal "$(check_reader plain)" "changed"
 }
+
+@test "a recycled slot committed before it is written is refused: the retired version it was never comes back" {
+	make_versions 2
+	start_hub --keep 1 --recycle 4
+	start_batch
+	push_slot v1.wsync -t 10
+	push_slot v2.wsync -t 10
+	assert_equal "$ANSWER" "ok policy 2"
+	# Version 1's file, retired, is free: the next slot, for another model, is it.
+	ask --slot -m "value=$(stat -c %s v1.wsync)"
+	[[ $ANSWER =~ ^slot\ 3\ / ]] || fail "slot answer: $ANSWER"
+	run -0 grep -c "recycled=1" "$TMP/hub.log"
+	ask --commit 3 --trust-hashes -t 10
+	assert_regex "$ANSWER" '^error 65 model "value": '
+	run -1 grep "event=commit model=value" "$TMP/hub.log"
+}
+
+@test "a slot is its client's: another can neither commit nor abort it, and none sends it bytes" {
+	start_hub
+	run -0 "$PY" - "$WSYNC_ENDPOINT" <<-'PYEOF'
+	import sys
+	import msgpack, zmq
+	ctx = zmq.Context.instance()
+	def dealer():
+	    s = ctx.socket(zmq.DEALER)
+	    s.setsockopt(zmq.LINGER, 0)
+	    s.connect(sys.argv[1])
+	    return s
+	def call(s, req, data=None):
+	    s.send_multipart([b"", msgpack.packb(req)] + ([data] if data is not None else []))
+	    assert s.poll(5000), req
+	    r = msgpack.unpackb(s.recv_multipart()[1], raw=False)
+	    return "ok" if r.get("ok") else f"{r['code']} {r['error']}"
+	mine, other = dealer(), dealer()
+	files = [{"model": "policy", "size": 100}]
+	print(call(mine, {"op": "begin", "id": 1, "files": files, "local": True}))
+	print(call(other, {"op": "commit", "id": 1, "upload": 1, "trust": True}))
+	print(call(other, {"op": "abort", "id": 2, "upload": 1}))
+	print(call(other, {"op": "chunk", "id": 3, "upload": 1, "file": 0, "off": 0}, b"x" * 100))
+	print(call(mine, {"op": "chunk", "id": 2, "upload": 1, "file": 0, "off": 0}, b"x" * 100))
+	print(call(mine, {"op": "put", "id": 3, "files": files, "local": True, "trust": True},
+	           b"x" * 100))
+	print(call(mine, {"op": "abort", "id": 4, "upload": 1}))
+	PYEOF
+	assert_output - <<-'EOF'
+	ok
+	77 upload 1 is another client's
+	77 upload 1 is another client's
+	77 upload 1 is another client's
+	64 upload 1 is written in place in the store, not sent
+	64 upload 2 is written in place in the store, not sent
+	ok
+	EOF
+	run -1 grep "event=commit" "$TMP/hub.log"
+}

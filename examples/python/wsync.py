@@ -244,7 +244,10 @@ def open_version(path):
     this one as it is for as long as the descriptor, or a mapping of it, lives.
     """
     for _ in range(8):
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            raise WsyncError(66, f"{path}: {e.strerror}") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             held, named = os.fstat(fd), os.stat(path)
@@ -297,11 +300,13 @@ class Publisher:
     publish that waited, the next slot is asked for at once. Elsewhere it
     writes a safetensors file in a private directory (default: the per-user
     tmpfs) and pushes that. With wait, it returns once those workers applied it.
+    The arrays must not change while publish copies them: the hashes are taken
+    from them as they are copied, and the hub trusts them.
     """
 
     def __init__(self, endpoint=None, directory=None):
-        args = ["wsync-push", "--batch"] + (["-e", endpoint] if endpoint else [])
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.args = ["wsync-push", "--batch"] + (["-e", endpoint] if endpoint else [])
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
         if directory is None and os.path.isdir("/dev/shm"):
             directory = "/dev/shm"
@@ -309,12 +314,25 @@ class Publisher:
         self.slots = True
         self.ahead = None       # (model, size, when) of a slot asked for, not yet read
 
+    def s_restart(self):
+        """A new coprocess; the old one aborts its slots when its input ends."""
+        self.proc.stdin.close()
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        self.ahead = None
+
     def s_send(self, line):
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
     def s_answer(self):
-        answer = self.proc.stdout.readline().rstrip("\n").split(" ", 2)
+        try:
+            line = self.proc.stdout.readline()
+        except BaseException:
+            # Interrupted before its answer: the next would be read for it. Start afresh.
+            self.s_restart()
+            raise
+        answer = line.rstrip("\n").split(" ", 2)
         if answer[0] == "error":
             raise WsyncError(int(answer[1]), answer[2])
         if answer[0] not in ("ok", "slot"):
