@@ -358,32 +358,43 @@ $TMP/store/.uploads:"
 @test "a chunk that leaves a gap or passes the declared size is refused with 64" {
 	mkfile
 	start_hub
-	run -0 hub req '{"op":"begin","files":[{"model":"policy","size":144}],"pusher":"t:1","id":5}'
-	assert_output '{"id":5,"ok":true,"upload":1}'
-	run -64 hub req '{"op":"chunk","upload":1,"file":0,"off":10}' v.wsync
-	assert_output '{"code":64,"error":"upload 1 file 0: a chunk at offset 10 leaves a gap (0 bytes received)","id":1,"ok":false}'
 	head -c 100 v.wsync >part
-	run -0 hub req '{"op":"chunk","upload":1,"file":0,"off":0}' part
-	run -64 hub req '{"op":"chunk","upload":1,"file":0,"off":50}' part
-	assert_output '{"code":64,"error":"upload 1 file 0: a chunk of 100 bytes at offset 50 goes past its size of 144","id":1,"ok":false}'
-	run -64 hub req '{"op":"commit","upload":1}'
-	assert_output '{"code":64,"error":"upload 1 file 0 (model policy) has 100 of its 144 bytes","id":1,"ok":false}'
 	tail -c 44 v.wsync >rest
-	run -0 hub req '{"op":"chunk","upload":1,"file":0,"off":100}' rest
-	run -0 hub req '{"op":"commit","upload":1}'
-	run -0 jq '.versions[0].version' <<<"$output"
-	assert_output 1
-	run -66 hub req '{"op":"chunk","upload":1,"file":0,"off":0}' part
-	assert_output '{"code":66,"error":"upload 1 does not exist (it expired, was aborted or committed)","id":1,"ok":false}'
+	run -66 hub session <<-'EOF'
+	{"op":"begin","files":[{"model":"policy","size":144}],"pusher":"t:1","id":5}
+	{"op":"chunk","upload":1,"file":0,"off":10} v.wsync
+	{"op":"chunk","upload":1,"file":0,"off":0} part
+	{"op":"chunk","upload":1,"file":0,"off":50} part
+	{"op":"commit","upload":1}
+	{"op":"chunk","upload":1,"file":0,"off":100} rest
+	{"op":"commit","upload":1}
+	{"op":"chunk","upload":1,"file":0,"off":0} part
+	EOF
+	assert_line --index 0 '{"id":5,"ok":true,"upload":1}'
+	assert_line --index 1 '{"code":64,"error":"upload 1 file 0: a chunk at offset 10 leaves a gap (0 bytes received)","id":1,"ok":false}'
+	assert_line --index 2 '{"id":2,"ok":true}'
+	assert_line --index 3 '{"code":64,"error":"upload 1 file 0: a chunk of 100 bytes at offset 50 goes past its size of 144","id":3,"ok":false}'
+	assert_line --index 4 '{"code":64,"error":"upload 1 file 0 (model policy) has 100 of its 144 bytes","id":4,"ok":false}'
+	assert_line --index 5 '{"id":5,"ok":true}'
+	assert_line --index 7 '{"code":66,"error":"upload 1 does not exist (it expired, was aborted or committed)","id":7,"ok":false}'
+	run -0 jq -c '[.ok, .versions[0].version]' <<<"${lines[6]}"
+	assert_output '[true,1]'
 }
 
 @test "abort removes the upload's temporary file" {
 	start_hub
-	run -0 hub req '{"op":"begin","files":[{"model":"policy","size":10}]}'
+	run -0 hub session <<-'EOF'
+	{"op":"begin","files":[{"model":"policy","size":10}]}
+	EOF
 	[ "$(ls "$TMP/store/.uploads" | wc -l)" -eq 1 ]
-	run -0 hub req '{"op":"abort","upload":1}'
-	run -0 ls -A "$TMP/store/.uploads"
-	assert_output ""
+	run -0 hub session <<-'EOF'
+	{"op":"begin","files":[{"model":"policy","size":10}]}
+	{"op":"abort","upload":2}
+	EOF
+	# The first connection's upload stays its own (until it expires); the second's is gone.
+	[ "$(ls "$TMP/store/.uploads" | wc -l)" -eq 1 ]
+	run -77 hub req '{"op":"abort","upload":1}'
+	assert_output '{"code":77,"error":"upload 1 is another client'"'"'s","id":1,"ok":false}'
 }
 
 @test "an unknown model, or a version not there, is refused with 66" {
