@@ -306,20 +306,21 @@ class Publisher:
 
     def __init__(self, endpoint=None, directory=None):
         self.args = ["wsync-push", "--batch"] + (["-e", endpoint] if endpoint else [])
-        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+        self.s_start()
         if directory is None and os.path.isdir("/dev/shm"):
             directory = "/dev/shm"
         self.parent, self.dir = directory, None     # made for the first file pushed
         self.slots = True
+
+    def s_start(self):
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
         self.ahead = None       # (model, size, when) of a slot asked for, not yet read
 
     def s_restart(self):
         """A new coprocess; the old one aborts its slots when its input ends."""
         self.proc.stdin.close()
-        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
-        self.ahead = None
+        self.s_start()
 
     def s_send(self, line):
         self.proc.stdin.write(line + "\n")
