@@ -63,6 +63,7 @@ struct s_push {
 	enum s_op op;                   /* --batch only: a slot, its commit or abort */
 	uint64_t upload;                /* S_COMMIT, S_ABORT */
 	int trust;                      /* S_COMMIT: --trust-hashes */
+	int next_slot;                  /* S_COMMIT: --next-slot */
 	uint64_t sizes[S_MAX_MODELS];   /* S_SLOT: -m MODEL=SIZE */
 	wsync_push_item_t items[S_MAX_MODELS];
 	const char *models[S_MAX_MODELS];
@@ -127,8 +128,9 @@ s_wait_spec(struct s_push *p, char *spec, char *why, size_t size)
 static int
 s_check_request(struct s_push *p, int argc, char *why, size_t size)
 {
-	if (p->trust && p->op != S_COMMIT)
-		return s_bad(why, size, "--trust-hashes goes with --commit");
+	if ((p->trust || p->next_slot) && p->op != S_COMMIT)
+		return s_bad(why, size, "%s goes with --commit", p->trust ? "--trust-hashes" :
+		    "--next-slot");
 	if (argc != 0)
 		return s_bad(why, size, "a slot request takes no file");
 	if (p->op == S_SLOT) {
@@ -146,7 +148,8 @@ s_check_request(struct s_push *p, int argc, char *why, size_t size)
 	}
 	if (p->n != 0 || p->targets != NULL || p->wait_for != 0)
 		return s_bad(why, size, "%s takes only the upload%s", p->op == S_COMMIT ?
-		    "--commit" : "--abort", p->op == S_COMMIT ? ", -t, -w and --trust-hashes" :
+		    "--commit" : "--abort", p->op == S_COMMIT ? ", -t, -w, --trust-hashes and "
+		    "--next-slot" :
 		    "");
 	if (p->op == S_ABORT && p->wait_mode != NULL)
 		return s_bad(why, size, "--abort takes only the upload");
@@ -162,7 +165,7 @@ static int
 s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t size)
 {
 	enum { OPT_WAIT_FOR = 256, OPT_TRANSFER, OPT_BATCH, OPT_PROGRESS, OPT_SLOT, OPT_COMMIT,
-	    OPT_ABORT, OPT_TRUST };
+	    OPT_ABORT, OPT_TRUST, OPT_NEXT_SLOT };
 	static const struct option opts[] = {
 		{ "abort", required_argument, NULL, OPT_ABORT },
 		{ "batch", no_argument, NULL, OPT_BATCH },
@@ -171,6 +174,7 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, 'm' },
+		{ "next-slot", no_argument, NULL, OPT_NEXT_SLOT },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "slot", no_argument, NULL, OPT_SLOT },
@@ -260,6 +264,7 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 				    "not \"%s\"", arg, optarg);
 			break;
 		case OPT_TRUST: p->trust = 1; break;
+		case OPT_NEXT_SLOT: p->next_slot = 1; break;
 		case OPT_PROGRESS: cli_progress_force(); break;
 		case ':': return s_bad(why, size, "option '%s' needs a value", arg);
 		default:
@@ -270,7 +275,7 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 	}
 	argc -= optind;
 	argv += optind;
-	if (p->op != S_PUSH || p->trust)
+	if (p->op != S_PUSH || p->trust || p->next_slot)
 		return s_check_request(p, argc, why, size);
 	if (p->batch)
 		return p->n == 0 && argc == 0 && p->wait_mode == NULL && p->targets == NULL &&
@@ -299,6 +304,23 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 }
 
 /*
+ * Commits slot p->upload, waiting as asked; with --next-slot (p->sizes and
+ * p->targets are then the slot's), asks at once for a slot like it.
+ */
+static int
+s_commit(wsync_client_t *c, struct s_push *p, char **missing, wsync_err_t *err)
+{
+	const wsync_wait_t wait = { .mode = p->wait_mode, .count = p->wait_count,
+	    .ids = (const char *const *)p->wait_ids, .nids = p->nwait_ids };
+	const wsync_slot_ask_t next = { .models = p->models, .sizes = p->sizes, .n = p->n,
+	    .workers = (const char *const *)p->targets, .nworkers = p->ntargets };
+
+	return wsync_client_commit_wait(c, p->upload, p->trust, p->items, p->n,
+	    p->wait_mode != NULL ? &wait : NULL, p->next_slot ? &next : NULL, p->timeout_ms,
+	    missing, err);
+}
+
+/*
  * Pushes (or, with --wait-for, takes the version given), prints the versions
  * on out (when not NULL), then waits as asked. -1 with err; for a wait that
  * timed out, *missing (caller frees) lists the workers missing, one a line.
@@ -311,11 +333,9 @@ s_run(wsync_client_t *c, struct s_push *p, FILE *out, char **missing, wsync_err_
 	*missing = NULL;
 	if (p->wait_for != 0)
 		p->items[0].version = p->wait_for;
-	else if (p->op == S_COMMIT) {
-		if (wsync_client_commit(c, p->upload, p->trust, p->items, p->n, p->timeout_ms,
-		    err) < 0)
-			return -1;
-	} else if (wsync_client_push(c, p->items, p->n, (const char *const *)p->targets,
+	else if (p->op == S_COMMIT)
+		return s_commit(c, p, missing, err);
+	else if (wsync_client_push(c, p->items, p->n, (const char *const *)p->targets,
 	    p->ntargets, p->timeout_ms, err) < 0)
 		return -1;
 	cli_progress_end();
@@ -351,12 +371,38 @@ s_words(char *line, char **argv, int max)
 	return argc;
 }
 
-/* The slots a coprocess has open: their models, for the commit's answer and wait. */
+/*
+ * The slots a coprocess has open: their models, for the commit's answer and
+ * wait, and their sizes and workers, for a next slot like them.
+ */
 struct s_slots {
 	uint64_t upload[S_MAX_SLOTS];
 	int n[S_MAX_SLOTS];
 	char models[S_MAX_SLOTS][S_MAX_MODELS][WSYNC_MAX_MODEL + 1];
+	uint64_t sizes[S_MAX_SLOTS][S_MAX_MODELS];
+	char **targets[S_MAX_SLOTS];    /* a cli_split array, or NULL */
+	int ntargets[S_MAX_SLOTS];
 };
+
+/* Forgets open slot at (committed, aborted or dropped by the hub). */
+static void
+s_slot_clear(struct s_slots *t, int at)
+{
+	t->upload[at] = 0;
+	free(t->targets[at]);
+	t->targets[at] = NULL;
+}
+
+/* How many slots are open. */
+static int
+s_slots_open(const struct s_slots *t)
+{
+	int n = 0;
+
+	for (int at = 0; at < S_MAX_SLOTS; at++)
+		n += t->upload[at] != 0;
+	return n;
+}
 
 /* Answers a slot request: "slot UPLOAD PATH...", remembering its models. */
 static int
@@ -376,9 +422,13 @@ s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
 		return -1;
 	t->upload[at] = upload;
 	t->n[at] = p->n;
+	t->targets[at] = p->targets;
+	t->ntargets[at] = p->ntargets;
+	p->targets = NULL;
 	printf("slot %" PRIu64, upload);
 	for (int i = 0; i < p->n; i++) {
 		snprintf(t->models[at][i], sizeof(t->models[at][i]), "%s", p->models[i]);
+		t->sizes[at][i] = p->sizes[i];
 		printf(" %s", paths[i]);
 		free(paths[i]);
 	}
@@ -394,8 +444,14 @@ s_slot_find(struct s_slots *t, struct s_push *p, wsync_err_t *err)
 		if (t->upload[at] != p->upload)
 			continue;
 		p->n = t->n[at];
-		for (int i = 0; i < p->n; i++)
+		for (int i = 0; i < p->n; i++) {
 			p->items[i] = (wsync_push_item_t){ .model = t->models[at][i] };
+			p->models[i] = t->models[at][i];
+			p->sizes[i] = t->sizes[at][i];
+		}
+		/* The slot's own, lent: s_request takes them back before p is freed. */
+		p->targets = t->targets[at];
+		p->ntargets = t->ntargets[at];
 		return at;
 	}
 	return wsync_err_set(err, EX_NOINPUT, "no open slot %" PRIu64 " (committed, aborted "
@@ -418,14 +474,19 @@ s_request(wsync_client_t *c, struct s_slots *t, struct s_push *p, char **missing
 		return s_slot(c, t, p, err);
 	if (p->op != S_PUSH && (at = s_slot_find(t, p, err)) < 0)
 		return -1;
+	/* A slot ahead as well would leave a push no upload of the 4 the hub allows. */
+	if (p->next_slot && s_slots_open(t) == S_MAX_SLOTS)
+		p->next_slot = 0;
 	if (p->op == S_ABORT)
 		rc = wsync_client_abort(c, p->upload, p->timeout_ms, err);
 	else
 		rc = s_run(c, p, NULL, missing, err);
+	if (at >= 0)
+		p->targets = NULL;
 	/* A commit whose wait timed out is committed all the same. */
 	if (at >= 0 && (rc == 0 || err->code == EX_DATAERR || err->code == EX_NOINPUT ||
 	    *missing != NULL))
-		t->upload[at] = 0;
+		s_slot_clear(t, at);
 	if (rc < 0)
 		return -1;
 	if (p->op == S_ABORT) {
@@ -474,7 +535,8 @@ s_batch(wsync_client_t *c)
 			    (err.code == EX_TEMPFAIL && missing == NULL)) {
 				wsync_client_reconnect(c, S_CONNECT_MS, &ignored);
 				/* A new connection owns none of the old one's slots. */
-				memset(slots->upload, 0, sizeof(slots->upload));
+				for (int at = 0; at < S_MAX_SLOTS; at++)
+					s_slot_clear(slots, at);
 			}
 		}
 		free(missing);
@@ -492,6 +554,7 @@ s_batch(wsync_client_t *c)
 		wsync_err_t ignored;
 		if (slots->upload[at] != 0)
 			wsync_client_abort(c, slots->upload[at], 1000, &ignored);
+		s_slot_clear(slots, at);
 	}
 	free(slots);
 	/* A signal ends the coprocess as it ends a single push: 128 + its number. */

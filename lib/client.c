@@ -21,6 +21,7 @@
 
 /* How far ahead of the data a fetch allocates its file's pages. */
 #define S_ALLOC_AHEAD (32u << 20)
+#define S_AHEAD_MS 30000                /* a slot asked for ahead is given until then */
 
 static const char *const s_transfers[] = { "auto", "link", "copy", "socket" };
 
@@ -110,6 +111,20 @@ s_left(int64_t deadline)
 	return left > 0 ? (int)left : 0;
 }
 
+/* Keeps a copy of the reply to the slot asked for ahead, read when it is taken. */
+static void
+s_ahead_keep(wsync_client_t *c, wsync_parts_t *p)
+{
+	size_t len = wsync_part_size(p, 1);
+
+	if ((c->ahead.reply = malloc(len ? len : 1)) == NULL) {
+		c->ahead.id = 0;        /* forgotten: the hub drops it after 60 s */
+		return;
+	}
+	memcpy(c->ahead.reply, wsync_part_data(p, 1), len);
+	c->ahead.len = len;
+}
+
 /*
  * Receives the next reply before deadline (monotonic ms). Returns 0 with the
  * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
@@ -150,7 +165,10 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
 		return wsync_err_set(err, EX_PROTOCOL, "%s: a reply it cannot read: %s",
 		    c->endpoint, why);
 	}
-	if (wsync_reply_decode(m, id, err) == 0)
+	rc = wsync_reply_decode(m, id, err);
+	if (*id != 0 && *id == c->ahead.id && c->ahead.reply == NULL)
+		s_ahead_keep(c, p);
+	if (rc == 0)
 		return 0;
 	if (*id == 0) {
 		s_release(m, p);
@@ -165,6 +183,28 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
  * Sends a request and waits for the reply with its id; replies to earlier
  * requests are dropped. On success m and p hold the reply: the caller frees both.
  */
+/*
+ * Receives the reply to request id before deadline; replies to other requests
+ * are dropped. 0 with it in m and p (the caller frees both), 1 on timeout, -1
+ * with err; a refusal of id is 2 when keep_refusal, with err, and m and p.
+ */
+static int
+s_await(wsync_client_t *c, uint64_t id, int64_t deadline, wsync_msg_t *m, wsync_parts_t *p,
+    int keep_refusal, wsync_err_t *err)
+{
+	for (;;) {
+		uint64_t got;
+		int rc = s_recv(c, deadline, &got, m, p, keep_refusal, err);
+		if (rc == 1 || got == id)
+			return rc < 0 && keep_refusal ? 2 : rc;
+		if (got == 0 && rc < 0)
+			return -1;
+		if (rc == 0 || keep_refusal)
+			s_release(m, p);
+	}
+}
+
+/* Sends a request and waits for its reply: on success m and p hold it (the caller frees both). */
 static int
 s_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data, size_t dlen,
     int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p, wsync_err_t *err)
@@ -175,17 +215,10 @@ s_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data, size_t 
 	wsync_enc_free(e);
 	if (rc < 0)
 		return -1;
-	for (;;) {
-		uint64_t got;
-		rc = s_recv(c, deadline, &got, m, p, 0, err);
-		if (rc == 1)
-			return wsync_err_set(err, EX_TEMPFAIL, "%s: no answer from %s within the "
-			    "timeout", what, c->endpoint);
-		if (got == id || (rc < 0 && got == 0))
-			return rc;
-		if (rc == 0)
-			s_release(m, p);
-	}
+	if ((rc = s_await(c, id, deadline, m, p, 0, err)) == 1)
+		return wsync_err_set(err, EX_TEMPFAIL, "%s: no answer from %s within the "
+		    "timeout", what, c->endpoint);
+	return rc;
 }
 
 /* The PUB endpoint as this client reaches it: a tcp host the client used itself. */
@@ -312,6 +345,9 @@ fail:
 	return NULL;
 }
 
+static void s_ahead_forget(wsync_client_t *c);
+static void s_ahead_drop(wsync_client_t *c, int timeout_ms);
+
 void
 wsync_client_destroy(wsync_client_t **cp)
 {
@@ -319,6 +355,7 @@ wsync_client_destroy(wsync_client_t **cp)
 
 	if (c == NULL)
 		return;
+	s_ahead_drop(c, 1000);
 	s_close_socket(c);
 	for (int i = 0; i < c->nmodels; i++)
 		free(c->models[i]);
@@ -342,6 +379,8 @@ wsync_client_endpoint(const wsync_client_t *c)
 int
 wsync_client_reconnect(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 {
+	/* The hub keeps a slot for the connection that asked. */
+	s_ahead_forget(c);
 	s_close_socket(c);
 	if (s_open_socket(c, err) < 0)
 		return -1;
@@ -1326,29 +1365,257 @@ out:
 	return rc;
 }
 
-int
-wsync_client_commit(wsync_client_t *c, uint64_t upload, int trust, wsync_push_item_t *items,
-    int n, int timeout_ms, wsync_err_t *err)
+/* Fields of a wait (mode, timeout_ms, count or ids) to pack after a request's own. */
+static size_t
+s_wait_fields(const wsync_wait_t *w)
 {
+	return 2 + (strcmp(w->mode, "count") == 0 || strcmp(w->mode, "ids") == 0);
+}
+
+static void
+s_pack_wait(wsync_enc_t *e, const wsync_wait_t *w, int timeout_ms)
+{
+	wsync_enc_kv_str(e, "mode", w->mode);
+	wsync_enc_kv_u64(e, "timeout_ms", (uint64_t)timeout_ms);
+	if (strcmp(w->mode, "count") == 0)
+		wsync_enc_kv_u64(e, "count", w->count);
+	else if (strcmp(w->mode, "ids") == 0) {
+		wsync_enc_str(e, "ids");
+		msgpack_pack_array(&e->pk, (size_t)w->nids);
+		for (int i = 0; i < w->nids; i++)
+			wsync_enc_str(e, w->ids[i]);
+	}
+}
+
+/*
+ * The reply to a waiting request id (the hub answers by timeout_ms, plus 2 s
+ * of grace here): 0 with it in m and p; -1 with err; 2 with err, the refusal
+ * in m and p (the caller frees both, as after 0) and *missing (caller frees)
+ * the workers a timed-out wait misses.
+ */
+static int
+s_await_wait(wsync_client_t *c, uint64_t id, int timeout_ms, wsync_msg_t *m,
+    wsync_parts_t *p, char **missing, wsync_err_t *err)
+{
+	int rc = s_await(c, id, wsync_now_ms() + timeout_ms + 2000, m, p, 1, err);
+
+	if (rc == 1)
+		return wsync_err_set(err, EX_TEMPFAIL, "wait: no answer from %s", c->endpoint);
+	if (rc == 2)
+		*missing = wsync_missing_text(wsync_msg_get(m, "missing"));
+	return rc;
+}
+
+/* The key of a slot's models, sizes and workers, in key; -1 when it does not fit. */
+static int
+s_slot_key(const wsync_slot_ask_t *a, char *key, size_t size)
+{
+	size_t at = 0;
+
+	for (int i = 0; i < a->n; i++)
+		at += (size_t)snprintf(key + at, at < size ? size - at : 0, "%s=%" PRIu64 " ",
+		    a->models[i], a->sizes[i]);
+	at += (size_t)snprintf(key + at, at < size ? size - at : 0, "%s",
+	    a->workers != NULL ? "for" : "all");
+	for (int i = 0; a->workers != NULL && i < a->nworkers; i++)
+		at += (size_t)snprintf(key + at, at < size ? size - at : 0, " %s", a->workers[i]);
+	return at < size ? 0 : -1;
+}
+
+/* Sends a local begin for the slot a asks for: its request id, 0 with err. */
+static uint64_t
+s_slot_send(wsync_client_t *c, const wsync_slot_ask_t *a, wsync_err_t *err)
+{
+	wsync_push_item_t *items = calloc((size_t)a->n + 1, sizeof(*items));
+	struct s_source *src = calloc((size_t)a->n + 1, sizeof(*src));
+	wsync_enc_t e;
+	uint64_t id = 0;
+
+	if (items == NULL || src == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < a->n; i++) {
+		items[i].model = a->models[i];
+		src[i].size = (size_t)a->sizes[i];
+	}
+	id = s_request(c, &e, "begin", (a->workers != NULL ? 3 : 2) + 1);
+	s_pack_upload(&e, items, src, a->n, a->workers, a->nworkers);
+	wsync_enc_kv_bool(&e, "local", 1);
+	if (s_send(c, &e, NULL, 0, err) < 0)
+		id = 0;
+	wsync_enc_free(&e);
+out:
+	free(items);
+	free(src);
+	return id;
+}
+
+/*
+ * Takes the slot a local begin's reply m gives for a: *upload, paths[i]
+ * (malloc'd), every file of its size (a new file's pages allocated at once);
+ * aborted on failure.
+ */
+static int
+s_slot_take(wsync_client_t *c, const wsync_msg_t *m, const wsync_slot_ask_t *a,
+    uint64_t *upload, char **paths, wsync_err_t *err)
+{
+	int *fds = calloc((size_t)a->n + 1, sizeof(*fds)), rc = -1;
+
+	if (fds == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (wsync_msg_u64(m, "upload", upload) < 0)
+		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
+	else if ((rc = s_upload_files(c, m, a->sizes, a->n, fds, paths, err)) == 1)
+		rc = wsync_err_set(err, EX_NOPERM, "%s/.uploads: the hub's slots cannot be "
+		    "written by this user", c->store);
+	for (int i = 0; rc == 0 && i < a->n; i++) {
+		/* A new file's pages, allocated at once; a recycled one's exist already. */
+		struct stat st;
+		if (fstat(fds[i], &st) == 0 && (uint64_t)st.st_blocks * 512 < a->sizes[i] &&
+		    fallocate(fds[i], 0, 0, (off_t)a->sizes[i]) < 0 && errno != EOPNOTSUPP)
+			rc = wsync_err_set(err, EX_IOERR, "%s: cannot allocate %" PRIu64 " bytes: %s",
+			    paths[i], a->sizes[i], strerror(errno));
+	}
+	for (int i = 0; i < a->n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
+	if (rc < 0 && *upload != 0) {
+		s_abort(c, *upload);
+		for (int i = 0; i < a->n; i++) {
+			free(paths[i]);
+			paths[i] = NULL;
+		}
+	}
+	return rc;
+}
+
+/* Forgets the slot asked for ahead (its reply, if kept). */
+static void
+s_ahead_forget(wsync_client_t *c)
+{
+	free(c->ahead.reply);
+	memset(&c->ahead, 0, sizeof(c->ahead));
+}
+
+/* Asks for slot a ahead of need; forgotten if it cannot be asked. */
+static void
+s_ahead_ask(wsync_client_t *c, const wsync_slot_ask_t *a)
+{
+	wsync_err_t ignored;
+
+	if (s_slot_key(a, c->ahead.key, sizeof(c->ahead.key)) < 0)
+		return;
+	c->ahead.at = wsync_now_ms();
+	c->ahead.id = s_slot_send(c, a, &ignored);
+}
+
+/*
+ * The reply to the slot asked for ahead, decoded into m (the caller frees it,
+ * then forgets the slot), waited for until deadline: 0, or -1 with err (its
+ * refusal, or none).
+ */
+static int
+s_ahead_reply(wsync_client_t *c, int64_t deadline, wsync_msg_t *m, wsync_err_t *err)
+{
+	uint64_t got;
+
+	msgpack_unpacked_init(&m->doc);
+	while (c->ahead.id != 0 && c->ahead.reply == NULL) {
+		wsync_msg_t other;
+		wsync_parts_t p = { .n = 0 };
+		int rc = s_recv(c, deadline, &got, &other, &p, 0, err);
+		if (rc == 1)
+			return wsync_err_set(err, EX_TEMPFAIL, "slot: no answer from %s within the "
+			    "timeout", c->endpoint);
+		if (rc == 0)
+			s_release(&other, &p);
+		else if (got == 0)
+			return -1;
+	}
+	if (c->ahead.reply == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	msgpack_unpacked_destroy(&m->doc);
+	if (wsync_msg_decode(m, c->ahead.reply, c->ahead.len, err) < 0)
+		return -1;
+	return wsync_reply_decode(m, &got, err);
+}
+
+/* Aborts the slot asked for ahead, once its reply came (within timeout_ms), and forgets it. */
+static void
+s_ahead_drop(wsync_client_t *c, int timeout_ms)
+{
+	wsync_err_t ignored;
+	wsync_msg_t m;
+	uint64_t upload;
+
+	if (c->ahead.id == 0)
+		return;
+	if (s_ahead_reply(c, wsync_now_ms() + timeout_ms, &m, &ignored) == 0 &&
+	    wsync_msg_u64(&m, "upload", &upload) == 0)
+		s_abort(c, upload);
+	wsync_msg_free(&m);
+	s_ahead_forget(c);
+}
+
+int
+wsync_client_commit_wait(wsync_client_t *c, uint64_t upload, int trust,
+    wsync_push_item_t *items, int n, const wsync_wait_t *wait, const wsync_slot_ask_t *next,
+    int timeout_ms, char **missing, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	int both = wait != NULL && n == 1, rc;
 	wsync_enc_t e;
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
-	uint64_t id = s_request(c, &e, "commit", trust ? 2 : 1);
-	int rc;
+	uint64_t id = s_request(c, &e, "commit", (trust ? 2 : 1) +
+	    (both ? s_wait_fields(wait) : 0));
 
+	*missing = NULL;
 	wsync_enc_kv_u64(&e, "upload", upload);
 	if (trust)
 		wsync_enc_kv_bool(&e, "trust", 1);
-	if (s_call(c, &e, id, NULL, 0, timeout_ms, "commit", &m, &p, err) < 0) {
-		if (err->code == EX_TEMPFAIL)
-			wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
-			    "timeout; the version may still have been committed (see "
-			    "wsync-inspect --hub)", c->endpoint);
+	if (both)
+		s_pack_wait(&e, wait, timeout_ms);
+	rc = s_send(c, &e, NULL, 0, err);
+	wsync_enc_free(&e);
+	if (rc < 0)
+		return -1;
+	/* Asked for now, the slot is ready by the time the workers have this version. */
+	if (next != NULL && c->ahead.id == 0)
+		s_ahead_ask(c, next);
+	if (both)
+		rc = s_await_wait(c, id, timeout_ms, &m, &p, missing, err);
+	else if ((rc = s_await(c, id, deadline, &m, &p, 0, err)) == 1)
+		rc = wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
+		    "timeout; the version may still have been committed (see wsync-inspect "
+		    "--hub)", c->endpoint);
+	if (rc < 0)
+		return -1;
+	if (rc == 2) {
+		/* The wait timed out (or was refused): the version is committed all the same. */
+		wsync_err_t ignored;
+		s_versions(c, &m, items, n, &ignored);
+		s_release(&m, &p);
 		return -1;
 	}
 	rc = s_versions(c, &m, items, n, err);
 	s_release(&m, &p);
+	for (int i = 0; rc == 0 && wait != NULL && !both && i < n; i++)
+		rc = wsync_client_wait(c, items[i].model, items[i].version, wait->mode, wait->count,
+		    wait->ids, wait->nids, s_left(deadline), missing, err);
 	return rc;
+}
+
+int
+wsync_client_commit(wsync_client_t *c, uint64_t upload, int trust, wsync_push_item_t *items,
+    int n, int timeout_ms, wsync_err_t *err)
+{
+	char *missing;
+
+	return wsync_client_commit_wait(c, upload, trust, items, n, NULL, NULL, timeout_ms,
+	    &missing, err);
 }
 
 int
@@ -1356,66 +1623,43 @@ wsync_client_slot(wsync_client_t *c, const char *const *models, const uint64_t *
     int n, const char *const *workers, int nworkers, int timeout_ms, uint64_t *upload,
     char **paths, wsync_err_t *err)
 {
-	wsync_push_item_t *items = calloc((size_t)n + 1, sizeof(*items));
-	struct s_source *src = calloc((size_t)n + 1, sizeof(*src));
-	int *fds = calloc((size_t)n + 1, sizeof(*fds)), rc = -1;
-	wsync_enc_t e;
+	const wsync_slot_ask_t a = { .models = models, .sizes = sizes, .n = n,
+	    .workers = workers, .nworkers = nworkers };
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	char key[sizeof(c->ahead.key)];
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
 	uint64_t id;
+	int rc;
 
 	*upload = 0;
-	if (items == NULL || src == NULL || fds == NULL) {
-		wsync_err_set(err, EX_SOFTWARE, "out of memory");
-		goto out;
+	if (!c->local)
+		return wsync_err_set(err, EX_USAGE, "a slot is a file in the hub's store, which "
+		    "is not visible from here (another host, user or mount namespace): push a "
+		    "file");
+	for (int i = 0; i < n; i++)
+		if (sizes[i] == 0 || sizes[i] != (uint64_t)(size_t)sizes[i])
+			return wsync_err_set(err, EX_USAGE, "a slot of %" PRIu64 " bytes for model "
+			    "%s", sizes[i], models[i]);
+	/* The one asked for ahead, unless the hub may drop it soon (at 60 s). */
+	if (c->ahead.id != 0 && s_slot_key(&a, key, sizeof(key)) == 0 &&
+	    strcmp(key, c->ahead.key) == 0 && wsync_now_ms() - c->ahead.at < S_AHEAD_MS) {
+		if ((rc = s_ahead_reply(c, deadline, &m, err)) == 0)
+			rc = s_slot_take(c, &m, &a, upload, paths, err);
+		wsync_msg_free(&m);
+		s_ahead_forget(c);
+		return rc;
 	}
-	if (!c->local) {
-		wsync_err_set(err, EX_USAGE, "a slot is a file in the hub's store, which is not "
-		    "visible from here (another host, user or mount namespace): push a file");
-		goto out;
-	}
-	for (int i = 0; i < n; i++) {
-		items[i].model = models[i];
-		src[i].size = (size_t)sizes[i];
-		if (sizes[i] == 0 || sizes[i] != (uint64_t)src[i].size) {
-			wsync_err_set(err, EX_USAGE, "a slot of %" PRIu64 " bytes for model %s",
-			    sizes[i], models[i]);
-			goto out;
-		}
-	}
-	id = s_request(c, &e, "begin", (workers != NULL ? 3 : 2) + 1);
-	s_pack_upload(&e, items, src, n, workers, nworkers);
-	wsync_enc_kv_bool(&e, "local", 1);
-	if (s_call(c, &e, id, NULL, 0, timeout_ms, "begin", &m, &p, err) < 0)
-		goto out;
-	if (wsync_msg_u64(&m, "upload", upload) < 0)
-		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
-	else if ((rc = s_upload_files(c, &m, sizes, n, fds, paths, err)) == 1)
-		rc = wsync_err_set(err, EX_NOPERM, "%s/.uploads: the hub's slots cannot be "
-		    "written by this user", c->store);
+	s_ahead_drop(c, s_left(deadline));
+	if ((id = s_slot_send(c, &a, err)) == 0)
+		return -1;
+	if ((rc = s_await(c, id, deadline, &m, &p, 0, err)) == 1)
+		return wsync_err_set(err, EX_TEMPFAIL, "begin: no answer from %s within the "
+		    "timeout", c->endpoint);
+	if (rc < 0)
+		return -1;
+	rc = s_slot_take(c, &m, &a, upload, paths, err);
 	s_release(&m, &p);
-	for (int i = 0; rc == 0 && i < n; i++) {
-		/* A new file's pages, allocated at once; a recycled one's exist already. */
-		struct stat st;
-		if (fstat(fds[i], &st) == 0 && (uint64_t)st.st_blocks * 512 < sizes[i] &&
-		    fallocate(fds[i], 0, 0, (off_t)sizes[i]) < 0 && errno != EOPNOTSUPP)
-			rc = wsync_err_set(err, EX_IOERR, "%s: cannot allocate %" PRIu64 " bytes: %s",
-			    paths[i], sizes[i], strerror(errno));
-	}
-	for (int i = 0; i < n && fds != NULL; i++)
-		if (fds[i] >= 0)
-			close(fds[i]);
-	if (rc < 0 && *upload != 0) {
-		s_abort(c, *upload);
-		for (int i = 0; i < n; i++) {
-			free(paths[i]);
-			paths[i] = NULL;
-		}
-	}
-out:
-	free(items);
-	free(src);
-	free(fds);
 	return rc;
 }
 
@@ -1439,47 +1683,23 @@ wsync_client_wait(wsync_client_t *c, const char *model, uint64_t version,
     const char *mode, unsigned count, const char *const *ids, int nids, int timeout_ms,
     char **missing, wsync_err_t *err)
 {
-	int64_t deadline = wsync_now_ms() + timeout_ms + 2000;
-	int extra = strcmp(mode, "count") == 0 || strcmp(mode, "ids") == 0;
+	const wsync_wait_t w = { .mode = mode, .count = count, .ids = ids, .nids = nids };
 	wsync_enc_t e;
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
-	uint64_t id = s_request(c, &e, "wait", 4 + extra), got;
+	uint64_t id = s_request(c, &e, "wait", 2 + s_wait_fields(&w));
 	int rc;
 
 	*missing = NULL;
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", version);
-	wsync_enc_kv_str(&e, "mode", mode);
-	wsync_enc_kv_u64(&e, "timeout_ms", (uint64_t)timeout_ms);
-	if (strcmp(mode, "count") == 0)
-		wsync_enc_kv_u64(&e, "count", count);
-	else if (strcmp(mode, "ids") == 0) {
-		wsync_enc_str(&e, "ids");
-		msgpack_pack_array(&e.pk, (size_t)nids);
-		for (int i = 0; i < nids; i++)
-			wsync_enc_str(&e, ids[i]);
-	}
+	s_pack_wait(&e, &w, timeout_ms);
 	rc = s_send(c, &e, NULL, 0, err);
 	wsync_enc_free(&e);
-	while (rc == 0) {
-		rc = s_recv(c, deadline, &got, &m, &p, 1, err);
-		if (rc == 1)
-			return wsync_err_set(err, EX_TEMPFAIL, "wait: no answer from %s",
-			    c->endpoint);
-		if (got == id) {
-			if (rc < 0)
-				*missing = wsync_missing_text(wsync_msg_get(&m, "missing"));
-			s_release(&m, &p);
-			return rc;
-		}
-		if (got != 0)
-			s_release(&m, &p);
-		else if (rc < 0)
-			return -1;
-		rc = 0;
-	}
-	return -1;
+	if (rc < 0 || (rc = s_await_wait(c, id, timeout_ms, &m, &p, missing, err)) < 0)
+		return -1;
+	s_release(&m, &p);
+	return rc == 0 ? 0 : -1;
 }
 
 /* Sends a small request whose reply carries nothing the caller needs. */

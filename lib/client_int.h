@@ -8,6 +8,18 @@
 #include "net_int.h"
 #include "wsync.h"
 
+/*
+ * A slot asked for ahead of need (a commit's next): its begin's id, what it
+ * was asked for, and its reply's bytes once they came.
+ */
+struct wsync_ahead {
+	uint64_t id;                    /* 0: none */
+	char key[1024];                 /* its models, sizes and workers */
+	int64_t at;                     /* when it was asked for (monotonic ms) */
+	char *reply;                    /* NULL until its reply came */
+	size_t len;
+};
+
 struct wsync_client {
 	void *sock;
 	void *mon;                      /* the socket's handshake failures */
@@ -33,6 +45,7 @@ struct wsync_client {
 	const char *used;               /* how the last fetch travelled */
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
+	struct wsync_ahead ahead;
 };
 
 /*

@@ -100,6 +100,8 @@ struct s_wait {
 	char **ids;                     /* S_ALL and S_IDS: the workers waited for */
 	size_t nids;
 	int64_t start, deadline;
+	int commit;                     /* the reply of a commit: versions as well */
+	uint64_t size, content;         /* commit: the version's */
 };
 
 struct wsync_hub {
@@ -541,14 +543,43 @@ s_wait_lists(const struct s_wait *wt, const struct s_worker *w, int done)
 	return !s_wait_done_by(wt, w) && wm != NULL && wm->watching;
 }
 
-/* The satisfied wait's reply: workers: [{worker, version}]. */
+/* A commit's versions: [{model, version, size, content}], n of them. */
+static void
+s_pack_versions(wsync_enc_t *e, const wsync_committed_t *c, size_t n)
+{
+	wsync_enc_str(e, "versions");
+	msgpack_pack_array(&e->pk, n);
+	for (size_t i = 0; i < n; i++) {
+		msgpack_pack_map(&e->pk, 4);
+		wsync_enc_kv_str(e, "model", c[i].model);
+		wsync_enc_kv_u64(e, "version", c[i].version);
+		wsync_enc_kv_u64(e, "size", c[i].size);
+		wsync_enc_kv_u64(e, "content", c[i].content);
+	}
+}
+
+/* The versions field of a commit's wait (nothing for a wait request). */
+static void
+s_wait_versions(wsync_enc_t *e, const struct s_wait *wt)
+{
+	wsync_committed_t c = { .version = wt->version, .size = wt->size,
+	    .content = wt->content };
+
+	if (!wt->commit)
+		return;
+	snprintf(c.model, sizeof(c.model), "%s", wt->model);
+	s_pack_versions(e, &c, 1);
+}
+
+/* The satisfied wait's reply: workers: [{worker, version}] (and a commit's versions). */
 static void
 s_wait_answer(wsync_hub_t *h, const struct s_wait *wt)
 {
 	wsync_enc_t e;
 	size_t n = 0;
 
-	s_ok(&e, wt->req, 1);
+	s_ok(&e, wt->req, 1 + wt->commit);
+	s_wait_versions(&e, wt);
 	wsync_enc_str(&e, "workers");
 	if (wt->mode != S_COUNT) {
 		msgpack_pack_array(&e.pk, wt->nids);
@@ -620,7 +651,8 @@ s_wait_expire(wsync_hub_t *h, const struct s_wait *wt, int64_t now)
 		    "have applied it after %.1f s", wt->model, wt->version, total, wt->count,
 		    (double)(wt->deadline - wt->start) / 1000.0);
 	}
-	s_refusal(&e, wt->req, &err, 1);
+	s_refusal(&e, wt->req, &err, 1 + wt->commit);
+	s_wait_versions(&e, wt);
 	wsync_enc_str(&e, "missing");
 	msgpack_pack_array(&e.pk, missing);
 	if (wt->mode != S_COUNT) {
@@ -1244,7 +1276,16 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 	wsync_enc_free(&e);
 }
 
-/* Commits every file of u together, answers r with the versions, announces them. */
+static int s_wait_parse(wsync_hub_t *h, struct s_req *r, struct s_wait *wt,
+    uint64_t *timeout, wsync_err_t *err);
+static int s_wait_start(wsync_hub_t *h, const struct s_req *r, const wsync_model_t *m,
+    struct s_wait *wt, uint64_t timeout, wsync_err_t *err);
+
+/*
+ * Commits every file of u together, announces the versions and answers r with
+ * them: at once, or, when r asks for a wait (its mode, for one file), once
+ * that wait is over.
+ */
 static int
 s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t *err)
 {
@@ -1252,7 +1293,9 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 	char targets[512] = "";
 	wsync_commit_info_t info;
 	wsync_enc_t e;
-	uint64_t id = u->id;
+	struct s_wait wt = { .mode = S_ALL, .commit = 1 };
+	int waits = wsync_msg_get(&r->msg, "mode") != NULL, rc = 0;
+	uint64_t id = u->id, timeout = 0;
 	size_t n = 0;
 
 	for (size_t i = 0; i < u->nfiles; i++) {
@@ -1274,22 +1317,25 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 	if (info.trust && !u->local)
 		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " came through the socket: "
 		    "the hub verifies it (trust is for files written in its store)", id);
+	if (waits && u->nfiles != 1)
+		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " has %zu files: a commit "
+		    "waits for one model's version (wait for each after the commit)", id,
+		    u->nfiles);
+	if (waits && s_wait_parse(h, r, &wt, &timeout, err) < 0) {
+		s_wait_free(&wt);
+		return -1;
+	}
 	/* On success the store consumed the temporary files: s_upload_end leaves them. */
 	if (wsync_store_commit(h->store, u->temps, u->nfiles, &info, out, err) < 0) {
+		s_wait_free(&wt);
 		s_upload_end(u);
 		return -1;
 	}
-	s_ok(&e, r->id, 1);
-	wsync_enc_str(&e, "versions");
-	msgpack_pack_array(&e.pk, u->nfiles);
-	for (size_t i = 0; i < u->nfiles; i++) {
-		msgpack_pack_map(&e.pk, 4);
-		wsync_enc_kv_str(&e, "model", out[i].model);
-		wsync_enc_kv_u64(&e, "version", out[i].version);
-		wsync_enc_kv_u64(&e, "size", out[i].size);
-		wsync_enc_kv_u64(&e, "content", out[i].content);
+	if (!waits) {
+		s_ok(&e, r->id, 1);
+		s_pack_versions(&e, out, u->nfiles);
+		s_reply(h, r, &e);
 	}
-	s_reply(h, r, &e);
 	for (size_t i = 0; i < u->ntargets; i++)
 		n += (size_t)snprintf(targets + n, n < sizeof(targets) ? sizeof(targets) - n : 0,
 		    "%s%s", i ? "," : " workers=", u->targets[i]);
@@ -1303,7 +1349,16 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 	for (size_t i = 0; i < u->nfiles; i++)
 		s_waits_check(h, out[i].model);
 	s_upload_end(u);
-	return 0;
+	if (waits) {
+		memcpy(wt.model, out[0].model, sizeof(wt.model));
+		wt.version = out[0].version;
+		wt.size = out[0].size;
+		wt.content = out[0].content;
+		if ((rc = s_wait_start(h, r, wsync_store_find(h->store, wt.model), &wt, timeout,
+		    err)) < 0)
+			s_wait_free(&wt);
+	}
+	return rc;
 }
 
 static int
@@ -1449,33 +1504,97 @@ s_wait_all(wsync_hub_t *h, const wsync_model_t *m, struct s_wait *wt, wsync_err_
 	return 0;
 }
 
+/*
+ * Reads a wait's mode, count, ids and timeout_ms from r into wt (the caller
+ * frees it with s_wait_free), once the hub has room for one more of r's waits.
+ */
+static int
+s_wait_parse(wsync_hub_t *h, struct s_req *r, struct s_wait *wt, uint64_t *timeout,
+    wsync_err_t *err)
+{
+	char mode[8];
+	size_t mine = 0;
+
+	if (s_str(r, "mode", 1, NULL, mode, sizeof(mode), err) < 0 ||
+	    s_u64(r, "timeout_ms", 1, timeout, err) < 0)
+		return -1;
+	if (*timeout > S_MAX_WAIT_MS)
+		return wsync_err_set(err, EX_USAGE, "a wait of %" PRIu64 " ms is longer than the "
+		    "hub keeps one (%d ms)", *timeout, S_MAX_WAIT_MS);
+	if (strcmp(mode, "count") == 0) {
+		wt->mode = S_COUNT;
+		if (s_u64(r, "count", 1, &wt->count, err) < 0)
+			return -1;
+	} else if (strcmp(mode, "ids") == 0) {
+		wt->mode = S_IDS;
+		if (s_list(wsync_msg_get(&r->msg, "ids"), "ids", 1, wsync_id_check, &wt->ids,
+		    &wt->nids, err) < 0)
+			return -1;
+	} else if (strcmp(mode, "all") == 0)
+		wt->mode = S_ALL;
+	else
+		return wsync_err_set(err, EX_PROTOCOL, "wait mode \"%s\" is not all, count or ids",
+		    mode);
+	if (h->nwaits == S_MAX_WAITS)
+		return wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d waits pending already",
+		    S_MAX_WAITS);
+	for (size_t i = 0; i < h->nwaits; i++)
+		if (strcmp(h->waits[i].peer, r->peer) == 0 && ++mine == S_PEER_WAITS)
+			return wsync_err_set(err, EX_UNAVAILABLE, "this client has %d waits pending "
+			    "already (the most one may have)", S_PEER_WAITS);
+	return 0;
+}
+
+/*
+ * Starts wt, parsed from r, on its version of m: answered at once when it is
+ * satisfied already, else kept (and then the hub's). -1 with err: the caller
+ * still frees wt.
+ */
+static int
+s_wait_start(wsync_hub_t *h, const struct s_req *r, const wsync_model_t *m, struct s_wait *wt,
+    uint64_t timeout, wsync_err_t *err)
+{
+	static const char *const modes[] = { [S_ALL] = "all", [S_COUNT] = "count",
+	    [S_IDS] = "ids" };
+
+	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
+	if (wt->mode == S_ALL && s_wait_all(h, m, wt, err) < 0)
+		return -1;
+	memcpy(wt->ident, r->ident, r->identlen);
+	wt->identlen = r->identlen;
+	wt->req = r->id;
+	wt->start = wsync_now_ms();
+	wt->deadline = wt->start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
+	s_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
+	    PRIu64, wt->model, wt->version, modes[wt->mode],
+	    wt->mode == S_COUNT ? (size_t)wt->count : wt->nids, timeout);
+	if (s_wait_satisfied(h, wt)) {
+		s_wait_answer(h, wt);
+		s_wait_free(wt);
+		return 0;
+	}
+	if (h->nwaits == h->waits_cap) {
+		size_t cap = h->waits_cap ? h->waits_cap * 2 : 8;
+		struct s_wait *nw = realloc(h->waits, cap * sizeof(*nw));
+		if (nw == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		h->waits = nw;
+		h->waits_cap = cap;
+	}
+	h->waits[h->nwaits++] = *wt;
+	return 0;
+}
+
 static int
 s_op_wait(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 {
 	struct s_wait wt = { .mode = S_ALL };
 	const wsync_model_t *m;
-	char mode[8];
 	uint64_t timeout;
 
 	if (s_model(r, wt.model, err) < 0 || s_u64(r, "version", 1, &wt.version, err) < 0 ||
-	    s_str(r, "mode", 1, NULL, mode, sizeof(mode), err) < 0 ||
-	    s_u64(r, "timeout_ms", 1, &timeout, err) < 0)
-		return -1;
-	if (timeout > S_MAX_WAIT_MS)
-		return wsync_err_set(err, EX_USAGE, "a wait of %" PRIu64 " ms is longer than the "
-		    "hub keeps one (%d ms)", timeout, S_MAX_WAIT_MS);
-	if (strcmp(mode, "count") == 0) {
-		wt.mode = S_COUNT;
-		if (s_u64(r, "count", 1, &wt.count, err) < 0)
-			return -1;
-	} else if (strcmp(mode, "ids") == 0) {
-		wt.mode = S_IDS;
-		if (s_list(wsync_msg_get(&r->msg, "ids"), "ids", 1, wsync_id_check, &wt.ids,
-		    &wt.nids, err) < 0)
-			return -1;
-	} else if (strcmp(mode, "all") != 0)
-		return wsync_err_set(err, EX_PROTOCOL, "wait mode \"%s\" is not all, count or ids",
-		    mode);
+	    s_wait_parse(h, r, &wt, &timeout, err) < 0)
+		goto fail;
 	if ((m = wsync_store_find(h->store, wt.model)) == NULL) {
 		wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", wt.model);
 		goto fail;
@@ -1488,44 +1607,8 @@ s_op_wait(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		s_no_version(m, wt.version, h->keep, err);
 		goto fail;
 	}
-	if (h->nwaits == S_MAX_WAITS) {
-		wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d waits pending already",
-		    S_MAX_WAITS);
+	if (s_wait_start(h, r, m, &wt, timeout, err) < 0)
 		goto fail;
-	}
-	for (size_t i = 0, mine = 0; i < h->nwaits; i++)
-		if (strcmp(h->waits[i].peer, r->peer) == 0 && ++mine == S_PEER_WAITS) {
-			wsync_err_set(err, EX_UNAVAILABLE, "this client has %d waits pending "
-			    "already (the most one may have)", S_PEER_WAITS);
-			goto fail;
-		}
-	snprintf(wt.peer, sizeof(wt.peer), "%s", r->peer);
-	if (wt.mode == S_ALL && s_wait_all(h, m, &wt, err) < 0)
-		goto fail;
-	memcpy(wt.ident, r->ident, r->identlen);
-	wt.identlen = r->identlen;
-	wt.req = r->id;
-	wt.start = wsync_now_ms();
-	wt.deadline = wt.start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
-	s_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
-	    PRIu64, wt.model, wt.version, mode, wt.mode == S_COUNT ? (size_t)wt.count : wt.nids,
-	    timeout);
-	if (s_wait_satisfied(h, &wt)) {
-		s_wait_answer(h, &wt);
-		s_wait_free(&wt);
-		return 0;
-	}
-	if (h->nwaits == h->waits_cap) {
-		size_t cap = h->waits_cap ? h->waits_cap * 2 : 8;
-		struct s_wait *nw = realloc(h->waits, cap * sizeof(*nw));
-		if (nw == NULL) {
-			wsync_err_set(err, EX_SOFTWARE, "out of memory");
-			goto fail;
-		}
-		h->waits = nw;
-		h->waits_cap = cap;
-	}
-	h->waits[h->nwaits++] = wt;
 	return 0;
 fail:
 	s_wait_free(&wt);

@@ -358,6 +358,33 @@ int wsync_client_slot(wsync_client_t *client, const char *const *models,
  */
 int wsync_client_commit(wsync_client_t *client, uint64_t upload, int trust,
     wsync_push_item_t *items, int n, int timeout_ms, wsync_err_t *err);
+/* Whom a wait waits for: mode "all", "count" (count workers) or "ids" (the nids ids). */
+typedef struct wsync_wait {
+	const char *mode;
+	unsigned count;
+	const char *const *ids;
+	int nids;
+} wsync_wait_t;
+/* A slot to ask for: n models of sizes[i] bytes, for workers (NULL: all). */
+typedef struct wsync_slot_ask {
+	const char *const *models;
+	const uint64_t *sizes;
+	int n;
+	const char *const *workers;
+	int nworkers;
+} wsync_slot_ask_t;
+/*
+ * wsync_client_commit, then, when wait is not NULL, wsync_client_wait for each
+ * model, all within timeout_ms; *missing as for wsync_client_wait (the items
+ * hold the versions committed all the same). An upload of one file commits
+ * and waits in one request. next (may be NULL) asks for a slot right after the
+ * commit, without waiting for it: the next wsync_client_slot for exactly those
+ * models, sizes and workers, within 30 s, gets it; another aborts it, and so
+ * does wsync_client_destroy.
+ */
+int wsync_client_commit_wait(wsync_client_t *client, uint64_t upload, int trust,
+    wsync_push_item_t *items, int n, const wsync_wait_t *wait, const wsync_slot_ask_t *next,
+    int timeout_ms, char **missing, wsync_err_t *err);
 /* Drops an upload (a slot) that will not be committed. */
 int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
     wsync_err_t *err);

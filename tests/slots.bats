@@ -145,6 +145,7 @@ recycling_with_watcher() {
 	--abort 3 -w all
 	--slot --commit 1
 	--trust-hashes v1.wsync -m policy
+	--next-slot --slot -m policy=10
 	--commit 7
 	--abort 7
 	EOF
@@ -155,10 +156,11 @@ recycling_with_watcher() {
 	error 64 --slot takes no wait: give -w with --commit
 	error 64 a slot request takes no file
 	error 64 --commit wants the upload number a slot answer gave, not "x"
-	error 64 --commit takes only the upload, -t, -w and --trust-hashes
+	error 64 --commit takes only the upload, -t, -w, --trust-hashes and --next-slot
 	error 64 --abort takes only the upload
 	error 64 one of --slot, --commit and --abort a request
 	error 64 --trust-hashes goes with --commit
+	error 64 --next-slot goes with --commit
 	error 66 no open slot 7 (committed, aborted or never given)
 	error 66 no open slot 7 (committed, aborted or never given)
 	EOF
@@ -400,4 +402,62 @@ Try 'wsync-push --help'."
 	ok
 	EOF
 	run -1 grep "event=commit" "$TMP/hub.log"
+}
+
+@test "--commit --next-slot asks for the next slot at the commit: a --slot of the same size gets it, another size or the end of input gives it back" {
+	make_versions 3
+	start_hub --keep 1 --recycle 4
+	start_watcher w1 --transfer link
+	wait_until hub_has_worker w1
+	start_batch
+	push_slot v1.wsync --trust-hashes --next-slot -w all -t 10
+	assert_equal "$ANSWER" "ok policy 1"
+	# Upload 2 was begun at that commit, before any request asked for it...
+	run -0 grep -c "event=begin upload=2 " "$TMP/hub.log"
+	# ...and is the next slot of that size: no other begin.
+	push_slot v2.wsync --trust-hashes --next-slot -w all -t 10
+	assert_equal "$ANSWER" "ok policy 2"
+	run -0 grep -c "event=commit model=policy version=2 .* upload=2 " "$TMP/hub.log"
+	run -0 grep -c "event=begin" "$TMP/hub.log"
+	assert_output 3
+	wait_until watcher_at w1 2
+	assert_equal "$(content_of w1.wsync)" "$(content_of v2.wsync)"
+	# A slot of another size: the one asked for ahead (3) is given back.
+	ask --slot -m policy=10
+	assert_regex "$ANSWER" '^slot 4 /'
+	run -0 grep -c "event=abort upload=3$" "$TMP/hub.log"
+	ask --abort 4
+	assert_equal "$ANSWER" "ok"
+	push_slot v3.wsync --trust-hashes --next-slot -w all -t 10
+	assert_equal "$ANSWER" "ok policy 3"
+	stop_batch
+	wait_until grep -q "event=abort upload=6$" "$TMP/hub.log"
+	run -0 grep -c "event=begin" "$TMP/hub.log"
+	assert_output 6
+	assert_equal "$(content_of w1.wsync)" "$(content_of v3.wsync)"
+}
+
+@test "a slot's commit that waits in the same request: 75 with the missing workers when they do not apply it, and the version stays committed" {
+	make_versions 2
+	start_hub
+	start_watcher w1
+	wait_until hub_has_worker w1
+	start_batch
+	kill -STOP "${WPID[w1]}"
+	push_slot v1.wsync --next-slot -w all -t 1
+	kill -CONT "${WPID[w1]}"
+	assert_regex "$ANSWER" '^error 75 policy version 1: 1 of 1 workers have not applied it after 1.0 s; w1: has no version, last seen [0-9.]+ s ago$'
+	# One request: the hub waited for the commit itself (no wait request after it).
+	run -0 grep -c "event=wait model=policy version=1 mode=all workers=1" "$TMP/hub.log"
+	run -0 grep -o "event=[a-z]*" "$TMP/hub.log"
+	assert_output --partial $'event=commit\nevent=wait\nevent=begin\nevent=timeout'
+	# Committed all the same, and the slot is closed.
+	assert_equal "$(content_of "$STORE/policy/1.wsync")" "$(content_of v1.wsync)"
+	ask --abort 1
+	assert_equal "$ANSWER" "error 66 no open slot 1 (committed, aborted or never given)"
+	wait_until watcher_at w1 1
+	# The slot asked for ahead serves the next version.
+	push_slot v2.wsync -w all -t 10
+	assert_equal "$ANSWER" "ok policy 2"
+	run -0 grep -c "event=commit model=policy version=2 .* upload=2$" "$TMP/hub.log"
 }

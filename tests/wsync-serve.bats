@@ -552,3 +552,34 @@ $TMP/store/.uploads:"
 	run -0 jq -c '.workers[] | [.worker, .alive]' <<<"$output"
 	assert_output '["w1",false]'
 }
+
+@test "a commit may wait in the same request: one file's, answered with its versions and workers; the wait's fields are checked before anything is committed" {
+	mkfile
+	start_hub
+	run -76 hub session <<-'EOF'
+	{"op":"begin","files":[{"model":"policy","size":144},{"model":"value","size":144}]}
+	{"op":"chunk","upload":1,"file":0,"off":0} v.wsync
+	{"op":"chunk","upload":1,"file":1,"off":0} v.wsync
+	{"op":"commit","upload":1,"mode":"all","timeout_ms":1000}
+	{"op":"commit","upload":1,"mode":"some","timeout_ms":1000}
+	{"op":"begin","files":[{"model":"policy","size":144}]}
+	{"op":"chunk","upload":2,"file":0,"off":0} v.wsync
+	{"op":"commit","upload":2,"mode":"all","timeout_ms":3600001}
+	{"op":"commit","upload":2,"mode":"all"}
+	EOF
+	assert_line --index 3 '{"code":64,"error":"upload 1 has 2 files: a commit waits for one model'"'"'s version (wait for each after the commit)","id":4,"ok":false}'
+	assert_line --index 4 '{"code":64,"error":"upload 1 has 2 files: a commit waits for one model'"'"'s version (wait for each after the commit)","id":5,"ok":false}'
+	assert_line --index 7 '{"code":64,"error":"a wait of 3600001 ms is longer than the hub keeps one (3600000 ms)","id":8,"ok":false}'
+	assert_line --index 8 '{"code":76,"error":"field \"timeout_ms\" is missing","id":9,"ok":false}'
+	# Nothing was committed: the uploads are still open, and commit as asked.
+	run -0 hub session <<-'EOF'
+	{"op":"begin","files":[{"model":"policy","size":144}]}
+	{"op":"chunk","upload":3,"file":0,"off":0} v.wsync
+	{"op":"commit","upload":3,"mode":"some","timeout_ms":1000}
+	{"op":"commit","upload":3,"mode":"count","count":0,"timeout_ms":1000}
+	EOF
+	assert_line --index 2 '{"code":76,"error":"wait mode \"some\" is not all, count or ids","id":3,"ok":false}'
+	run -0 jq -c '[.ok, .versions[0].model, .versions[0].version, .versions[0].size, .workers]' <<<"${lines[3]}"
+	assert_output '[true,"policy",1,144,[]]'
+	run -0 grep -c "event=wait model=policy version=1 mode=count workers=0 timeout_ms=1000" "$TMP/hub.log"
+}

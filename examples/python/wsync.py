@@ -296,8 +296,9 @@ class Publisher:
 
     On the hub's host, each publish asks for a slot in the hub's store, writes
     the arrays into it (write_into: copied and hashed in one pass, into pages
-    a recycling hub already has) and commits it with --trust-hashes; after a
-    publish that waited, the next slot is asked for at once. Elsewhere it
+    a recycling hub already has) and commits it with --trust-hashes and
+    --next-slot (the coprocess asks for the next slot while the workers take
+    this version: the next publish of the same size finds it). Elsewhere it
     writes a safetensors file in a private directory (default: the per-user
     tmpfs) and pushes that. With wait, it returns once those workers applied it.
     The arrays must not change while publish copies them: the hashes are taken
@@ -315,7 +316,6 @@ class Publisher:
     def s_start(self):
         self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
-        self.ahead = None       # (model, size, when) of a slot asked for, not yet read
 
     def s_restart(self):
         """A new coprocess; the old one aborts its slots when its input ends."""
@@ -342,15 +342,6 @@ class Publisher:
 
     def s_slot(self, model, size, timeout):
         """(upload, path) of a slot for model's next version, or None off the hub's host."""
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            with contextlib.suppress(WsyncError):
-                upload, path = self.s_answer()[1:]
-                # The hub drops a slot left 60 s: not one near that age.
-                if ahead[:2] == (model, size) and time.monotonic() - ahead[2] < 45:
-                    return upload, path
-                self.s_send(f"--abort {upload}")
-                self.s_answer()
         try:
             self.s_send(f"--slot -m {model}={size} -t {timeout}")
             return tuple(self.s_answer()[1:])
@@ -390,14 +381,8 @@ class Publisher:
             write(path, arrays, meta)
             self.s_send(f"-m {model} -t {timeout} {path}{wait_opt}")
             return int(self.s_answer()[2])
-        upload = slot[0]
-        self.s_send(f"--commit {upload} --trust-hashes -t {timeout}{wait_opt}")
-        version = int(self.s_answer()[2])
-        if wait is not None:
-            # The workers left the version before: the next slot can be its pages.
-            self.s_send(f"--slot -m {model}={size} -t {timeout}")
-            self.ahead = (model, size, time.monotonic())
-        return version
+        self.s_send(f"--commit {slot[0]} --trust-hashes --next-slot -t {timeout}{wait_opt}")
+        return int(self.s_answer()[2])
 
     def close(self):
         self.proc.stdin.close()     # the coprocess gives back a slot asked for ahead
