@@ -9,6 +9,16 @@
  *                                            new FILE, as a pull must
  *   zmq_raw rtt ENDPOINT COUNT RUNS          REQ/REP round trips of 16 bytes;
  *                                            prints seconds per round trip
+ *   zmq_raw fanout DIR N COUNT               an update's messages as wsync's
+ *                                            protocol has them, and nothing
+ *                                            else: a trainer's request to a
+ *                                            hub, the hub's publication to N
+ *                                            workers (PUB/SUB), each worker's
+ *                                            ack and the hub's reply to it, the
+ *                                            hub's reply to the trainer once
+ *                                            all N acked; prints seconds per
+ *                                            update, COUNT lines (ipc sockets
+ *                                            in DIR)
  *
  * The server is a forked child, so two processes share the two cores as a hub
  * and a client do. Every message is sent from one reused buffer (zmq_send
@@ -149,15 +159,146 @@ s_rtt(const char *endpoint, int count, int runs)
 	return 0;
 }
 
+/* ---- fanout: the messages of one update, trainer to N workers acked ---- */
+
+struct s_update {
+	char kind;                      /* 'u' an update, 'a' an ack */
+	long long number;
+};
+
+static void *
+s_socket(void *ctx, int type, const char *dir, const char *name, int bind)
+{
+	char endpoint[4200];
+	void *s = zmq_socket(ctx, type);
+
+	snprintf(endpoint, sizeof(endpoint), "ipc://%s/%s", dir, name);
+	if (s == NULL || (bind ? zmq_bind(s, endpoint) : zmq_connect(s, endpoint)) < 0)
+		s_die(endpoint);
+	return s;
+}
+
+/* The hub: publishes each update, replies to each ack, and to the trainer after the Nth. */
+static void
+s_fanout_hub(const char *dir, int n)
+{
+	void *ctx = zmq_ctx_new(), *router = s_socket(ctx, ZMQ_ROUTER, dir, "hub", 1);
+	void *pub = s_socket(ctx, ZMQ_PUB, dir, "pub", 1);
+	char id[256], trainer[256];
+	int tlen = 0, acks = 0;
+	struct s_update u, now = { 0, -1 };
+
+	for (;;) {
+		int idlen = zmq_recv(router, id, sizeof(id), 0);
+		if (idlen < 0 || zmq_recv(router, &u, sizeof(u), 0) != (int)sizeof(u))
+			s_die("hub receive");
+		if (u.kind == 'u') {
+			memcpy(trainer, id, (size_t)idlen);
+			tlen = idlen;
+			now = u;
+			acks = 0;
+			if (zmq_send(pub, &u, sizeof(u), 0) < 0)
+				s_die("publish");
+			continue;
+		}
+		/* The waiting trainer hears first, as wsync's hub answers a wait first. */
+		if (u.number == now.number && ++acks == n &&
+		    (zmq_send(router, trainer, (size_t)tlen, ZMQ_SNDMORE) < 0 ||
+		    zmq_send(router, &now, sizeof(now), 0) < 0))
+			s_die("reply to the trainer");
+		if (zmq_send(router, id, (size_t)idlen, ZMQ_SNDMORE) < 0 ||
+		    zmq_send(router, &u, sizeof(u), 0) < 0)
+			s_die("reply to an ack");
+	}
+}
+
+/* A worker: acks each update it hears of, and waits for the ack's reply. */
+static void
+s_fanout_worker(const char *dir)
+{
+	void *ctx = zmq_ctx_new(), *sub = s_socket(ctx, ZMQ_SUB, dir, "pub", 0);
+	void *ack = s_socket(ctx, ZMQ_DEALER, dir, "hub", 0);
+	struct s_update u;
+
+	zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+	for (;;) {
+		if (zmq_recv(sub, &u, sizeof(u), 0) != (int)sizeof(u))
+			s_die("worker receive");
+		u.kind = 'a';
+		if (zmq_send(ack, &u, sizeof(u), 0) < 0 || zmq_recv(ack, &u, sizeof(u), 0) < 0)
+			s_die("ack");
+	}
+}
+
+/* The trainer: updates until all N workers ack one (they have subscribed), then COUNT timed. */
+static int
+s_fanout(const char *dir, int count)
+{
+	void *ctx = zmq_ctx_new(), *s = s_socket(ctx, ZMQ_DEALER, dir, "hub", 0);
+	struct s_update u = { 'u', 0 }, got;
+	double give_up = s_now() + 20;
+
+	for (int joined = 0; !joined; u.number++) {
+		zmq_pollitem_t item = { s, 0, ZMQ_POLLIN, 0 };
+		if (s_now() > give_up) {
+			fprintf(stderr, "zmq_raw: the workers did not all subscribe within 20 s\n");
+			exit(75);
+		}
+		if (zmq_send(s, &u, sizeof(u), 0) < 0)
+			s_die("update");
+		while (zmq_poll(&item, 1, 200) > 0 && zmq_recv(s, &got, sizeof(got), 0) > 0)
+			joined |= got.number == u.number;
+	}
+	for (int i = 0; i < count; i++, u.number++) {
+		double start = s_now();
+		if (zmq_send(s, &u, sizeof(u), 0) < 0 || zmq_recv(s, &got, sizeof(got), 0) < 0)
+			s_die("update");
+		printf("%.9f\n", s_now() - start);
+	}
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	return 0;
+}
+
+/* zmq_raw fanout DIR N COUNT: a hub and N workers forked, the trainer here. */
+static int
+s_fanout_main(const char *dir, int n, int count)
+{
+	pid_t pids[65];
+	int rc;
+
+	if (n < 1 || n > 64 || count < 1) {
+		fprintf(stderr, "zmq_raw: fanout wants 1 to 64 workers and 1 or more updates\n");
+		return 64;
+	}
+	for (int i = 0; i <= n; i++)
+		if ((pids[i] = fork()) == 0) {
+			if (i == 0)
+				s_fanout_hub(dir, n);
+			else
+				s_fanout_worker(dir);
+			_exit(0);
+		}
+	rc = s_fanout(dir, count);
+	for (int i = 0; i <= n; i++) {
+		kill(pids[i], SIGTERM);
+		waitpid(pids[i], NULL, 0);
+	}
+	return rc;
+}
+
 int
 main(int argc, char **argv)
 {
 	pid_t pid;
 	int rc, stream = (argc == 6 || argc == 7) && strcmp(argv[1], "stream") == 0;
 
+	if (argc == 5 && strcmp(argv[1], "fanout") == 0)
+		return s_fanout_main(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (!stream && !(argc == 5 && strcmp(argv[1], "rtt") == 0)) {
 		fprintf(stderr, "usage: zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE]\n"
-		    "       zmq_raw rtt ENDPOINT COUNT RUNS\n");
+		    "       zmq_raw rtt ENDPOINT COUNT RUNS\n"
+		    "       zmq_raw fanout DIR N COUNT\n");
 		return 64;
 	}
 	if ((pid = fork()) == 0) {

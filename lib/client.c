@@ -1513,8 +1513,8 @@ s_ahead_ask(wsync_client_t *c, const wsync_slot_ask_t *a)
 
 /*
  * The reply to the slot asked for ahead, decoded into m (the caller frees it,
- * then forgets the slot), waited for until deadline: 0, or -1 with err (its
- * refusal, or none).
+ * then forgets the slot), waited for until deadline: 0; 2 with err, its
+ * refusal; -1 with err, no reply.
  */
 static int
 s_ahead_reply(wsync_client_t *c, int64_t deadline, wsync_msg_t *m, wsync_err_t *err)
@@ -1539,7 +1539,7 @@ s_ahead_reply(wsync_client_t *c, int64_t deadline, wsync_msg_t *m, wsync_err_t *
 	msgpack_unpacked_destroy(&m->doc);
 	if (wsync_msg_decode(m, c->ahead.reply, c->ahead.len, err) < 0)
 		return -1;
-	return wsync_reply_decode(m, &got, err);
+	return wsync_reply_decode(m, &got, err) == 0 ? 0 : 2;
 }
 
 /* Aborts the slot asked for ahead, once its reply came (within timeout_ms), and forgets it. */
@@ -1641,14 +1641,18 @@ wsync_client_slot(wsync_client_t *c, const char *const *models, const uint64_t *
 		if (sizes[i] == 0 || sizes[i] != (uint64_t)(size_t)sizes[i])
 			return wsync_err_set(err, EX_USAGE, "a slot of %" PRIu64 " bytes for model "
 			    "%s", sizes[i], models[i]);
-	/* The one asked for ahead, unless the hub may drop it soon (at 60 s). */
+	/*
+	 * The one asked for ahead, unless the hub may drop it soon (at 60 s). If
+	 * the hub refused it then, it is asked for again now.
+	 */
 	if (c->ahead.id != 0 && s_slot_key(&a, key, sizeof(key)) == 0 &&
 	    strcmp(key, c->ahead.key) == 0 && wsync_now_ms() - c->ahead.at < S_AHEAD_MS) {
 		if ((rc = s_ahead_reply(c, deadline, &m, err)) == 0)
 			rc = s_slot_take(c, &m, &a, upload, paths, err);
 		wsync_msg_free(&m);
 		s_ahead_forget(c);
-		return rc;
+		if (rc != 2)
+			return rc;
 	}
 	s_ahead_drop(c, s_left(deadline));
 	if ((id = s_slot_send(c, &a, err)) == 0)
