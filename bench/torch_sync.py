@@ -20,6 +20,10 @@ signals back that it has the new version's weights in its own hands):
   gloo     torch.distributed broadcast over N+1 ranks on 127.0.0.1; done when
            every worker returned from it and acked.
   memcpy   the limit: numpy.copyto of the model into pages that already exist.
+  zmq      the floor of an update through a hub: bench/zmq_raw fanout (C) sends
+           the messages of one update in wsync's topology and nothing else
+           (trainer to hub, PUB to N workers, N acks and their replies, the
+           reply to the trainer); no data, so one figure per N for every size.
   wsync    examples/python/wsync.py's Publisher into a hub (wsync-serve
            --keep 1, and --recycle when the hub has it; store on tmpfs) with
            N `wsync-watch --transfer link` workers: publish(model, arrays,
@@ -30,6 +34,10 @@ Called by bench/run (`make bench`):
 
   torch_sync.py --bin DIR [--quick] [--rows FILE] [--section FILE] [--tmp DIR]
                 [--sizes 256k,64m,1g] [--counts 1,4,8] [--methods LIST]
+                [--helpers DIR]
+
+--helpers is where bench/'s programs were built (default: DIR/../bench); the
+floor is a "failed" cell without zmq_raw there.
 
 --rows gets rows of bench/run's table (wsync beside its baselines), --section
 a markdown section with the whole side-by-side table; progress goes to stderr.
@@ -67,7 +75,7 @@ NPARTS = 4          # tensors in the state dict
 RECYCLE = 4         # wsync-serve --recycle N: retired files kept to be rewritten
 WAIT_S = 60         # bound on any single wait for a worker
 TORCH_METHODS = ("queues", "queues-shared", "shared", "gloo")
-NAMES = {"wsync": "wsync", "queues": "torch queues",
+NAMES = {"wsync": "wsync", "zmq": "raw ZeroMQ floor", "queues": "torch queues",
          "queues-shared": "torch queues, pre-shared (tears)", "shared": "shared buffer",
          "gloo": "gloo broadcast", "memcpy": "memcpy limit"}
 
@@ -540,6 +548,42 @@ class WsyncRuns:
         pass
 
 
+# ---- the floor: the raw ZeroMQ messages of one update through a hub ----
+
+class ZmqFloor:
+    """bench/zmq_raw fanout (C, no files, no data): a trainer's request to a hub,
+    the hub's publication to N workers (PUB/SUB), each worker's ack and the
+    hub's reply to it, the hub's reply to the trainer. wsync's protocol needs
+    these messages for any update, of any size: what no update through a hub
+    in this topology can beat. Measured once per N, shown for every size."""
+
+    measured = {}       # n: Result
+
+    def __init__(self, model, nmax, quick, args, helper):
+        self.quick, self.args = quick, args
+        self.prog = os.path.join(args.helpers, "zmq_raw")
+        if not os.access(self.prog, os.X_OK):
+            raise RuntimeError("%s is missing (make bench builds it)" % self.prog)
+
+    def run(self, n):
+        if n not in ZmqFloor.measured:
+            warm, runs = (50, 300) if self.quick else (200, 2000)
+            d = tempfile.mkdtemp(prefix="zmq-floor.", dir=self.args.tmp)
+            try:
+                out = subprocess.run([self.prog, "fanout", d, str(n), str(warm + runs)],
+                                     capture_output=True, text=True, timeout=120)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            if out.returncode != 0:
+                raise RuntimeError("zmq_raw fanout exited %d: %s" % (out.returncode,
+                                                                     out.stderr.strip()))
+            ZmqFloor.measured[n] = Result([float(t) for t in out.stdout.split()][warm:], runs)
+        return ZmqFloor.measured[n]
+
+    def close(self):
+        pass
+
+
 # ---- the table ----
 
 # How each method runs: its runner class, and the memory it adds to what is
@@ -548,6 +592,7 @@ class WsyncRuns:
 # freed before the next is made) or the pre-shared copy.
 RUNNERS = {"shared": (lambda m, n, q, a, h: SharedPool(m, n, q), lambda size, n: 0),
            "wsync": (WsyncRuns, lambda size, n: 4 * size),
+           "zmq": (ZmqFloor, lambda size, n: 0),
            "queues": (lambda m, n, q, a, h: QueuePool(m, n, q), lambda size, n: (n + 1) * size),
            "queues-shared": (lambda m, n, q, a, h: QueuePool(m, n, q, preshared=True),
                              lambda size, n: (n + 1) * size),
@@ -620,6 +665,10 @@ def target(size, n, res):
     if size == 256 * KIB:
         judge("<= 0.5 ms or <= 1.2x shared buffer",
               w.median() <= 0.5e-3 or (shared.ok() and w.median() <= 1.2 * shared.median()))
+        floor = res["zmq"]
+        if floor.ok() and shared.ok():
+            goals.append("(the raw ZeroMQ floor is %s: %.2fx shared buffer)"
+                         % (human(floor.median()), floor.median() / shared.median()))
     elif size == 64 * MIB:
         judge("<= 1.5x shared buffer", shared.ok() and w.median() <= 1.5 * shared.median(),
               shared.ok())
@@ -639,9 +688,11 @@ def main():
     ap.add_argument("--section", help="write the side-by-side markdown section here")
     ap.add_argument("--sizes", help="comma list of 256k, 64m, 1g")
     ap.add_argument("--counts", help="comma list of worker counts")
-    ap.add_argument("--methods", default="memcpy,wsync,shared,queues,queues-shared,gloo")
+    ap.add_argument("--methods", default="memcpy,zmq,wsync,shared,queues,queues-shared,gloo")
+    ap.add_argument("--helpers", help="directory of bench/'s programs (default: BIN/../bench)")
     ap.add_argument("--tmp", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
     args = ap.parse_args()
+    args.helpers = args.helpers or os.path.join(args.bin, "..", "bench")
     try:
         sizes = [SIZES[s] for s in (args.sizes or ("256k,64m" if args.quick
                                                    else "256k,64m,1g")).split(",")]
@@ -684,7 +735,7 @@ def main():
             limit = attempt("memcpy limit, %s" % LABELS[size], run_memcpy, model, args.quick)
             for n in counts:
                 results[size, n]["memcpy"] = limit
-        for m in ("shared", "wsync", "queues", "queues-shared", "gloo"):
+        for m in ("zmq", "shared", "wsync", "queues", "queues-shared", "gloo"):
             if m == "gloo":
                 del model       # the ranks hold their own copies
                 gc.collect()
@@ -713,7 +764,7 @@ def main():
             if not w.ok():
                 rows.append("| %s | %s | - | - | - |" % (name, w.why))
                 continue
-            bases = [(b, res[b]) for b in ("memcpy", "shared", "queues", "queues-shared")
+            bases = [(b, res[b]) for b in ("memcpy", "zmq", "shared", "queues", "queues-shared")
                      if res[b].ok()]
             rows.append("| %s%s | %s | %s | %s | %s |" % (
                 name, " (%d of %d runs, time budget)" % (len(w.times), w.planned)
@@ -724,18 +775,22 @@ def main():
 
     recycle = WsyncRuns.recycled
     table = ["| model | workers | wsync | torch queues | torch queues, pre-shared (tears) "
-             "| shared buffer (tears) | gloo broadcast | memcpy limit | wsync / memcpy "
-             "| wsync / shared | queues / wsync | target (N=8) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| shared buffer (tears) | gloo broadcast | memcpy limit | raw ZeroMQ floor "
+             "| wsync / memcpy | wsync / shared | wsync / floor | queues / wsync "
+             "| target (N=8) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for size in sizes:
         for n in counts:
             res = results[size, n]
-            table.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                LABELS[size], n, res["wsync"].cell(), res["queues"].cell(),
-                res["queues-shared"].cell(), res["shared"].cell(), res["gloo"].cell(),
-                res["memcpy"].cell(),
-                ratio(res["wsync"], res["memcpy"]), ratio(res["wsync"], res["shared"]),
-                ratio(res["queues"], res["wsync"]), target(size, n, res)))
+            table.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s "
+                         "| %s |" % (
+                             LABELS[size], n, res["wsync"].cell(), res["queues"].cell(),
+                             res["queues-shared"].cell(), res["shared"].cell(),
+                             res["gloo"].cell(), res["memcpy"].cell(), res["zmq"].cell(),
+                             ratio(res["wsync"], res["memcpy"]),
+                             ratio(res["wsync"], res["shared"]),
+                             ratio(res["wsync"], res["zmq"]),
+                             ratio(res["queues"], res["wsync"]), target(size, n, res)))
     notes = (
         "Each cell: median (p90) of the time from the trainer starting an update until all N "
         "workers acked holding it, after warm-ups (wsync with a recycling hub: at least two, "
@@ -764,7 +819,12 @@ def main():
         "torch.distributed broadcast of each tensor over N+1 ranks on 127.0.0.1, then every "
         "worker acks on a pipe. memcpy limit: numpy.copyto into pre-faulted pages (the faster "
         "of two layouts: same offset in a page, 64 bytes apart; this CPU's memcpy is slow for "
-        "some sizes in one). One thread per process (torch.set_num_threads(1)). Targets (issue "
+        "some sizes in one). Raw ZeroMQ floor: bench/zmq_raw fanout, in C, the messages "
+        "of one update in wsync's topology and nothing else (the trainer's request to a hub, "
+        "its publication to N workers over PUB/SUB, each worker's ack and the hub's reply to "
+        "it, the hub's reply to the trainer once all acked; no file, no data, no hash): no "
+        "update through a hub with this protocol's acks can be faster, whatever its size. "
+        "One thread per process (torch.set_num_threads(1)). Targets (issue "
         "8, N=8): 256 KiB <= 0.5 ms or <= 1.2x shared buffer; 64 MiB <= 1.5x shared buffer; 1 "
         "GiB <= 1.5x memcpy limit; every size >= 20x faster than tear-free queues. %s The "
         "machine is shared and noisy (2 cores, 4 engineers): compare ratios within one run." % (
