@@ -537,10 +537,11 @@ class WsyncRuns:
                     t0 = time.perf_counter()
                     pub.publish("bench", self.model.arrays, wait="all", timeout=WAIT_S)
                     return time.perf_counter() - t0
-                # A recycling hub has a spare file from the third version on
-                # (the first retired one, once the watchers dropped it).
+                # A recycling hub has a spare file for the fourth version on:
+                # each slot is asked for at the commit before it (--next-slot),
+                # while the watchers still link the version before that one.
                 return timed_runs(self.model.size, self.quick, update,
-                                  2 if self.recycle else 1)
+                                  3 if self.recycle else 1)
         finally:
             hub.close()
 
@@ -793,7 +794,7 @@ def main():
                              ratio(res["queues"], res["wsync"]), target(size, n, res)))
     notes = (
         "Each cell: median (p90) of the time from the trainer starting an update until all N "
-        "workers acked holding it, after warm-ups (wsync with a recycling hub: at least two, "
+        "workers acked holding it, after warm-ups (wsync with a recycling hub: at least three, "
         "so that a retired file is there to rewrite); a configuration that ran out of its time "
         "budget says how many runs it got. The state dict is %d float32 tensors summing to the "
         "size, for every method. wsync: examples/python/wsync.py's Publisher (`wsync-push "
