@@ -265,22 +265,29 @@ static int
 s_fanout_main(const char *dir, int n, int count)
 {
 	pid_t pids[65];
-	int rc;
+	int rc, forked = 0;
 
 	if (n < 1 || n > 64 || count < 1) {
 		fprintf(stderr, "zmq_raw: fanout wants 1 to 64 workers and 1 or more updates\n");
 		return 64;
 	}
-	for (int i = 0; i <= n; i++)
-		if ((pids[i] = fork()) == 0) {
-			if (i == 0)
+	for (; forked <= n; forked++) {
+		if ((pids[forked] = fork()) < 0)
+			break;
+		if (pids[forked] == 0) {
+			if (forked == 0)
 				s_fanout_hub(dir, n);
 			else
 				s_fanout_worker(dir);
 			_exit(0);
 		}
-	rc = s_fanout(dir, count);
-	for (int i = 0; i <= n; i++) {
+	}
+	if (forked <= n) {
+		perror("zmq_raw: fork");
+		rc = 71;
+	} else
+		rc = s_fanout(dir, count);
+	for (int i = 0; i < forked; i++) {
 		kill(pids[i], SIGTERM);
 		waitpid(pids[i], NULL, 0);
 	}

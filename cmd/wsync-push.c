@@ -404,6 +404,27 @@ s_slots_open(const struct s_slots *t)
 	return n;
 }
 
+/* A copy of the n strings of v and their array, in one block (free frees it). */
+static char **
+s_strv_dup(char *const *v, int n)
+{
+	size_t len = (size_t)(n + 1) * sizeof(char *);
+	char **out, *at;
+
+	for (int i = 0; i < n; i++)
+		len += strlen(v[i]) + 1;
+	if ((out = malloc(len)) == NULL)
+		cli_die(EX_SOFTWARE, "out of memory");
+	at = (char *)(out + n + 1);
+	for (int i = 0; i < n; i++) {
+		size_t k = strlen(v[i]) + 1;
+		out[i] = memcpy(at, v[i], k);
+		at += k;
+	}
+	out[n] = NULL;
+	return out;
+}
+
 /* Answers a slot request: "slot UPLOAD PATH...", remembering its models. */
 static int
 s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
@@ -422,9 +443,9 @@ s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
 		return -1;
 	t->upload[at] = upload;
 	t->n[at] = p->n;
-	t->targets[at] = p->targets;
+	/* p's names are in the request's line, which the next one overwrites. */
+	t->targets[at] = p->targets != NULL ? s_strv_dup(p->targets, p->ntargets) : NULL;
 	t->ntargets[at] = p->ntargets;
-	p->targets = NULL;
 	printf("slot %" PRIu64, upload);
 	for (int i = 0; i < p->n; i++) {
 		snprintf(t->models[at][i], sizeof(t->models[at][i]), "%s", p->models[i]);

@@ -180,10 +180,6 @@ s_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
 }
 
 /*
- * Sends a request and waits for the reply with its id; replies to earlier
- * requests are dropped. On success m and p hold the reply: the caller frees both.
- */
-/*
  * Receives the reply to request id before deadline; replies to other requests
  * are dropped. 0 with it in m and p (the caller frees both), 1 on timeout, -1
  * with err; a refusal of id is 2 when keep_refusal, with err, and m and p.
@@ -1391,16 +1387,19 @@ s_pack_wait(wsync_enc_t *e, const wsync_wait_t *w, int timeout_ms)
  * The reply to a waiting request id (the hub answers by timeout_ms, plus 2 s
  * of grace here): 0 with it in m and p; -1 with err; 2 with err, the refusal
  * in m and p (the caller frees both, as after 0) and *missing (caller frees)
- * the workers a timed-out wait misses.
+ * the workers a timed-out wait misses. commit: the request committed as well
+ * (no answer does not say it did not).
  */
 static int
-s_await_wait(wsync_client_t *c, uint64_t id, int timeout_ms, wsync_msg_t *m,
+s_await_wait(wsync_client_t *c, uint64_t id, int commit, int timeout_ms, wsync_msg_t *m,
     wsync_parts_t *p, char **missing, wsync_err_t *err)
 {
 	int rc = s_await(c, id, wsync_now_ms() + timeout_ms + 2000, m, p, 1, err);
 
 	if (rc == 1)
-		return wsync_err_set(err, EX_TEMPFAIL, "wait: no answer from %s", c->endpoint);
+		return wsync_err_set(err, EX_TEMPFAIL, "wait: no answer from %s%s", c->endpoint,
+		    commit ? " within the timeout; the version may still have been committed (see "
+		    "wsync-inspect --hub)" : "");
 	if (rc == 2)
 		*missing = wsync_missing_text(wsync_msg_get(m, "missing"));
 	return rc;
@@ -1489,6 +1488,15 @@ s_slot_take(wsync_client_t *c, const wsync_msg_t *m, const wsync_slot_ask_t *a,
 		}
 	}
 	return rc;
+}
+
+/* The earlier of deadline and 1 s from now: how long a reply on its way may take. */
+static int64_t
+s_soon(int64_t deadline)
+{
+	int64_t soon = wsync_now_ms() + 1000;
+
+	return soon < deadline ? soon : deadline;
 }
 
 /* Forgets the slot asked for ahead (its reply, if kept). */
@@ -1586,7 +1594,7 @@ wsync_client_commit_wait(wsync_client_t *c, uint64_t upload, int trust,
 	if (next != NULL && c->ahead.id == 0)
 		s_ahead_ask(c, next);
 	if (both)
-		rc = s_await_wait(c, id, timeout_ms, &m, &p, missing, err);
+		rc = s_await_wait(c, id, 1, timeout_ms, &m, &p, missing, err);
 	else if ((rc = s_await(c, id, deadline, &m, &p, 0, err)) == 1)
 		rc = wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
 		    "timeout; the version may still have been committed (see wsync-inspect "
@@ -1642,19 +1650,20 @@ wsync_client_slot(wsync_client_t *c, const char *const *models, const uint64_t *
 			return wsync_err_set(err, EX_USAGE, "a slot of %" PRIu64 " bytes for model "
 			    "%s", sizes[i], models[i]);
 	/*
-	 * The one asked for ahead, unless the hub may drop it soon (at 60 s). If
-	 * the hub refused it then, it is asked for again now.
+	 * The one asked for ahead, unless the hub may drop it soon (at 60 s). Its
+	 * reply is here already, or on its way (at most 1 s more); if the hub
+	 * refused it, or restarted since (its file gone), a new one is asked for.
 	 */
 	if (c->ahead.id != 0 && s_slot_key(&a, key, sizeof(key)) == 0 &&
 	    strcmp(key, c->ahead.key) == 0 && wsync_now_ms() - c->ahead.at < S_AHEAD_MS) {
-		if ((rc = s_ahead_reply(c, deadline, &m, err)) == 0)
+		if ((rc = s_ahead_reply(c, s_soon(deadline), &m, err)) == 0)
 			rc = s_slot_take(c, &m, &a, upload, paths, err);
 		wsync_msg_free(&m);
 		s_ahead_forget(c);
-		if (rc != 2)
-			return rc;
+		if (rc == 0)
+			return 0;
 	}
-	s_ahead_drop(c, s_left(deadline));
+	s_ahead_drop(c, s_left(s_soon(deadline)));
 	if ((id = s_slot_send(c, &a, err)) == 0)
 		return -1;
 	if ((rc = s_await(c, id, deadline, &m, &p, 0, err)) == 1)
@@ -1700,7 +1709,7 @@ wsync_client_wait(wsync_client_t *c, const char *model, uint64_t version,
 	s_pack_wait(&e, &w, timeout_ms);
 	rc = s_send(c, &e, NULL, 0, err);
 	wsync_enc_free(&e);
-	if (rc < 0 || (rc = s_await_wait(c, id, timeout_ms, &m, &p, missing, err)) < 0)
+	if (rc < 0 || (rc = s_await_wait(c, id, 0, timeout_ms, &m, &p, missing, err)) < 0)
 		return -1;
 	s_release(&m, &p);
 	return rc == 0 ? 0 : -1;

@@ -1279,7 +1279,7 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct s_upload *u)
 static int s_wait_parse(wsync_hub_t *h, struct s_req *r, struct s_wait *wt,
     uint64_t *timeout, wsync_err_t *err);
 static int s_wait_start(wsync_hub_t *h, const struct s_req *r, const wsync_model_t *m,
-    struct s_wait *wt, uint64_t timeout, wsync_err_t *err);
+    struct s_wait *wt, int64_t start, uint64_t timeout, wsync_err_t *err);
 
 /*
  * Commits every file of u together, announces the versions and answers r with
@@ -1295,6 +1295,7 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 	wsync_enc_t e;
 	struct s_wait wt = { .mode = S_ALL, .commit = 1 };
 	int waits = wsync_msg_get(&r->msg, "mode") != NULL, rc = 0;
+	int64_t asked = wsync_now_ms();         /* the wait's timeout runs from here */
 	uint64_t id = u->id, timeout = 0;
 	size_t n = 0;
 
@@ -1354,8 +1355,8 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 		wt.version = out[0].version;
 		wt.size = out[0].size;
 		wt.content = out[0].content;
-		if ((rc = s_wait_start(h, r, wsync_store_find(h->store, wt.model), &wt, timeout,
-		    err)) < 0)
+		if ((rc = s_wait_start(h, r, wsync_store_find(h->store, wt.model), &wt, asked,
+		    timeout, err)) < 0)
 			s_wait_free(&wt);
 	}
 	return rc;
@@ -1546,13 +1547,13 @@ s_wait_parse(wsync_hub_t *h, struct s_req *r, struct s_wait *wt, uint64_t *timeo
 }
 
 /*
- * Starts wt, parsed from r, on its version of m: answered at once when it is
- * satisfied already, else kept (and then the hub's). -1 with err: the caller
- * still frees wt.
+ * Starts wt, parsed from r, on its version of m, its timeout running from
+ * start: answered at once when it is satisfied already, else kept (and then
+ * the hub's). -1 with err: the caller still frees wt.
  */
 static int
 s_wait_start(wsync_hub_t *h, const struct s_req *r, const wsync_model_t *m, struct s_wait *wt,
-    uint64_t timeout, wsync_err_t *err)
+    int64_t start, uint64_t timeout, wsync_err_t *err)
 {
 	static const char *const modes[] = { [S_ALL] = "all", [S_COUNT] = "count",
 	    [S_IDS] = "ids" };
@@ -1563,8 +1564,8 @@ s_wait_start(wsync_hub_t *h, const struct s_req *r, const wsync_model_t *m, stru
 	memcpy(wt->ident, r->ident, r->identlen);
 	wt->identlen = r->identlen;
 	wt->req = r->id;
-	wt->start = wsync_now_ms();
-	wt->deadline = wt->start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
+	wt->start = start;
+	wt->deadline = start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
 	s_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
 	    PRIu64, wt->model, wt->version, modes[wt->mode],
 	    wt->mode == S_COUNT ? (size_t)wt->count : wt->nids, timeout);
@@ -1607,7 +1608,7 @@ s_op_wait(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		s_no_version(m, wt.version, h->keep, err);
 		goto fail;
 	}
-	if (s_wait_start(h, r, m, &wt, timeout, err) < 0)
+	if (s_wait_start(h, r, m, &wt, wsync_now_ms(), timeout, err) < 0)
 		goto fail;
 	return 0;
 fail:

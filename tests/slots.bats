@@ -461,3 +461,39 @@ Try 'wsync-push --help'."
 	assert_equal "$ANSWER" "ok policy 2"
 	run -0 grep -c "event=commit model=policy version=2 .* upload=2$" "$TMP/hub.log"
 }
+
+@test "--next-slot keeps a slot's -W workers for the slot it asks for, however long the next request" {
+	make_versions 2
+	start_hub
+	start_watcher w1
+	wait_until hub_has_worker w1
+	start_batch
+	ask --slot -m "policy=$(stat -c %s v1.wsync)" -W w1,w2
+	[[ $ANSWER =~ ^slot\ 1\ (/.*)$ ]] || fail "slot answer: $ANSWER"
+	dd if=v1.wsync of="${BASH_REMATCH[1]}" conv=notrunc status=none
+	# A commit line longer than the slot's: its buffer is not where the names are.
+	ask --commit 1 --next-slot -w w1 -t "10.$(printf '0%.0s' {1..200})"
+	assert_equal "$ANSWER" "ok policy 1"
+	run -0 grep -c "event=commit model=policy version=1 .* upload=1 workers=w1,w2$" "$TMP/hub.log"
+	# The slot asked for ahead is for w1,w2 too: the same request gets it.
+	ask --slot -m "policy=$(stat -c %s v2.wsync)" -W w1,w2
+	assert_regex "$ANSWER" '^slot 2 /'
+	run -0 grep -c "event=begin" "$TMP/hub.log"
+	assert_output 2
+	run -1 grep "event=abort" "$TMP/hub.log"
+}
+
+@test "a slot asked for ahead of a hub that restarted since is replaced by a new one, not an error" {
+	make_versions 2
+	start_hub
+	start_batch
+	push_slot v1.wsync --next-slot -t 10
+	assert_equal "$ANSWER" "ok policy 1"
+	wait_until grep -q "event=begin upload=2 " "$TMP/hub.log"
+	stop_hub
+	start_hub
+	# The new hub emptied .uploads: the kept answer names a file gone.
+	push_slot v2.wsync -t 10
+	assert_equal "$ANSWER" "ok policy 2"
+	assert_equal "$(content_of "$STORE/policy/2.wsync")" "$(content_of v2.wsync)"
+}

@@ -571,7 +571,9 @@ $TMP/store/.uploads:"
 	assert_line --index 4 '{"code":64,"error":"upload 1 has 2 files: a commit waits for one model'"'"'s version (wait for each after the commit)","id":5,"ok":false}'
 	assert_line --index 7 '{"code":64,"error":"a wait of 3600001 ms is longer than the hub keeps one (3600000 ms)","id":8,"ok":false}'
 	assert_line --index 8 '{"code":76,"error":"field \"timeout_ms\" is missing","id":9,"ok":false}'
-	# Nothing was committed: the uploads are still open, and commit as asked.
+	# Nothing was committed: the uploads are still open (the first connection's
+	# are gone with it), and commit as asked.
+	[ ! -e "$TMP/store/policy" ] && [ ! -e "$TMP/store/value" ]
 	run -0 hub session <<-'EOF'
 	{"op":"begin","files":[{"model":"policy","size":144}]}
 	{"op":"chunk","upload":3,"file":0,"off":0} v.wsync
