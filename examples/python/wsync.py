@@ -134,6 +134,19 @@ def s_lib():
     return s_libwsync
 
 
+s_dtypes = {}     # numpy dtype -> its index in ABI_DTYPES (dtype.name is slow)
+
+
+def s_dtype_index(name, dtype):
+    """The wsync dtype number of tensor name's numpy dtype; 65 when it has none."""
+    i = s_dtypes.get(dtype)
+    if i is None:
+        if dtype.name not in ABI_DTYPES:
+            raise WsyncError(65, f"tensor {name}: no wsync dtype for numpy's {dtype}")
+        i = s_dtypes[dtype] = ABI_DTYPES.index(dtype.name)
+    return i
+
+
 @contextlib.contextmanager
 def s_tree(arrays, model, meta):
     """A libwsync tree of arrays, yielding (lib, tree, err, check); check(rc) raises."""
@@ -151,12 +164,11 @@ def s_tree(arrays, model, meta):
             a = np.asarray(a, order="C")   # a copy when not C-contiguous
             if a.dtype.byteorder == ">":
                 a = a.astype(a.dtype.newbyteorder("<"))
-            if a.dtype.name not in ABI_DTYPES:
-                raise WsyncError(65, f"tensor {name}: no wsync dtype for numpy's {a.dtype}")
             keep.append(a)
             check(lib.wsync_tree_add_split(
-                tree, name.encode(), b".", ABI_DTYPES.index(a.dtype.name), a.ndim,
-                (ctypes.c_uint64 * a.ndim)(*a.shape), a.ctypes.data, a.nbytes, err))
+                tree, name.encode(), b".", s_dtype_index(name, a.dtype), a.ndim,
+                (ctypes.c_uint64 * a.ndim)(*a.shape), a.__array_interface__["data"][0],
+                a.nbytes, err))
         for k, v in (meta or {}).items():
             check(lib.wsync_tree_set_meta(tree, str(k).encode(), str(v).encode(), err))
         yield lib, tree, err, check
