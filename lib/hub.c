@@ -23,7 +23,7 @@
 #include "store_int.h"
 
 #define S_POLL_MS 100                   /* longest sleep: the timers' resolution */
-#define S_PROBE_MS 200                  /* how long a live hub has to answer a probe */
+#define S_PROBE_MS 1000                 /* how long a live hub has to answer a probe */
 #define S_BATCH 256                     /* requests served between two timer checks */
 #define S_SNDHWM 100                    /* replies queued per peer (a get's is 4 MiB) */
 #define S_RCVHWM 32                     /* requests queued per connection (a chunk is 4 MiB) */
