@@ -337,11 +337,17 @@ EOF
 	# Each went through a slot and committed on the hashes the helper computed...
 	run -0 grep -c "event=commit model=policy version=.* verified=no" hub.log
 	assert_output 6
-	# ...into a retired version's file from the fourth on: each slot is asked for
-	# when the version before it is committed, while the watcher still links
-	# the one before that; the slot asked for with the last was given back at close.
+	# ...the first two into new files (nothing was retired yet), most later ones
+	# into retired versions' files: each slot is asked for when the version
+	# before it is committed, so whether the watcher has let go of the one
+	# before that already is a race for the third and fourth. The slot asked
+	# for with the last was given back at close.
 	run -0 grep -o "recycled=[0-9]" hub.log
-	assert_output $'recycled=0\nrecycled=0\nrecycled=0\nrecycled=1\nrecycled=1\nrecycled=1\nrecycled=1'
+	assert_line --index 0 recycled=0
+	assert_line --index 1 recycled=0
+	assert_equal "${#lines[@]}" 7
+	run -0 grep -c "recycled=1" hub.log
+	(( output >= 4 ))
 	wait_until grep -q "event=abort upload=7" hub.log
 	run -0 wsync-inspect --verify w1.wsync
 }
