@@ -22,6 +22,9 @@
 /* How far ahead of the data a fetch allocates its file's pages. */
 #define S_ALLOC_AHEAD (32u << 20)
 #define S_AHEAD_MS 30000                /* a slot asked for ahead is given until then */
+/* What a commit that got no answer adds: it may have happened all the same. */
+#define S_MAYBE_COMMITTED "; the version may still have been committed (see " \
+    "wsync-inspect --hub)"
 
 static const char *const s_transfers[] = { "auto", "link", "copy", "socket" };
 
@@ -1401,8 +1404,7 @@ s_await_wait(wsync_client_t *c, uint64_t id, int commit, int timeout_ms, wsync_m
 
 	if (rc == 1)
 		return wsync_err_set(err, EX_TEMPFAIL, "wait: no answer from %s%s", c->endpoint,
-		    commit ? " within the timeout; the version may still have been committed (see "
-		    "wsync-inspect --hub)" : "");
+		    commit ? " within the timeout" S_MAYBE_COMMITTED : "");
 	if (rc == 2)
 		*missing = wsync_missing_text(wsync_msg_get(m, "missing"));
 	return rc;
@@ -1533,18 +1535,19 @@ s_ahead_reply(wsync_client_t *c, int64_t deadline, wsync_msg_t *m, wsync_err_t *
 	uint64_t got;
 
 	msgpack_unpacked_init(&m->doc);
-	while (c->ahead.id != 0 && c->ahead.reply == NULL) {
+	if (c->ahead.reply == NULL) {
+		/* s_recv keeps its reply, a refusal as well, whenever it comes. */
 		wsync_msg_t other;
 		wsync_parts_t p = { .n = 0 };
-		int rc = s_recv(c, deadline, &got, &other, &p, 0, err);
+		int rc = s_await(c, c->ahead.id, deadline, &other, &p, 0, err);
 		if (rc == 1)
 			return wsync_err_set(err, EX_TEMPFAIL, "slot: no answer from %s within the "
 			    "timeout", c->endpoint);
 		if (rc == 0)
 			s_release(&other, &p);
-		else if (got == 0)
-			return -1;
 	}
+	if (c->ahead.reply == NULL && c->ahead.id != 0)
+		return -1;
 	if (c->ahead.reply == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	msgpack_unpacked_destroy(&m->doc);
@@ -1600,8 +1603,7 @@ wsync_client_commit_wait(wsync_client_t *c, uint64_t upload, int trust,
 		rc = s_await_wait(c, id, 1, timeout_ms, &m, &p, missing, err);
 	else if ((rc = s_await(c, id, deadline, &m, &p, 0, err)) == 1)
 		rc = wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
-		    "timeout; the version may still have been committed (see wsync-inspect "
-		    "--hub)", c->endpoint);
+		    "timeout" S_MAYBE_COMMITTED, c->endpoint);
 	if (rc < 0)
 		return -1;
 	if (rc == 2) {

@@ -35,7 +35,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 
 import numpy as np
 
