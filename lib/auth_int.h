@@ -4,7 +4,7 @@
 
 #include <zmq.h>
 
-#include "store_int.h"
+#include "log_int.h"
 #include "wsync.h"
 
 #define WSYNC_AUTH_ITEMS 3              /* poll items an authenticator adds */

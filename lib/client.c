@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "tempfile_int.h"
 #include "file_int.h"
 #include "io_int.h"
 #include "tree_int.h"
@@ -620,29 +621,6 @@ s_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size, int64_t deadl
 	return 0;
 }
 
-/* Links src to a new name "path.tmp.XXXXXX" (written to buf); errno set on failure. */
-static int
-s_link_temp(const char *src, const char *path, char *buf, size_t size)
-{
-	static const char set[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-
-	for (int tries = 0; tries < 16; tries++) {
-		unsigned char r[6];
-		int n = snprintf(buf, size, "%s.tmp.XXXXXX", path);
-		if (n < 0 || (size_t)n >= size || getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
-			errno = ENAMETOOLONG;
-			return -1;
-		}
-		for (int i = 0; i < 6; i++)
-			buf[n - 6 + i] = set[r[i] % (sizeof(set) - 1)];
-		if (link(src, buf) == 0)
-			return 0;
-		if (errno != EEXIST)
-			return -1;
-	}
-	return -1;
-}
-
 /*
  * 1 when fd is the store's file just as the hub verified it: the hub gave its
  * modification time then, and nothing has written to it since.
@@ -708,7 +686,7 @@ s_fetch_local(wsync_client_t *c, const char *model, const wsync_head_t *got,
 	if (s_store_path(c, model, got->version, src, sizeof(src), err) < 0)
 		return -1;
 	if (c->transfer != WSYNC_TRANSFER_COPY) {
-		if (s_link_temp(src, path, buf, size) == 0) {
+		if (wsync_temp_link(src, path, buf, size) == 0) {
 			c->used = "link";
 			if ((*fd = open(buf, O_RDONLY | O_CLOEXEC)) < 0) {
 				wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -730,12 +708,8 @@ s_fetch_local(wsync_client_t *c, const char *model, const wsync_head_t *got,
 			return wsync_err_set(err, EX_IOERR, "cannot link %s to %s: %s", src, path,
 			    strerror(e));
 	}
-	if (snprintf(buf, size, "%s.tmp.XXXXXX", path) >= (int)size ||
-	    (*fd = mkostemp(buf, O_CLOEXEC)) < 0) {
-		buf[0] = '\0';
-		return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
-		    path, strerror(errno));
-	}
+	if ((*fd = wsync_temp_open(path, buf, size, err)) < 0)
+		return -1;
 	c->used = "copy";
 	if ((in = s_store_open(c, model, got->version, err)) < 0)
 		return -1;
@@ -770,11 +744,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const char *model, uint64_t version,
 			goto fail;
 	} else {
 		c->used = "socket";
-		if (snprintf(buf, sizeof(buf), "%s.tmp.XXXXXX", path) >= (int)sizeof(buf))
-			return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
-		if ((fd = mkostemp(buf, O_CLOEXEC)) < 0)
-			return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
-			    path, strerror(errno));
+		if ((fd = wsync_temp_open(path, buf, sizeof(buf), err)) < 0)
+			return -1;
 		if (ftruncate(fd, (off_t)got->size) < 0) {
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;

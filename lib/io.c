@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io_int.h"
+#include "tempfile_int.h"
 
 int
 wsync_write_all(int fd, const void *buf, size_t len)
@@ -87,77 +88,23 @@ wsync_pages_populate(const void *p, size_t len)
 #endif
 }
 
-/* The process umask; mkstemp makes 0600 files, written files get 0666 & ~umask. */
-static mode_t
-s_umask(void)
-{
-	mode_t mask = umask(022);
-
-	umask(mask);
-	return mask;
-}
-
-/* fsyncs the directory holding path, so that a rename into it is durable. */
-static int
-s_sync_dir(const char *path)
-{
-	char dir[PATH_MAX];
-	const char *slash = strrchr(path, '/');
-	int fd, rc;
-
-	if (slash == NULL)
-		strcpy(dir, ".");
-	else if (slash == path)
-		strcpy(dir, "/");
-	else if ((size_t)(slash - path) < sizeof(dir))
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
-	else
-		return -1;
-	if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-		return -1;
-	rc = fsync(fd);
-	close(fd);
-	return rc;
-}
-
 int
 wsync_write_atomic(const char *path, wsync_write_fn write_fn, wsync_tree_t *tree,
     wsync_err_t *err)
 {
 	char tmp[PATH_MAX];
-	int fd = -1, saved;
+	int fd, saved;
 
 	if (strcmp(path, "-") == 0)
 		return write_fn(tree, STDOUT_FILENO, "stdout", err);
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-		return wsync_err_set(err, EX_IOERR, "%s: path too long", path);
-	if ((fd = mkstemp(tmp)) < 0)
-		return wsync_err_set(err, EX_IOERR, "%s: cannot create a temporary file: %s",
-		    path, strerror(errno));
-	if (write_fn(tree, fd, path, err) < 0)
-		goto fail;
-	if (fchmod(fd, 0666 & ~s_umask()) < 0 || fsync(fd) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: %s", path, strerror(errno));
-		goto fail;
-	}
-	if (close(fd) < 0) {
-		fd = -1;
-		wsync_err_set(err, EX_IOERR, "%s: %s", path, strerror(errno));
-		goto fail;
-	}
-	fd = -1;
-	if (rename(tmp, path) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
-		    strerror(errno));
-		goto fail;
-	}
-	s_sync_dir(path);
-	return 0;
-fail:
-	saved = errno;
-	if (fd >= 0)
+	if ((fd = wsync_temp_open(path, tmp, sizeof(tmp), err)) < 0)
+		return -1;
+	if (write_fn(tree, fd, path, err) < 0) {
+		saved = errno;
 		close(fd);
-	unlink(tmp);
-	errno = saved;
-	return -1;
+		unlink(tmp);
+		errno = saved;
+		return -1;
+	}
+	return wsync_temp_commit(fd, tmp, path, 0666 & ~wsync_umask(), err);
 }

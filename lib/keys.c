@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "io_int.h"
 #include "keys_int.h"
+#include "tempfile_int.h"
 #include "net_int.h"
 
 #define S_MAX_CERT 65536                /* bytes in a certificate file */
@@ -260,28 +262,18 @@ wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsyn
 static int
 s_write_cert(const char *path, const char *text, mode_t mode, wsync_err_t *err)
 {
-	char tmp[4200];
+	char tmp[PATH_MAX];
 	int fd;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
-		return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
-	if ((fd = mkstemp(tmp)) < 0)
-		return wsync_err_set(err, EX_IOERR, "%s: cannot create: %s", path, strerror(errno));
-	if (fchmod(fd, mode) < 0 || wsync_write_all(fd, text, strlen(text)) < 0 ||
-	    fsync(fd) < 0) {
+	if ((fd = wsync_temp_open(path, tmp, sizeof(tmp), err)) < 0)
+		return -1;
+	if (wsync_write_all(fd, text, strlen(text)) < 0) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
 		close(fd);
 		unlink(tmp);
 		return -1;
 	}
-	close(fd);
-	if (rename(tmp, path) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
-		    strerror(errno));
-		unlink(tmp);
-		return -1;
-	}
-	return 0;
+	return wsync_temp_commit(fd, tmp, path, mode, err);
 }
 
 int
