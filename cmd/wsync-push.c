@@ -9,7 +9,6 @@
 #include "cli.h"
 
 #define S_MAX_MODELS 64
-#define S_MAX_SLOTS 3             /* the hub takes 4 uploads a client: one left for pushes */
 #define S_CONNECT_MS 5000
 
 static const char s_usage[] =
@@ -376,12 +375,12 @@ s_words(char *line, char **argv, int max)
  * wait, and their sizes and workers, for a next slot like them.
  */
 struct s_slots {
-	uint64_t upload[S_MAX_SLOTS];
-	int n[S_MAX_SLOTS];
-	char models[S_MAX_SLOTS][S_MAX_MODELS][WSYNC_MAX_MODEL + 1];
-	uint64_t sizes[S_MAX_SLOTS][S_MAX_MODELS];
-	char **targets[S_MAX_SLOTS];    /* a cli_split array, or NULL */
-	int ntargets[S_MAX_SLOTS];
+	uint64_t upload[WSYNC_SLOTS_OPEN_MAX];
+	int n[WSYNC_SLOTS_OPEN_MAX];
+	char models[WSYNC_SLOTS_OPEN_MAX][S_MAX_MODELS][WSYNC_MAX_MODEL + 1];
+	uint64_t sizes[WSYNC_SLOTS_OPEN_MAX][S_MAX_MODELS];
+	char **targets[WSYNC_SLOTS_OPEN_MAX];    /* a cli_split array, or NULL */
+	int ntargets[WSYNC_SLOTS_OPEN_MAX];
 };
 
 /* Forgets open slot at (committed, aborted or dropped by the hub). */
@@ -399,7 +398,7 @@ s_slots_open(const struct s_slots *t)
 {
 	int n = 0;
 
-	for (int at = 0; at < S_MAX_SLOTS; at++)
+	for (int at = 0; at < WSYNC_SLOTS_OPEN_MAX; at++)
 		n += t->upload[at] != 0;
 	return n;
 }
@@ -433,11 +432,11 @@ s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
 	uint64_t upload;
 	int at = 0;
 
-	while (at < S_MAX_SLOTS && t->upload[at] != 0)
+	while (at < WSYNC_SLOTS_OPEN_MAX && t->upload[at] != 0)
 		at++;
-	if (at == S_MAX_SLOTS)
+	if (at == WSYNC_SLOTS_OPEN_MAX)
 		return wsync_err_set(err, EX_USAGE, "%d slots are open already: commit or abort "
-		    "one first", S_MAX_SLOTS);
+		    "one first", WSYNC_SLOTS_OPEN_MAX);
 	if (wsync_client_slot(c, p->models, p->sizes, p->n, (const char *const *)p->targets,
 	    p->ntargets, p->timeout_ms, &upload, paths, err) < 0)
 		return -1;
@@ -461,7 +460,7 @@ s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
 static int
 s_slot_find(struct s_slots *t, struct s_push *p, wsync_err_t *err)
 {
-	for (int at = 0; at < S_MAX_SLOTS; at++) {
+	for (int at = 0; at < WSYNC_SLOTS_OPEN_MAX; at++) {
 		if (t->upload[at] != p->upload)
 			continue;
 		p->n = t->n[at];
@@ -496,7 +495,7 @@ s_request(wsync_client_t *c, struct s_slots *t, struct s_push *p, char **missing
 	if (p->op != S_PUSH && (at = s_slot_find(t, p, err)) < 0)
 		return -1;
 	/* A slot ahead as well would leave a push no upload of the 4 the hub allows. */
-	if (p->next_slot && s_slots_open(t) == S_MAX_SLOTS)
+	if (p->next_slot && s_slots_open(t) == WSYNC_SLOTS_OPEN_MAX)
 		p->next_slot = 0;
 	if (p->op == S_ABORT)
 		rc = wsync_client_abort(c, p->upload, p->timeout_ms, err);
@@ -556,7 +555,7 @@ s_batch(wsync_client_t *c)
 			    (err.code == EX_TEMPFAIL && missing == NULL)) {
 				wsync_client_reconnect(c, S_CONNECT_MS, &ignored);
 				/* A new connection owns none of the old one's slots. */
-				for (int at = 0; at < S_MAX_SLOTS; at++)
+				for (int at = 0; at < WSYNC_SLOTS_OPEN_MAX; at++)
 					s_slot_clear(slots, at);
 			}
 		}
@@ -571,7 +570,7 @@ s_batch(wsync_client_t *c)
 	}
 	free(line);
 	/* Slots left open are the hub's to drop (it does after 60 s): say so now instead. */
-	for (int at = 0; at < S_MAX_SLOTS; at++) {
+	for (int at = 0; at < WSYNC_SLOTS_OPEN_MAX; at++) {
 		wsync_err_t ignored;
 		if (slots->upload[at] != 0)
 			wsync_client_abort(c, slots->upload[at], 1000, &ignored);

@@ -29,7 +29,6 @@
 #define S_RCVHWM 32                     /* requests queued per connection (a chunk is 4 MiB) */
 #define S_MAX_WAIT_MS 3600000           /* one hour: the longest wait a peer may ask */
 #define S_UPLOADS 16                    /* uploads in flight per hub */
-#define S_PEER_UPLOADS 4                /* uploads in flight per peer */
 #define S_PEER_WAITS 64                 /* waits pending per peer */
 #define S_UPLOAD_FILES 64               /* files in one upload */
 #define S_UPLOAD_IDLE_MS 60000          /* an upload not touched for this long expires */
@@ -1115,9 +1114,9 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 		return wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d uploads in flight "
 		    "already; try again later", S_UPLOADS);
 	/* One peer cannot take every slot: others still get to push. */
-	if (mine >= S_PEER_UPLOADS)
+	if (mine >= WSYNC_PEER_UPLOADS)
 		return wsync_err_set(err, EX_UNAVAILABLE, "this client has %d uploads in flight "
-		    "already (the most one may have); try again later", S_PEER_UPLOADS);
+		    "already (the most one may have); try again later", WSYNC_PEER_UPLOADS);
 	if (s_str(r, "pusher", 0, wsync_id_check, u->pusher, sizeof(u->pusher), err) < 0 ||
 	    s_bool(r, "local", &u->local, err) < 0 ||
 	    s_list(wsync_msg_get(&r->msg, "workers"), "workers", 0, wsync_id_check,

@@ -14,6 +14,8 @@
 #define WSYNC_HEARTBEAT_MS 1000
 #define WSYNC_ALIVE_MS 5000             /* a worker not seen for this long is not alive */
 #define WSYNC_MAX_MESSAGE (1u << 20)    /* bytes in one msgpack message frame */
+/* Uploads a hub lets one connection have open: its slots and one plain push. */
+#define WSYNC_PEER_UPLOADS (WSYNC_SLOTS_OPEN_MAX + 1)
 
 /* A decoded message: a view over one msgpack map. */
 typedef struct wsync_msg {

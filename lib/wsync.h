@@ -24,6 +24,8 @@
 #define WSYNC_MAX_TENSORS 1000000
 #define WSYNC_MAX_MODEL 64          /* bytes in a model id */
 #define WSYNC_MAX_META 1024         /* entries in meta */
+/* Slots one client keeps open at once: a hub takes one upload more, for plain pushes. */
+#define WSYNC_SLOTS_OPEN_MAX 3
 #define WSYNC_MAX_META_VALUE 65536  /* bytes in one meta value */
 #define WSYNC_ALIGN 64              /* every tensor's data starts at a multiple */
 #define WSYNC_MAX_ID 128            /* bytes in a worker id or host name */
