@@ -9,7 +9,7 @@ bats_load_library bats-assert
 # test_helper does the same): every WSYNC_* and XDG_* variable goes, except
 # what tests/run sets (WSYNC_BIN) and the long tests' knobs (WSYNC_CRASH_*,
 # WSYNC_LOAD_*). XDG_RUNTIME_DIR, where the default hub and store live, is
-# the test's own.
+# the test's temp dir (its wsync/ made only when a program uses it).
 for var in $(compgen -e); do
 	case $var in
 	WSYNC_BIN | WSYNC_CRASH_* | WSYNC_LOAD_*) ;;
@@ -17,10 +17,7 @@ for var in $(compgen -e); do
 	esac
 done
 unset var
-if [ -n "${BATS_TEST_TMPDIR:-}" ]; then
-	mkdir -p -m 700 "$BATS_TEST_TMPDIR/xdg-runtime"
-	export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR/xdg-runtime"
-fi
+[ -z "${BATS_TEST_TMPDIR:-}" ] || export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR"
 
 ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 # tests/long/ and tests/fixtures/ are one level deeper.
