@@ -74,7 +74,6 @@ wsync_store_sync_dir(const char *path)
 	return rc;
 }
 
-
 /* ---- pure helpers ---- */
 
 int
@@ -167,8 +166,6 @@ wsync_model_head(const wsync_model_t *m, const char *worker)
 
 /* ---- models and versions in memory ---- */
 
-/* Frees what a version's sidecar gave it. */
-
 void
 wsync_version_free(wsync_version_t *v)
 {
@@ -178,7 +175,6 @@ wsync_version_free(wsync_version_t *v)
 	v->fd = -1;
 	wsync_sidecar_free(v);
 }
-
 
 static const char *
 s_model_name(const void *models, size_t i)
@@ -236,6 +232,7 @@ wsync_model_append(wsync_model_t *m, wsync_version_t *v)
 	return 0;
 }
 
+/* ---- retention ---- */
 
 void
 wsync_store_retain(wsync_store_t *s, wsync_model_t *m)

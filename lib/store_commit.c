@@ -1,7 +1,4 @@
-/*
- * store_commit.c - uploads in the store: their temporary files, the checks a
- * commit makes, numbering, stamping, the commit itself, publishing.
- */
+/* store_commit.c - upload files, their checks, numbering, stamping, commit, publishing. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -1,7 +1,6 @@
+/* store_impl_int.h - what the store's files share: the handle's fields, their helpers. */
 /*
- * store_impl_int.h - what the store's files share inside the library: the
- * store handle's fields and the helpers one file offers the others. Users of
- * the store include store_int.h only.
+ * Users of the store include store_int.h only.
  *
  *   store.c          opening (journal recovery, cleanup, scan, verification),
  *                    models and versions in memory, lookup, retention, closing

@@ -1,7 +1,7 @@
+/* store_journal.c - numbers given and the commit journal (STORE/.journal), its recovery. */
 /*
- * store_journal.c - the numbers each model was given and the commit journal,
- * STORE/.journal: written atomically as a commit's commit point, and read
- * when the store opens to finish the renames of a commit a crash cut short.
+ * The journal is written atomically as a commit's commit point, and read when
+ * the store opens to finish the renames of a commit a crash cut short.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,9 +1,9 @@
+/* store_recycle.c - spares: retired version files kept and recycled into slots. */
 /*
- * store_recycle.c - spares: retired version files kept (wsync-serve --recycle)
- * and recycled into slots, so that a writer on the hub's host fills pages
- * that exist already. A slot is an upload whose files the hub hands out in
- * the store to be written in place (wire: begin with "local": true; hub log:
- * transfer=copy); recycling one shows as recycled= in the hub's log.
+ * With wsync-serve --recycle, a writer on the hub's host fills pages that
+ * exist already. A slot is an upload whose files the hub hands out in the
+ * store to be written in place (wire: begin with "local": true; hub log:
+ * transfer=copy); recycling a spare into one shows as recycled= in the log.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,5 @@
-/*
- * store_sidecar.c - VERSION.json beside each version: who pushed it, when, and
- * the only workers who see it ({"pusher", "time", "targets"}, wsync-serve(1)).
- */
+/* store_sidecar.c - VERSION.json sidecars: who pushed a version, when, and to whom. */
+/* {"pusher", "time", "targets"} beside each VERSION.wsync (wsync-serve(1)). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
