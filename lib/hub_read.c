@@ -5,7 +5,6 @@
 
 #include "hub_int.h"
 
-/* Explains why model m has no version number version. */
 int
 hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_err_t *err)
 {

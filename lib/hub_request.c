@@ -6,6 +6,8 @@
 
 #include "hub_int.h"
 
+/* ---- string lists ---- */
+
 void
 hub_strv_free(char **v, size_t n)
 {
@@ -23,13 +25,14 @@ s_strv_has(char *const *v, size_t n, const char *s)
 	return 0;
 }
 
+/* ---- field decoders: anything malformed is a protocol error (76) ---- */
+
 int
 hub_missing(const char *key, wsync_err_t *err)
 {
 	return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is missing", key);
 }
 
-/* 0 when s names a way a version reaches a worker. */
 int
 hub_transfer_check(const char *s)
 {
@@ -37,7 +40,6 @@ hub_transfer_check(const char *s)
 	    0 : -1;
 }
 
-/* A string field checked by check (may be NULL); "" in buf when absent and optional. */
 int
 hub_str(const struct hub_req *r, const char *key, int required, int (*check)(const char *),
     char *buf, size_t size, wsync_err_t *err)
@@ -70,7 +72,6 @@ hub_worker_field(const struct hub_req *r, int required, char *buf, wsync_err_t *
 	return hub_str(r, "worker", required, wsync_id_check, buf, WSYNC_MAX_ID + 1, err);
 }
 
-/* An unsigned field; *v untouched when absent and optional. */
 int
 hub_u64(const struct hub_req *r, const char *key, int required, uint64_t *v, wsync_err_t *err)
 {
@@ -84,7 +85,6 @@ hub_u64(const struct hub_req *r, const char *key, int required, uint64_t *v, wsy
 	return 0;
 }
 
-/* An optional boolean field; 0 when absent. */
 int
 hub_bool(const struct hub_req *r, const char *key, int *v, wsync_err_t *err)
 {
@@ -99,10 +99,6 @@ hub_bool(const struct hub_req *r, const char *key, int *v, wsync_err_t *err)
 	return 0;
 }
 
-/*
- * A list of strings, each passing check, copied into *out (caller frees with
- * hub_strv_free); *out NULL when absent and optional. At most HUB_MAX_LIST.
- */
 int
 hub_list(const msgpack_object *o, const char *key, int required, int (*check)(const char *),
     char ***out, size_t *n, wsync_err_t *err)
@@ -140,7 +136,8 @@ fail:
 	return -1;
 }
 
-/* Starts an ok reply to request id with nfields more fields. */
+/* ---- replies ---- */
+
 void
 hub_ok(wsync_enc_t *e, uint64_t id, size_t nfields)
 {
@@ -150,7 +147,6 @@ hub_ok(wsync_enc_t *e, uint64_t id, size_t nfields)
 	wsync_enc_kv_bool(e, "ok", 1);
 }
 
-/* Sends a reply to ident and frees it. */
 void
 hub_send(wsync_hub_t *h, const void *ident, size_t identlen, wsync_enc_t *e)
 {
@@ -164,7 +160,6 @@ hub_reply(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e)
 	hub_send(h, r->ident, r->identlen, e);
 }
 
-/* Starts a refusal with nfields more fields. */
 void
 hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfields)
 {
@@ -176,7 +171,6 @@ hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfields)
 	wsync_enc_kv_str(e, "error", err->msg);
 }
 
-/* Sends reply e, then data (taken over) as the last frame, without copying it. */
 void
 hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e, zmq_msg_t *data)
 {
@@ -189,6 +183,8 @@ hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e, zmq_msg_
 	zmq_msg_close(data);
 	wsync_enc_free(e);
 }
+
+/* ---- the envelope and the op table ---- */
 
 /* Every op the hub serves, and where (wsync(7) documents each). */
 static const struct {

@@ -10,7 +10,6 @@
 
 #include "hub_int.h"
 
-/* A commit's versions: [{model, version, size, content}], n of them. */
 void
 hub_pack_versions(wsync_enc_t *e, const wsync_committed_t *c, size_t n)
 {
@@ -163,6 +162,7 @@ s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_e
 	if (mine >= WSYNC_PEER_UPLOADS)
 		return wsync_err_set(err, EX_UNAVAILABLE, "this client has %d uploads in flight "
 		    "already (the most one may have); try again later", WSYNC_PEER_UPLOADS);
+	/* A begin with "local": true asks for a slot. */
 	if (hub_str(r, "pusher", 0, wsync_id_check, u->pusher, sizeof(u->pusher), err) < 0 ||
 	    hub_bool(r, "local", &u->slot, err) < 0 ||
 	    hub_list(wsync_msg_get(&r->msg, "workers"), "workers", 0, wsync_id_check,
@@ -184,6 +184,7 @@ s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_e
 	for (size_t i = 0; i < u->nfiles; i++)
 		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s%s",
 		    i ? "," : "", u->temps[i].model);
+	/* The log calls a slot transfer=copy: its bytes are copied in place, not sent. */
 	hub_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s recycled=%zu transfer=%s",
 	    u->id, list, u->pusher[0] ? u->pusher : "-", u->recycled,
 	    u->slot ? "copy" : "socket");
@@ -205,7 +206,7 @@ hub_op_begin(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	hub_ok(&e, r->id, u->slot ? 2 : 1);
 	wsync_enc_kv_u64(&e, "upload", u->id);
 	if (u->slot) {
-		/* The pusher shares this host and store: it writes the files in place itself. */
+		/* The writer shares this host and store: it fills the slot's files in place. */
 		wsync_enc_str(&e, "paths");
 		msgpack_pack_array(&e.pk, u->nfiles);
 		for (size_t i = 0; i < u->nfiles; i++)
@@ -226,7 +227,7 @@ s_upload_write(struct hub_upload *u, uint64_t file, uint64_t off, const char *da
 	if (file >= u->nfiles)
 		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " has no file %" PRIu64,
 		    u->id, file);
-	/* Its pusher writes it in the store: bytes sent here could ride on a trusted commit. */
+	/* A slot is filled in the store: bytes sent here could ride on a trusted commit. */
 	if (u->slot)
 		return wsync_err_set(err, EX_USAGE, "upload %" PRIu64 " is written in place in the "
 		    "store, not sent", u->id);

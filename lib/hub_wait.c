@@ -250,8 +250,8 @@ hub_wait_mode_name(enum hub_wait_mode mode)
 }
 
 int
-hub_wait_parse(wsync_hub_t *h, const struct hub_req *r, struct hub_wait *wt, uint64_t *timeout,
-    wsync_err_t *err)
+hub_wait_parse(wsync_hub_t *h, const struct hub_req *r, struct hub_wait *wt,
+    uint64_t *timeout, wsync_err_t *err)
 {
 	char mode[8];
 	size_t mine = 0;
@@ -280,14 +280,9 @@ hub_wait_parse(wsync_hub_t *h, const struct hub_req *r, struct hub_wait *wt, uin
 	return 0;
 }
 
-/*
- * Starts wt, parsed from r, on its version of m, its timeout running from
- * start: answered at once when it is satisfied already, else kept (and then
- * the hub's). -1 with err: the caller still frees wt.
- */
 int
-hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m, struct hub_wait *wt,
-    int64_t start, uint64_t timeout, wsync_err_t *err)
+hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
+    struct hub_wait *wt, int64_t start, uint64_t timeout, wsync_err_t *err)
 {
 	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
 	if (wt->mode == HUB_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
@@ -324,7 +319,8 @@ hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	const wsync_model_t *m;
 	uint64_t timeout;
 
-	if (hub_model_field(r, wt.model, err) < 0 || hub_u64(r, "version", 1, &wt.version, err) < 0 ||
+	if (hub_model_field(r, wt.model, err) < 0 ||
+	    hub_u64(r, "version", 1, &wt.version, err) < 0 ||
 	    hub_wait_parse(h, r, &wt, &timeout, err) < 0)
 		goto fail;
 	if ((m = wsync_store_find(h->store, wt.model)) == NULL) {
