@@ -1,9 +1,9 @@
 /*
  * hub_int.h - the hub inside: its state, one request, and the functions its
- * files share. In sections, one per file: hub.c (the loop), hub_endpoint.c,
- * hub_request.c, hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c,
- * hub_status.c. Names shared between these files start with hub_; those of
- * one file are static and start with s_.
+ * files share, in one section per file: hub_endpoint.c, hub_request.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_status.c (hub.c,
+ * the loop, shares nothing). Names shared between these files start with
+ * hub_; those of one file are static and start with s_.
  */
 #ifndef WSYNC_HUB_INT_H
 #define WSYNC_HUB_INT_H
@@ -144,15 +144,6 @@ struct hub_req {
 
 #define hub_log(h, ...) wsync_logf((h)->log, (h)->log_arg, __VA_ARGS__)
 
-/* ---- hub.c: the loop ---- */
-
-/*
- * Serves one message as received on the ROUTER: [identity][empty][request]
- * or [identity][empty][request][data]. Replies go out on the ROUTER; what
- * does not decode is logged and dropped. p stays the caller's.
- */
-void wsync_hub_serve(wsync_hub_t *hub, wsync_parts_t *p);
-
 /* ---- hub_endpoint.c: the ROUTER and PUB sockets and their endpoints ---- */
 
 /*
@@ -167,6 +158,14 @@ void hub_endpoints_close(wsync_hub_t *h);
 int hub_pub_for(const char *endpoint, char *buf, size_t size, wsync_err_t *err);
 
 /* ---- hub_request.c: the envelope, the op table, field decoders, replies ---- */
+
+/*
+ * Serves one message as received on the ROUTER: [identity][empty][request]
+ * or [identity][empty][request][data]. Replies go out on the ROUTER; what
+ * does not decode is logged and dropped. p stays the caller's. (Called by
+ * hub.c's loop, and by the fuzzer and unit tests without one.)
+ */
+void wsync_hub_serve(wsync_hub_t *hub, wsync_parts_t *p);
 
 /* What serves one op: 0 when it replied, -1 with err for a refusal. */
 typedef int hub_op_fn(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
