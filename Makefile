@@ -5,7 +5,7 @@
 
 CC       ?= cc
 PREFIX   ?= /usr/local
-PKGS     := libzmq msgpack libxxhash jansson
+PKGS     := libzmq msgpack libxxhash jansson libsodium libcrypto
 SECONDS  ?= 30
 
 ifeq ($(SANITIZE),1)

@@ -258,24 +258,6 @@ wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsyn
 	    "is --hub-key (%s) the hub's public key?", endpoint, c->server);
 }
 
-/* Writes text to path through a temporary file of mode, renamed into place. */
-static int
-s_write_cert(const char *path, const char *text, mode_t mode, wsync_err_t *err)
-{
-	char tmp[PATH_MAX];
-	int fd;
-
-	if ((fd = wsync_temp_open(path, tmp, sizeof(tmp), err)) < 0)
-		return -1;
-	if (wsync_write_all(fd, text, strlen(text)) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
-		close(fd);
-		unlink(tmp);
-		return -1;
-	}
-	return wsync_temp_commit(fd, tmp, path, mode, err);
-}
-
 int
 wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 {
@@ -305,7 +287,7 @@ wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 	    "curve\n"
 	    "    public-key = \"%s\"\n"
 	    "    secret-key = \"%s\"\n", stamp, public, secret);
-	rc = s_write_cert(secret_path, text, 0600, err);
+	rc = wsync_temp_write_text(secret_path, text, 0600, err);
 	explicit_bzero(secret, sizeof(secret));
 	explicit_bzero(text, sizeof(text));
 	if (rc < 0)
@@ -319,5 +301,5 @@ wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 	    "metadata\n"
 	    "curve\n"
 	    "    public-key = \"%s\"\n", stamp, public);
-	return s_write_cert(base, text, 0644, err);
+	return wsync_temp_write_text(base, text, 0644, err);
 }
