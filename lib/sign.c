@@ -51,7 +51,7 @@ wsync_minisig_sign(const wsync_signkey_t *key, const void *msg, size_t len,
 	sodium_bin2base64(b64[1], sizeof(b64[1]), gsig, sizeof(gsig),
 	    sodium_base64_VARIANT_ORIGINAL);
 	wsync_keyid_hex(key->id, id);
-	size = 256 + tlen;
+	size = 512 + tlen;
 	if ((*text = malloc(size)) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	snprintf(*text, size, S_UNTRUSTED "signature from minisign secret key %s\n%s\n"
