@@ -318,8 +318,10 @@ wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int n
 		if (memcmp(keys[i].id, id, WSYNC_KEYID) == 0)
 			key = &keys[i];
 	if (key == NULL)
-		return s_refuse(err, file, WSYNC_VERIFY_UNKNOWN_KEY, "signed by key %s, which is "
-		    "not one of the %d verify key%s", hex, nkeys, nkeys == 1 ? "" : "s");
+		return nkeys == 1 ? s_refuse(err, file, WSYNC_VERIFY_UNKNOWN_KEY, "signed by key "
+		    "%s, which is not the verify key", hex) : s_refuse(err, file,
+		    WSYNC_VERIFY_UNKNOWN_KEY, "signed by key %s, which is none of the %d verify "
+		    "keys", hex, nkeys);
 	cap = strlen(b64) / 4 * 3 + 3;
 	if ((bytes = malloc(cap)) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");

@@ -165,8 +165,8 @@ test_keys_and_rotation(void)
 
 	wsync_sign_trees(&tree, 1, s_key, 1, NULL, &err);
 	wsync_keyid_hex(s_pub.id, hex);
-	snprintf(want, sizeof(want), "v.wsync: signed by key %s, which is not one of the 1 "
-	    "verify key", hex);
+	snprintf(want, sizeof(want), "v.wsync: signed by key %s, which is not the verify key",
+	    hex);
 	ok(s_verify(tree, &s_other_pub, 1, NULL, msg, sizeof(msg)) == WSYNC_VERIFY_UNKNOWN_KEY &&
 	    strcmp(msg, want) == 0, "a file signed by another key is refused: %s", msg);
 	ok(s_verify(tree, both, 2, NULL, msg, sizeof(msg)) == WSYNC_VERIFY_OK,
