@@ -79,6 +79,7 @@ deps-ok:
 check: all $(UNITS) $(BUILD)/bench/zmq_raw
 	@scripts/deps check-or-install fuzz
 	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
+	@scripts/deps check-or-install sign || echo "deps: no minisign or signify; their tests skip"
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run
 
 check-long: all

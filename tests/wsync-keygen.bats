@@ -4,11 +4,6 @@
 
 load test_helper
 
-# sign_helper ARGS...: tests/sign_helper.py, signing and verifying through libwsync.
-sign_helper() {
-	LIBDIR="$WSYNC_BIN/.." with_libwsync "$PY" "$ROOT/tests/sign_helper.py" "$@"
-}
-
 # Skips the test when the Debian package $1 (command $2) is not installed.
 need() {
 	command -v "$2" >/dev/null || skip "$1 is not installed (scripts/deps check-or-install sign)"
