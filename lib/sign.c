@@ -117,76 +117,88 @@ wsync_minisig_check(const uint8_t *pk, const void *msg, size_t len, const uint8_
 	return rc;
 }
 
+/* What a model's digests are computed from: its tensors and its meta. */
+struct s_parts {
+	wsync_digest_item_t *items;
+	size_t nitems;
+	const char **keys, **values;
+	size_t nmeta;
+};
+
+/* Room for nitems tensors and nmeta meta entries; -1 with err. */
+static int
+s_parts_new(struct s_parts *p, size_t nitems, size_t nmeta, wsync_err_t *err)
+{
+	p->items = calloc(nitems + 1, sizeof(*p->items));
+	p->keys = calloc(nmeta + 1, sizeof(*p->keys));
+	p->values = calloc(nmeta + 1, sizeof(*p->values));
+	p->nitems = nitems;
+	p->nmeta = nmeta;
+	if (p->items != NULL && p->keys != NULL && p->values != NULL)
+		return 0;
+	free(p->items);
+	free(p->keys);
+	free(p->values);
+	return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+}
+
+/* The model and meta digests of the parts into out (when ok), and frees them. */
+static int
+s_parts_end(struct s_parts *p, int ok, wsync_signed_model_t *out, wsync_err_t *err)
+{
+	int rc = ok == 0 &&
+	    wsync_model_digest(p->items, p->nitems, out->digest, &out->content, err) == 0 &&
+	    wsync_meta_digest(p->keys, p->values, p->nmeta, out->meta, err) == 0 ? 0 : -1;
+
+	free(p->items);
+	free(p->keys);
+	free(p->values);
+	return rc;
+}
+
 int
 wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err)
 {
-	wsync_digest_item_t *items = calloc(tree->n + 1, sizeof(*items));
-	const char **keys = calloc(tree->nmeta + 1, sizeof(*keys));
-	const char **values = calloc(tree->nmeta + 1, sizeof(*values));
-	int rc = -1;
+	struct s_parts p;
+	int rc = 0;
 
-	if (items == NULL || keys == NULL || values == NULL) {
-		wsync_err_set(err, EX_SOFTWARE, "out of memory");
-		goto out;
-	}
+	if (s_parts_new(&p, tree->n, tree->nmeta, err) < 0)
+		return -1;
 	memset(out, 0, sizeof(*out));
 	strcpy(out->model, tree->model);
-	for (size_t i = 0; i < tree->n; i++) {
+	for (size_t i = 0; i < tree->n && rc == 0; i++) {
 		const struct wsync_tree_tensor *t = &tree->t[i];
-		items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, 0, { 0 } };
-		if (wsync_data_digest(t->data, t->nbytes, items[i].data, &items[i].hash, err) < 0)
-			goto out;
+		p.items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, 0, { 0 } };
+		rc = wsync_data_digest(t->data, t->nbytes, p.items[i].data, &p.items[i].hash, err);
 	}
 	for (size_t i = 0; i < tree->nmeta; i++) {
-		keys[i] = tree->meta[i].key;
-		values[i] = tree->meta[i].value;
+		p.keys[i] = tree->meta[i].key;
+		p.values[i] = tree->meta[i].value;
 	}
-	if (wsync_model_digest(items, tree->n, out->digest, &out->content, err) < 0 ||
-	    wsync_meta_digest(keys, values, tree->nmeta, out->meta, err) < 0)
-		goto out;
-	rc = 0;
-out:
-	free(items);
-	free(keys);
-	free(values);
-	return rc;
+	return s_parts_end(&p, rc, out, err);
 }
 
 int
 wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err)
 {
-	size_t nt = wsync_file_count(file), nm = wsync_file_meta_count(file);
-	wsync_digest_item_t *items = calloc(nt + 1, sizeof(*items));
-	const char **keys = calloc(nm + 1, sizeof(*keys));
-	const char **values = calloc(nm + 1, sizeof(*values));
-	int rc = -1;
+	struct s_parts p;
+	int rc = 0;
 
-	if (items == NULL || keys == NULL || values == NULL) {
-		wsync_err_set(err, EX_SOFTWARE, "out of memory");
-		goto out;
-	}
+	if (s_parts_new(&p, wsync_file_count(file), wsync_file_meta_count(file), err) < 0)
+		return -1;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->model, sizeof(out->model), "%s", wsync_file_model(file));
-	for (size_t i = 0; i < nt; i++) {
+	for (size_t i = 0; i < p.nitems && rc == 0; i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(file, i);
-		items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, t->hash,
+		p.items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, t->hash,
 		    { 0 } };
-		if (wsync_data_digest(t->data, t->nbytes, items[i].data, NULL, err) < 0)
-			goto out;
+		rc = wsync_data_digest(t->data, t->nbytes, p.items[i].data, NULL, err);
 	}
-	for (size_t i = 0; i < nm; i++) {
-		keys[i] = wsync_file_meta(file, i)->key;
-		values[i] = wsync_file_meta(file, i)->value;
+	for (size_t i = 0; i < p.nmeta; i++) {
+		p.keys[i] = wsync_file_meta(file, i)->key;
+		p.values[i] = wsync_file_meta(file, i)->value;
 	}
-	if (wsync_model_digest(items, nt, out->digest, &out->content, err) < 0 ||
-	    wsync_meta_digest(keys, values, nm, out->meta, err) < 0)
-		goto out;
-	rc = 0;
-out:
-	free(items);
-	free(keys);
-	free(values);
-	return rc;
+	return s_parts_end(&p, rc, out, err);
 }
 
 static int

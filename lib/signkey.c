@@ -12,16 +12,14 @@
  *
  * Only keys without a password are read: a trainer signs unattended.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "keys_int.h"
 #include "sign_int.h"
 #include "tempfile_int.h"
 
@@ -49,28 +47,11 @@ s_read_key(const char *path, int secret, uint8_t *bin, size_t size, size_t *n,
     wsync_err_t *err)
 {
 	char text[S_MAX_FILE + 1], *line, *end;
-	struct stat st;
-	ssize_t got;
-	int fd, rc = -1;
+	int rc = -1;
 
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return wsync_err_set(err, errno == ENOENT ? EX_NOINPUT : EX_NOPERM, "%s: cannot "
-		    "open the key file: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		wsync_err_set(err, EX_DATAERR, "%s: not a key file (a regular file)", path);
-		goto out;
-	}
-	if (secret && (st.st_mode & 077) != 0) {
-		wsync_err_set(err, EX_NOPERM, "%s: the secret key file is open to others (mode "
-		    "%04o): chmod 600 %s", path, (unsigned)(st.st_mode & 07777), path);
-		goto out;
-	}
-	if ((got = read(fd, text, S_MAX_FILE + 1)) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot read: %s", path, strerror(errno));
-		goto out;
-	}
-	text[got > S_MAX_FILE ? S_MAX_FILE : got] = '\0';
-	if (got > S_MAX_FILE || strncmp(text, S_COMMENT, strlen(S_COMMENT)) != 0 ||
+	if (wsync_key_file_read(path, secret, text, sizeof(text), err) < 0)
+		return -1;
+	if (strncmp(text, S_COMMENT, strlen(S_COMMENT)) != 0 ||
 	    (line = strchr(text, '\n')) == NULL) {
 		wsync_err_set(err, EX_DATAERR, "%s: not a minisign or signify key file (no "
 		    "\"untrusted comment:\" line)", path);
@@ -86,7 +67,6 @@ s_read_key(const char *path, int secret, uint8_t *bin, size_t size, size_t *n,
 	rc = 0;
 out:
 	sodium_memzero(text, sizeof(text));
-	close(fd);
 	return rc;
 }
 
