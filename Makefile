@@ -8,7 +8,7 @@
 
 CC       ?= cc
 PREFIX   ?= /usr/local
-PKGS     := libzmq msgpack libxxhash jansson
+PKGS     := libzmq msgpack libxxhash jansson libsodium libcrypto
 SECONDS  ?= 30
 
 ifeq ($(SANITIZE),1)
@@ -91,6 +91,7 @@ check: all
 	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) check-build
 	@scripts/deps check-or-install fuzz
 	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
+	@scripts/deps check-or-install sign || echo "deps: no minisign or signify; their tests skip"
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run
 
 # What the tests run, in the test build (make check runs it as BUILD=$(TEST_BUILD)).

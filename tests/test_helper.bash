@@ -58,6 +58,12 @@ with_libwsync() {
 	fi
 }
 
+# sign_helper ARGS...: tests/sign_helper.py, which signs and verifies .wsync
+# files through libwsync.
+sign_helper() {
+	LIBDIR="$WSYNC_BIN/.." with_libwsync "$PY" "$ROOT/tests/sign_helper.py" "$@"
+}
+
 # A TCP port on 127.0.0.1 that nothing listens on right now.
 free_port() {
 	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
