@@ -189,13 +189,20 @@ cli_usage_error(const char *fmt, ...)
 void
 cli_bad_option(char *const *argv, int c)
 {
+	/* What getopt_long consumed last: the refused word, or one before it in a cluster. */
 	const char *arg = argv[optind - 1];
+	int n = (int)strcspn(arg, "="), is_long = strncmp(arg, "--", 2) == 0;
 
+	if (c == ':' && is_long)
+		cli_usage_error("option '%.*s' needs a value", n, arg);
 	if (c == ':')
-		cli_usage_error("option '%s' needs a value", arg);
-	if (optopt != 0)
-		cli_usage_error("unknown option '-%c'", optopt);
-	cli_usage_error("unknown option '%s'", arg);
+		cli_usage_error("option '-%c' needs a value", optopt);
+	/* getopt_long leaves optopt 0 for a long option it does not know (or not uniquely). */
+	if (optopt == 0)
+		cli_usage_error("unknown option '%.*s'", n, arg);
+	if (is_long && arg[n] == '=')
+		cli_usage_error("option '%.*s' takes no value", n, arg);
+	cli_usage_error("unknown option '-%c'", optopt);
 }
 
 int

@@ -37,8 +37,11 @@ _Noreturn void cli_die_err(const wsync_err_t *err);
 _Noreturn void cli_usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 /*
- * Reports the option getopt_long just refused (called with opterr = 0 and a
- * ':' in the option string, c being what it returned) and exits 64.
+ * Refuses the option getopt_long just refused, the same way in every program
+ * (call it with opterr = 0 and a ':' leading the option string, c being what
+ * getopt_long returned): "option '-t' needs a value", "unknown option
+ * '--bogus'", "option '--help' takes no value" or "unknown option '-x'",
+ * then "Try 'PROG --help'.", and exits 64.
  */
 _Noreturn void cli_bad_option(char *const *argv, int c);
 /* Parses SEC (seconds, a decimal >= 0) as milliseconds; exits 64 naming option if bad. */

@@ -409,7 +409,7 @@ s_parse_words(wsync_push_req_t *r, char **words, int n, char **files, int *nfile
 			const struct s_opt *o = s_opt_long(w + 2, len - 2);
 
 			if (o == NULL)
-				return s_bad(why, size, "unknown option '%s'", w);
+				return s_bad(why, size, "unknown option '%.*s'", (int)len, w);
 			if (eq != NULL)
 				*eq++ = '\0';
 			if (s_apply(r, o, w, eq, words, n, &at, why, size) < 0)

@@ -135,7 +135,7 @@ test_errors(void)
 	    "--progress is an option of the wsync-push --batch command, not of a request");
 	refused("--batch", "--batch is an option of the wsync-push --batch command, not of a request");
 	refused("-m policy v --bogus", "unknown option '--bogus'");
-	refused("-m policy v --bogus=1", "unknown option '--bogus=1'");
+	refused("-m policy v --bogus=1", "unknown option '--bogus'");
 	refused("-m policy v --wait", "option '--wait' needs a value");
 	refused("-m policy v -t", "option '-t' needs a value");
 	refused("-m policy v -x", "unknown option '-x'");
