@@ -63,7 +63,7 @@ struct s_conn {
 	int transfer;
 };
 
-/* Connects to the hub for the models of r (none for --batch), stopping on *stop; dies on failure. */
+/* Connects for the models of r (none for --batch), abandoning on *stop; dies on failure. */
 static wsync_client_t *
 s_connect(const struct s_conn *conn, const wsync_push_req_t *r, volatile sig_atomic_t *stop)
 {

@@ -1,4 +1,4 @@
-/* batch.c - push requests and the batch line protocol of wsync-push: quoting, options, open slots. */
+/* batch.c - push requests and wsync-push's batch line protocol: quoting, options, open slots. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -500,7 +500,7 @@ s_slots_open(const wsync_batch_t *b)
 	return n;
 }
 
-/* A copy of the n strings of v and their array, in one block (free frees it); NULL: no memory. */
+/* A copy of the n strings of v and their array in one block (free frees it); NULL: no memory. */
 static char **
 s_strv_dup(char *const *v, int n)
 {

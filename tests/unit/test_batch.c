@@ -1,4 +1,4 @@
-/* test_batch.c - the batch line protocol's parser: words, quoting, options, checks and their error texts. */
+/* test_batch.c - the batch line parser: words, quoting, options, checks, exact error texts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
