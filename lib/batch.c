@@ -335,11 +335,12 @@ s_opt_long(const char *name, size_t len)
 {
 	const struct s_opt *found = NULL;
 
+	for (int i = 0; i < S_NOPTS; i++)
+		if (strncmp(s_opts[i].name, name, len) == 0 && s_opts[i].name[len] == '\0')
+			return &s_opts[i];
 	for (int i = 0; i < S_NOPTS; i++) {
 		if (strncmp(s_opts[i].name, name, len) != 0)
 			continue;
-		if (s_opts[i].name[len] == '\0')
-			return &s_opts[i];
 		if (found != NULL)
 			return NULL;
 		found = &s_opts[i];
