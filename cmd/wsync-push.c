@@ -309,14 +309,17 @@ s_parse(int argc, char **argv, int batch, struct s_push *p, char *why, size_t si
 static int
 s_commit(wsync_client_t *c, struct s_push *p, char **missing, wsync_err_t *err)
 {
-	const wsync_wait_t wait = { .mode = p->wait_mode, .count = p->wait_count,
-	    .ids = (const char *const *)p->wait_ids, .nids = p->nwait_ids };
+	const wsync_wait_t wait = { .mode = p->wait_mode ? wsync_wait_parse(p->wait_mode) :
+	    WSYNC_WAIT_ALL,
+	    .count = p->wait_count, .ids = (const char *const *)p->wait_ids,
+	    .nids = p->nwait_ids };
 	const wsync_slot_ask_t next = { .models = p->models, .sizes = p->sizes, .n = p->n,
 	    .workers = (const char *const *)p->targets, .nworkers = p->ntargets };
+	const wsync_commit_t cm = { .upload = p->upload, .items = p->items, .n = p->n,
+	    .trust = p->trust, .wait = p->wait_mode != NULL ? &wait : NULL,
+	    .next = p->next_slot ? &next : NULL };
 
-	return wsync_client_commit_wait(c, p->upload, p->trust, p->items, p->n,
-	    p->wait_mode != NULL ? &wait : NULL, p->next_slot ? &next : NULL, p->timeout_ms,
-	    missing, err);
+	return wsync_client_commit(c, &cm, p->timeout_ms, missing, err);
 }
 
 /*
@@ -328,6 +331,10 @@ static int
 s_run(wsync_client_t *c, struct s_push *p, FILE *out, char **missing, wsync_err_t *err)
 {
 	int64_t deadline = wsync_now_ms() + p->timeout_ms;
+	const wsync_wait_t wait = { .mode = p->wait_mode ? wsync_wait_parse(p->wait_mode) :
+	    WSYNC_WAIT_ALL,
+	    .count = p->wait_count, .ids = (const char *const *)p->wait_ids,
+	    .nids = p->nwait_ids };
 
 	*missing = NULL;
 	if (p->wait_for != 0)
@@ -348,8 +355,7 @@ s_run(wsync_client_t *c, struct s_push *p, FILE *out, char **missing, wsync_err_
 		return wsync_err_set(err, EX_IOERR, "cannot write to stdout");
 	for (int i = 0; p->wait_mode != NULL && i < p->n; i++) {
 		int64_t left = deadline - wsync_now_ms();
-		if (wsync_client_wait(c, p->items[i].model, p->items[i].version, p->wait_mode,
-		    p->wait_count, (const char *const *)p->wait_ids, p->nwait_ids,
+		if (wsync_client_wait(c, p->items[i].model, p->items[i].version, &wait,
 		    left > 0 ? (int)left : 0, missing, err) < 0)
 			return -1;
 	}
@@ -437,8 +443,9 @@ s_slot(wsync_client_t *c, struct s_slots *t, struct s_push *p, wsync_err_t *err)
 	if (at == WSYNC_SLOTS_OPEN_MAX)
 		return wsync_err_set(err, EX_USAGE, "%d slots are open already: commit or abort "
 		    "one first", WSYNC_SLOTS_OPEN_MAX);
-	if (wsync_client_slot(c, p->models, p->sizes, p->n, (const char *const *)p->targets,
-	    p->ntargets, p->timeout_ms, &upload, paths, err) < 0)
+	if (wsync_client_slot(c, &(wsync_slot_ask_t){ .models = p->models, .sizes = p->sizes,
+	    .n = p->n, .workers = (const char *const *)p->targets, .nworkers = p->ntargets },
+	    p->timeout_ms, &upload, paths, err) < 0)
 		return -1;
 	t->upload[at] = upload;
 	t->n[at] = p->n;
