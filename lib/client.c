@@ -1,4 +1,4 @@
-/* client.c - the connection to a hub: a DEALER socket, hello, requests and their replies, heads, reports. */
+/* client.c - the connection to a hub: socket, hello, requests and replies, heads, reports. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>

@@ -8,7 +8,7 @@
 #include "client_int.h"
 #include "net_int.h"
 
-/* Bytes a transfer handles at a time: pages allocated ahead, copied or written between checks. */
+/* Bytes a transfer handles at a time: pages allocated ahead, or copied or written at once. */
 #define WSYNC_CLIENT_STRIDE (32u << 20)
 /* What an upload's end that got no answer adds: it may have been committed all the same. */
 #define WSYNC_MAYBE_COMMITTED "; the version may still have been committed (see " \

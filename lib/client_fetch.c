@@ -1,4 +1,4 @@
-/* client_fetch.c - fetching a version: stat, gets over the socket, a link or kernel copy from a visible store, verifying, pulling. */
+/* client_fetch.c - fetching a version: gets, or a link or copy from the store; verify; pull. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

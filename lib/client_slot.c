@@ -1,4 +1,4 @@
-/* client_slot.c - slots: asking for one, its files, and the next slot asked for with a commit. */
+/* client_slot.c - slots: asking for one, its files, the next slot asked for with a commit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

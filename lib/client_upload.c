@@ -1,4 +1,4 @@
-/* client_upload.c - pushing files: sources, chunks, a hand-over into the store on this host, put, abort. */
+/* client_upload.c - pushing: sources, chunks, the hand-over on the hub's host, put, abort. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>

@@ -1,4 +1,4 @@
-/* test_client.c - the client's requests and replies against a fake hub on a real ROUTER socket. */
+/* test_client.c - the client's requests and replies, against a fake hub on a ROUTER socket. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -52,14 +52,15 @@ s_hello_reply(void *router, wsync_parts_t *p, uint64_t id)
 }
 
 /*
- * The fake hub: answers each request by its op until it has seen four (or
+ * The fake hub: answers each request by its op until it has seen five (or
  * none comes for 10 s). hello: a welcome. status: first a refusal and a reply
- * for other ids (stale), then its own. bye: a refusal (77). abort: nothing.
+ * for other ids (stale), then its own. bye and heads: a refusal (77). abort:
+ * nothing.
  */
 static void *
 s_hub(void *router)
 {
-	for (int seen = 0; seen < 4; seen++) {
+	for (int seen = 0; seen < 5; seen++) {
 		wsync_parts_t p;
 		wsync_msg_t m;
 		wsync_err_t err;
@@ -82,7 +83,7 @@ s_hub(void *router)
 			s_reply(router, &p, id - 1, EX_NOPERM, NULL);
 			s_reply(router, &p, id + 7, 0, "another");
 			s_reply(router, &p, id, 0, "its own");
-		} else if (strcmp(op, "bye") == 0)
+		} else if (strcmp(op, "bye") == 0 || strcmp(op, "heads") == 0)
 			s_reply(router, &p, id, EX_NOPERM, NULL);
 		wsync_parts_close(&p);
 	}
@@ -125,6 +126,28 @@ test_no_hub(void)
 	wsync_client_destroy(&c);
 }
 
+/* The seam under the calls: a refusal kept for the caller to read (a wait's missing list). */
+static void
+test_keep_refusal(wsync_client_t *c)
+{
+	wsync_err_t err = { 0 };
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = wsync_client_request(c, &e, "heads", 0);
+	int rc = wsync_client_send(c, &e, NULL, 0, &err);
+
+	wsync_enc_free(&e);
+	ok(rc == 0, "a request is sent");
+	rc = wsync_client_await(c, id, wsync_now_ms() + 5000, &m, &p, 1, &err);
+	ok(rc == 2 && err.code == EX_NOPERM, "await keeps a refusal: 2 with its code (got %d, %d)",
+	    rc, err.code);
+	if (rc != 2)
+		return;
+	ok(wsync_msg_get(&m, "error") != NULL, "the kept refusal is there to read");
+	wsync_client_release(&m, &p);
+}
+
 static void
 test_requests(void)
 {
@@ -133,7 +156,7 @@ test_requests(void)
 	char *text, want[300];
 	int rc;
 
-	ok(c != NULL, "a client says hello to the fake hub (%s)", c ? "" : err.msg);
+	ok(c != NULL, "a client says hello to the fake hub%s%s", c ? "" : ": ", c ? "" : err.msg);
 	if (c == NULL)
 		return;
 	ok(strcmp(wsync_client_hub(c), "fake:1") == 0, "hello gives the hub's identity");
@@ -156,6 +179,7 @@ test_requests(void)
 	snprintf(want, sizeof(want), "abort: no answer from %s within the timeout", s_endpoint);
 	ok(strcmp(err.msg, want) == 0, "the timeout's message names the request and hub: %s",
 	    err.msg);
+	test_keep_refusal(c);
 	wsync_client_destroy(&c);
 }
 
