@@ -139,7 +139,7 @@ int wsync_client_versions(wsync_client_t *c, const wsync_msg_t *m, wsync_push_it
 /* ---- slots (client_slot.c) ---- */
 
 /*
- * Opens for writing the n slot files a local begin's reply names, in fds (and
+ * Opens for writing the n slot files a begin's reply names, in fds (and
  * copies their paths into paths[i], malloc'd, when paths is not NULL). 0; 1
  * when they cannot be written from here (another user, a read-only mount); -1
  * with err.

@@ -257,7 +257,7 @@ wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
  * the file made (the caller removes it) or is empty.
  */
 static int
-s_fetch_local(wsync_client_t *c, const char *model, const wsync_head_t *got,
+s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got,
     const char *path, char *buf, size_t size, int *fd, wsync_err_t *err)
 {
 	char src[PATH_MAX];
@@ -321,7 +321,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	else if (s_stat(c, &f->what, got, timeout_ms, err) < 0)
 		return -1;
 	if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
-		if ((linked = s_fetch_local(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
+		if ((linked = s_fetch_from_store(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
 	} else {
 		c->travelled = WSYNC_TRANSFER_SOCKET;
@@ -380,7 +380,7 @@ s_copy_out(int fd, wsync_err_t *err)
 
 /* Pull to stdout from a store visible here: the store's file itself, verified, then copied. */
 static int
-s_pull_local_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got,
+s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got,
     int64_t deadline, wsync_err_t *err)
 {
 	const char *model = f->model;
@@ -417,7 +417,7 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 
 	/* Standard output gets nothing until the whole version is verified. */
 	if (strcmp(path, "-") == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
-		return s_pull_local_stdout(c, f, got, deadline, err);
+		return s_pull_store_stdout(c, f, got, deadline, err);
 	if (strcmp(path, "-") == 0) {
 		snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
 		into.beside = dir;

@@ -30,7 +30,7 @@ s_slot_key(const wsync_slot_ask_t *a, char *key, size_t size)
 	return at < size ? 0 : -1;
 }
 
-/* Sends a local begin for the slot a asks for: its request id, 0 with err. */
+/* Sends the begin that asks for slot a: its request id, 0 with err. */
 static uint64_t
 s_slot_send(wsync_client_t *c, const wsync_slot_ask_t *a, wsync_err_t *err)
 {
@@ -47,7 +47,7 @@ s_slot_send(wsync_client_t *c, const wsync_slot_ask_t *a, wsync_err_t *err)
 }
 
 /*
- * Takes the slot a local begin's reply m gives for a: *upload, paths[i]
+ * Takes the slot a begin's reply m gives for a: *upload, paths[i]
  * (malloc'd), every file of its size (a new file's pages allocated at once);
  * aborted on failure.
  */
@@ -129,7 +129,7 @@ wsync_client_next_ask(wsync_client_t *c, const wsync_slot_ask_t *a)
 }
 
 /*
- * The reply to the slot asked for ahead, decoded into m (the caller frees it,
+ * The reply to the next slot's begin, decoded into m (the caller frees it,
  * then forgets the slot), waited for until deadline: 0; 2 with err, its
  * refusal; -1 with err, no reply.
  */
@@ -197,7 +197,7 @@ wsync_client_slot(wsync_client_t *c, const wsync_slot_ask_t *a, int timeout_ms,
 			return wsync_err_set(err, EX_USAGE, "a slot of %" PRIu64 " bytes for model "
 			    "%s", a->sizes[i], a->models[i]);
 	/*
-	 * The one asked for ahead, unless the hub may drop it soon (at 60 s). Its
+	 * The next slot, unless the hub may drop it soon (at 60 s). Its
 	 * reply is here already, or on its way (at most 1 s more); if the hub
 	 * refused it, or restarted since (its file gone), a new one is asked for.
 	 */
