@@ -467,6 +467,126 @@ int wsync_client_wait(wsync_client_t *client, const char *model, uint64_t versio
 int wsync_client_slot(wsync_client_t *client, const wsync_slot_ask_t *a, int timeout_ms,
     uint64_t *upload, char **paths, wsync_err_t *err);
 
+/* ---- pushes and the batch line protocol (batch.c; wsync-push) ---- */
+
+/* Models one push names at most. */
+#define WSYNC_PUSH_MAX_MODELS 64
+
+/* Parses a whole decimal number into *v; -1 when it is not one. */
+int wsync_parse_number(const char *s, uint64_t *v);
+/* Parses SEC (seconds, a decimal from 0 to a year) into *ms; -1 when it is not one. */
+int wsync_parse_seconds(const char *sec, int *ms);
+/*
+ * Splits s in place at commas into a NULL-terminated array of its n parts
+ * (caller frees the array; the parts are s's); NULL when out of memory.
+ */
+char **wsync_split(char *s, int *n);
+
+/*
+ * The options of a push request, as codes: the short option's letter where
+ * there is one. A program's getopt_long table can use them as its values.
+ */
+enum {
+	WSYNC_PUSH_OPT_MODEL = 'm',     /* -m MODEL[=FILE] (--slot: MODEL=SIZE) */
+	WSYNC_PUSH_OPT_TIMEOUT = 't',   /* -t SEC */
+	WSYNC_PUSH_OPT_WAIT = 'w',      /* -w all|N|ID,... */
+	WSYNC_PUSH_OPT_WORKERS = 'W',   /* -W ID,... */
+	WSYNC_PUSH_OPT_WAIT_FOR = 300,  /* --wait-for VERSION */
+	WSYNC_PUSH_OPT_SLOT,            /* --slot (a batch request only) */
+	WSYNC_PUSH_OPT_COMMIT,          /* --commit UPLOAD (a batch request only) */
+	WSYNC_PUSH_OPT_ABORT,           /* --abort UPLOAD (a batch request only) */
+	WSYNC_PUSH_OPT_TRUST,           /* --trust-hashes (with --commit) */
+	WSYNC_PUSH_OPT_NEXT_SLOT,       /* --next-slot (with --commit) */
+};
+
+/* What a request asks for: a push, or (batch only) a slot, its commit or its abort. */
+typedef enum wsync_push_verb {
+	WSYNC_PUSH_VERB_PUSH, WSYNC_PUSH_VERB_SLOT, WSYNC_PUSH_VERB_COMMIT, WSYNC_PUSH_VERB_ABORT
+} wsync_push_verb_t;
+
+/*
+ * One push request, from a command line or from a line of wsync-push --batch.
+ * Its strings are borrowed from the words it was parsed from; wait_ids and
+ * targets are its own (wsync_push_req_free frees them).
+ */
+typedef struct wsync_push_req {
+	wsync_push_verb_t verb;
+	uint64_t upload;                /* COMMIT, ABORT: the slot's upload */
+	int trust;                      /* COMMIT: --trust-hashes */
+	int next_slot;                  /* COMMIT: --next-slot */
+	wsync_push_item_t items[WSYNC_PUSH_MAX_MODELS];
+	const char *models[WSYNC_PUSH_MAX_MODELS];
+	uint64_t sizes[WSYNC_PUSH_MAX_MODELS];  /* SLOT: -m MODEL=SIZE */
+	int n;
+	int with_files;                 /* how many -m came as MODEL=FILE */
+	int waits;                      /* -w or --wait-for given */
+	wsync_wait_mode_t wait_mode;
+	unsigned wait_count;
+	char **wait_ids, **targets;     /* -w ID,... and -W ID,...; NULL when not given */
+	int nwait_ids, ntargets;
+	uint64_t wait_for;              /* --wait-for: no push, a wait for this version */
+	int timeout_ms;                 /* -t; 30 s when not given */
+} wsync_push_req_t;
+
+/* Sets r to an empty push request (no models, a 30 s timeout). */
+void wsync_push_req_init(wsync_push_req_t *r);
+/* Frees what r owns (wait_ids, targets); r stays valid and empty of them. */
+void wsync_push_req_free(wsync_push_req_t *r);
+/*
+ * Applies one option (a WSYNC_PUSH_OPT_* code) to r; value (NULL for a flag)
+ * is borrowed and may be cut in place (-m MODEL=FILE). as_written is the
+ * option as the user wrote it, for the message. 0, or -1 with a usage error
+ * in why.
+ */
+int wsync_push_req_option(wsync_push_req_t *r, int opt, const char *as_written, char *value,
+    char *why, size_t size);
+/*
+ * Checks r once all its options are applied, with the n operands (files)
+ * given beside them (borrowed): a push takes one file, or none with
+ * -m MODEL=FILE or --wait-for; a slot, commit or abort none. in_batch: a
+ * request line, where "-" cannot be a file (stdin carries the requests).
+ * 0, or -1 with a usage error in why.
+ */
+int wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batch,
+    char *why, size_t size);
+/*
+ * Pushes r's files (a WSYNC_PUSH_VERB_PUSH request) and fills its items'
+ * versions; with --wait-for, pushes nothing and takes that version.
+ */
+int wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t *err);
+/* The wait r asks for (-w), its ids borrowed from r. */
+wsync_wait_t wsync_push_req_wait_of(const wsync_push_req_t *r);
+/*
+ * Waits as r asks (-w) for its items' versions, all within deadline_ms (a
+ * wsync_now_ms time); nothing to do without -w. On timeout: 75 and *missing
+ * as for wsync_client_wait (caller frees); NULL otherwise.
+ */
+int wsync_push_req_wait(wsync_client_t *client, wsync_push_req_t *r, int64_t deadline_ms,
+    char **missing, wsync_err_t *err);
+
+/*
+ * The batch line protocol (wsync-push(1) BATCH): one request a line, its
+ * words split at blanks; a word that starts with a double quote runs to the
+ * closing one, inside which \" is a quote and \\ a backslash. Parses line
+ * (cut and unquoted in place; r borrows from it until the next parse) into r.
+ * 1 for a line of no words; 0; or -1 with a usage error in why.
+ */
+int wsync_batch_parse(char *line, wsync_push_req_t *r, char *why, size_t size);
+
+/* A batch coprocess's session: its client and the slots it has open. */
+typedef struct wsync_batch wsync_batch_t;
+/* A session on client (borrowed until wsync_batch_destroy); NULL with err. */
+wsync_batch_t *wsync_batch_new(wsync_client_t *client, wsync_err_t *err);
+/*
+ * Serves one request line (cut in place) and sets *answer (caller frees) to
+ * its answer without the newline: "ok MODEL VERSION...", "ok", "slot UPLOAD
+ * PATH..." or "error CODE MESSAGE"; *answer is NULL for a line of no words.
+ * -1 (errno ENOMEM) only when no answer could be made.
+ */
+int wsync_batch_serve(wsync_batch_t *batch, char *line, char **answer);
+/* Aborts the slots still open, frees the session and sets *batch to NULL. */
+void wsync_batch_destroy(wsync_batch_t **batch);
+
 /* ---- the watcher's loop (watch.c, wsync-watch) ---- */
 
 /* One model's new version, in place, handed to the apply callback. */
@@ -569,6 +689,117 @@ void wsync_hub_destroy(wsync_hub_t **hub);
  * files are replaced only when force. public (41 bytes) gets the Z85 public key.
  */
 int wsync_keygen(const char *base, int force, char *public, wsync_err_t *err);
+
+/* ---- signatures: keys, manifests, signing and verifying (wsync-format(5), SIGNATURES) ---- */
+
+#define WSYNC_KEYID 8               /* bytes in a signing key's id (minisign's key number) */
+#define WSYNC_DIGEST 32             /* bytes in a model's digest: SHA-256 */
+#define WSYNC_MAX_SIGNED 256        /* models in one manifest */
+#define WSYNC_SIGN_PUBLIC 57        /* bytes of a public key's base64 line and its NUL */
+/* The meta keys that carry a signed push; the meta digest leaves them out. */
+#define WSYNC_META_MANIFEST "wsync.manifest"
+#define WSYNC_META_SIGNATURE "wsync.signature"
+
+/* A secret ed25519 signing key, read from minisign's or signify's file; opaque. */
+typedef struct wsync_signkey wsync_signkey_t;
+
+/* A public ed25519 key to verify with, read from a minisign or signify file. */
+typedef struct wsync_verifykey {
+	uint8_t id[WSYNC_KEYID];
+	uint8_t pk[32];
+} wsync_verifykey_t;
+
+/*
+ * Reads a secret key: minisign's (unencrypted, as minisign -G -W and
+ * wsync-keygen --sign make it) or signify's (made with -n). An encrypted key
+ * is refused (65), as is a file others can read (77). Caller destroys.
+ */
+wsync_signkey_t *wsync_signkey_load(const char *path, wsync_err_t *err);
+/* Wipes and frees the key and sets *key to NULL. */
+void wsync_signkey_destroy(wsync_signkey_t **key);
+/* The key's public half (its id and public key). */
+void wsync_signkey_public(const wsync_signkey_t *key, wsync_verifykey_t *pub);
+/* Reads a public key file, minisign's or signify's (the same framing). */
+int wsync_verifykey_load(const char *path, wsync_verifykey_t *key, wsync_err_t *err);
+/*
+ * Makes a new signing key pair in minisign's format: base.pub (0644) and
+ * base.key (unencrypted, 0600). Existing files are replaced only when force.
+ * public (WSYNC_SIGN_PUBLIC bytes) gets the public key's line, the base64
+ * that minisign -P takes.
+ */
+int wsync_signkey_generate(const char *base, int force, char *public, wsync_err_t *err);
+/* A key id as minisign prints it: 16 uppercase hex digits of its little-endian value. */
+void wsync_keyid_hex(const uint8_t *id, char *hex);
+
+/* What a manifest says about one model of a push. */
+typedef struct wsync_signed_model {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t content;               /* content id */
+	uint8_t digest[WSYNC_DIGEST];   /* model digest: every tensor's path, dtype, shape, data */
+	uint8_t meta[WSYNC_DIGEST];     /* meta digest: every meta entry but the two above */
+} wsync_signed_model_t;
+
+/* The signed statement of one push. */
+typedef struct wsync_manifest {
+	uint64_t seq;                   /* only grows from one push to the next */
+	uint64_t time;                  /* signing time, seconds since the epoch */
+	uint8_t key[WSYNC_KEYID];       /* the signing key's id */
+	size_t nmodels;
+	wsync_signed_model_t *models;   /* sorted by model id; owned */
+} wsync_manifest_t;
+
+/*
+ * A tree's digests and content id, into out, in one pass over its data:
+ * about the time of SHA-256 over the data (bench/digest).
+ */
+int wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err);
+/* The same of a file (its stored hashes give the content id; the data is read once). */
+int wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err);
+/* The canonical bytes of a manifest (wsync-format(5), SIGNATURES); caller frees *buf. */
+int wsync_manifest_encode(const wsync_manifest_t *m, unsigned char **buf, size_t *len,
+    wsync_err_t *err);
+/* Decodes canonical manifest bytes (anything else is 65); wsync_manifest_free after. */
+int wsync_manifest_decode(const void *buf, size_t len, wsync_manifest_t *m, wsync_err_t *err);
+/* Frees what a manifest owns and empties it; a zeroed manifest is fine. */
+void wsync_manifest_free(wsync_manifest_t *m);
+/* The manifest's entry for model; NULL when it has none. Borrowed from m. */
+const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const char *model);
+
+/*
+ * Signs a push: a manifest of the n trees (their digests, one pass over each
+ * one's data), seq and the time now, signed with key; every tree gets it in
+ * its meta (WSYNC_META_MANIFEST and WSYNC_META_SIGNATURE, replaced when
+ * there). Write the trees afterwards, unchanged. out (may be NULL) gets the
+ * manifest (wsync_manifest_free it).
+ */
+int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
+    uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
+
+/* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
+typedef enum wsync_verify {
+	WSYNC_VERIFY_OK,
+	WSYNC_VERIFY_UNSIGNED,          /* no signature or no manifest in its meta */
+	WSYNC_VERIFY_MALFORMED,         /* a signature or manifest that cannot be read */
+	WSYNC_VERIFY_UNKNOWN_KEY,       /* signed by none of the keys */
+	WSYNC_VERIFY_BAD_SIGNATURE,     /* the signature does not hold for the manifest */
+	WSYNC_VERIFY_NOT_LISTED,        /* the manifest does not list this file's model */
+	WSYNC_VERIFY_CONTENT,           /* its content id is not the signed one */
+	WSYNC_VERIFY_META,              /* its meta is not the signed meta */
+	WSYNC_VERIFY_DIGEST             /* its tensors' bytes are not the signed ones */
+} wsync_verify_t;
+
+/* A reason's name for logs and reports ("unsigned", "bad-signature"...). */
+const char *wsync_verify_reason(wsync_verify_t reason);
+/*
+ * Checks that file is vouched for by one of the nkeys keys: its signature
+ * holds for its manifest, which lists its model with its content id, meta
+ * digest and model digest (one pass over the data). Returns WSYNC_VERIFY_OK
+ * and fills manifest (may be NULL; wsync_manifest_free it) for the caller's
+ * own checks (seq, time, the other models); otherwise the reason, with err
+ * (77, naming the file) saying it. -1 with err on an internal error.
+ */
+int wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
+    wsync_manifest_t *manifest, wsync_err_t *err);
 
 /* Sets err: code, then a printf-style message. Returns -1. */
 int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)
