@@ -122,8 +122,8 @@ main(int argc, char **argv)
 	if (have_if_newer) {
 		wsync_head_t head;
 		int64_t left = deadline - wsync_now_ms();
-		if (wsync_client_heads(client, &model, 1, NULL, NULL, &head,
-		    left > 0 ? (int)left : 0, &err) < 0)
+		if (wsync_client_heads(client, &(wsync_heads_ask_t){ .models = &model, .n = 1 },
+		    &head, NULL, left > 0 ? (int)left : 0, &err) < 0)
 			cli_die_err(&err);
 		if (head.version == 0)
 			cli_die(EX_NOINPUT, "model \"%s\" has no version", model);
@@ -133,8 +133,8 @@ main(int argc, char **argv)
 		}
 	}
 	int64_t left = deadline - wsync_now_ms();
-	if (wsync_client_pull(client, model, version, NULL, out, &got,
-	    left > 0 ? (int)left : 0, &err) < 0)
+	if (wsync_client_pull(client, &(wsync_fetch_t){ .model = model, .version = version },
+	    out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
 	if (strcmp(out, "-") != 0)

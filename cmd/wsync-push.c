@@ -223,7 +223,7 @@ main(int argc, char **argv)
 		if ((r.trust || r.next_slot) &&
 		    wsync_push_req_check(&r, NULL, 0, 0, why, sizeof(why)) < 0)
 			cli_usage_error("%s", why);
-		if (r.n != 0 || optind != argc || r.wait_mode != NULL || r.targets != NULL ||
+		if (r.n != 0 || optind != argc || r.waits || r.targets != NULL ||
 		    r.wait_for != 0)
 			cli_usage_error("--batch takes its pushes on stdin, not on the command line "
 			    "(only -e, -t, -q, --progress, --transfer and the keys go with it)");

@@ -85,17 +85,18 @@ s_wait_spec(wsync_push_req_t *r, char *spec, char *why, size_t size)
 {
 	uint64_t count;
 
+	r->waits = 1;
 	if (strcmp(spec, "all") == 0)
-		r->wait_mode = "all";
+		r->wait_mode = WSYNC_WAIT_ALL;
 	else if (strspn(spec, "0123456789") == strlen(spec)) {
 		/* All digits: a count (ids may start with a digit, as 3090box). */
 		if (wsync_parse_number(spec, &count) < 0 || count > 1000000)
 			return s_bad(why, size, "--wait wants all, a number of workers or worker "
 			    "ids, not \"%s\"", spec);
-		r->wait_mode = "count";
+		r->wait_mode = WSYNC_WAIT_COUNT;
 		r->wait_count = (unsigned)count;
 	} else {
-		r->wait_mode = "ids";
+		r->wait_mode = WSYNC_WAIT_IDS;
 		free(r->wait_ids);
 		if ((r->wait_ids = wsync_split(spec, &r->nwait_ids)) == NULL)
 			return s_bad(why, size, "out of memory");
@@ -183,7 +184,7 @@ s_check_slot_request(wsync_push_req_t *r, int nfiles, char *why, size_t size)
 	if (r->verb == WSYNC_PUSH_VERB_SLOT) {
 		if (r->n == 0)
 			return s_bad(why, size, "--slot wants -m MODEL=SIZE for each model");
-		if (r->wait_mode != NULL || r->wait_for != 0)
+		if (r->waits || r->wait_for != 0)
 			return s_bad(why, size, "--slot takes no wait: give -w with --commit");
 		for (int i = 0; i < r->n; i++)
 			if (r->items[i].path == NULL || wsync_parse_number(r->items[i].path, &r->sizes[i]) < 0 ||
@@ -198,7 +199,7 @@ s_check_slot_request(wsync_push_req_t *r, int nfiles, char *why, size_t size)
 		    r->verb == WSYNC_PUSH_VERB_COMMIT ? "--commit" : "--abort",
 		    r->verb == WSYNC_PUSH_VERB_COMMIT ? ", -t, -w, --trust-hashes and --next-slot" :
 		    "");
-	if (r->verb == WSYNC_PUSH_VERB_ABORT && r->wait_mode != NULL)
+	if (r->verb == WSYNC_PUSH_VERB_ABORT && r->waits)
 		return s_bad(why, size, "--abort takes only the upload");
 	return 0;
 }
@@ -214,8 +215,9 @@ wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batc
 	if (r->wait_for != 0) {
 		if (r->n != 1 || r->with_files || n != 0)
 			return s_bad(why, size, "--wait-for takes one -m MODEL and no file");
-		if (r->wait_mode == NULL)
-			r->wait_mode = "all";
+		if (!r->waits)
+			r->wait_mode = WSYNC_WAIT_ALL;
+		r->waits = 1;
 	} else if (r->with_files == 0) {
 		if (r->n != 1 || n != 1)
 			return s_bad(why, size, n == 0 ? "no file given (use - for stdin)" :
@@ -241,15 +243,23 @@ wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t *er
 	    r->ntargets, r->timeout_ms, err);
 }
 
+wsync_wait_t
+wsync_push_req_wait_of(const wsync_push_req_t *r)
+{
+	return (wsync_wait_t){ .mode = r->wait_mode, .count = r->wait_count,
+	    .ids = (const char *const *)r->wait_ids, .nids = r->nwait_ids };
+}
+
 int
 wsync_push_req_wait(wsync_client_t *client, wsync_push_req_t *r, int64_t deadline_ms,
     char **missing, wsync_err_t *err)
 {
+	const wsync_wait_t wait = wsync_push_req_wait_of(r);
+
 	*missing = NULL;
-	for (int i = 0; r->wait_mode != NULL && i < r->n; i++) {
+	for (int i = 0; r->waits && i < r->n; i++) {
 		int64_t left = deadline_ms - wsync_now_ms();
-		if (wsync_client_wait(client, r->items[i].model, r->items[i].version, r->wait_mode,
-		    r->wait_count, (const char *const *)r->wait_ids, r->nwait_ids,
+		if (wsync_client_wait(client, r->items[i].model, r->items[i].version, &wait,
 		    left > 0 ? (int)left : 0, missing, err) < 0)
 			return -1;
 	}
@@ -539,9 +549,9 @@ s_slot(wsync_batch_t *b, wsync_push_req_t *r, FILE *answer, wsync_err_t *err)
 	/* r's names are in the request's line, which the next one overwrites. */
 	if (r->targets != NULL && (targets = s_strv_dup(r->targets, r->ntargets)) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	if (wsync_client_slot(b->client, r->models, r->sizes, r->n,
-	    (const char *const *)r->targets, r->ntargets, r->timeout_ms, &upload, paths,
-	    err) < 0) {
+	if (wsync_client_slot(b->client, &(wsync_slot_ask_t){ .models = r->models,
+	    .sizes = r->sizes, .n = r->n, .workers = (const char *const *)r->targets,
+	    .nworkers = r->ntargets }, r->timeout_ms, &upload, paths, err) < 0) {
 		free(targets);
 		return -1;
 	}
@@ -590,14 +600,14 @@ s_slot_find(wsync_batch_t *b, wsync_push_req_t *r, wsync_err_t *err)
 static int
 s_commit(wsync_batch_t *b, wsync_push_req_t *r, char **missing, wsync_err_t *err)
 {
-	const wsync_wait_t wait = { .mode = r->wait_mode, .count = r->wait_count,
-	    .ids = (const char *const *)r->wait_ids, .nids = r->nwait_ids };
+	const wsync_wait_t wait = wsync_push_req_wait_of(r);
 	const wsync_slot_ask_t next = { .models = r->models, .sizes = r->sizes, .n = r->n,
 	    .workers = (const char *const *)r->targets, .nworkers = r->ntargets };
+	const wsync_commit_t cm = { .upload = r->upload, .items = r->items, .n = r->n,
+	    .trust = r->trust, .wait = r->waits ? &wait : NULL,
+	    .next = r->next_slot ? &next : NULL };
 
-	return wsync_client_commit_wait(b->client, r->upload, r->trust, r->items, r->n,
-	    r->wait_mode != NULL ? &wait : NULL, r->next_slot ? &next : NULL, r->timeout_ms,
-	    missing, err);
+	return wsync_client_commit(b->client, &cm, r->timeout_ms, missing, err);
 }
 
 /* Pushes r, then waits as asked. */

@@ -40,7 +40,7 @@ test_words(void)
 
 	ok(parse("-m policy v1.wsync\n", line, sizeof(line), &r, why, sizeof(why)) == 0 &&
 	    r.verb == WSYNC_PUSH_VERB_PUSH && r.n == 1 && strcmp(r.items[0].model, "policy") == 0 &&
-	    strcmp(r.items[0].path, "v1.wsync") == 0 && r.wait_mode == NULL &&
+	    strcmp(r.items[0].path, "v1.wsync") == 0 && !r.waits &&
 	    r.timeout_ms == 30000, "a plain push: one model, its file, no wait, 30 s");
 
 	ok(parse("-m policy \"my file.wsync\"", line, sizeof(line), &r, why, sizeof(why)) == 0 &&
@@ -58,7 +58,7 @@ test_words(void)
 
 	ok(parse("-m \"policy=x y.wsync\" -w all", line, sizeof(line), &r, why, sizeof(why)) == 0 &&
 	    r.n == 1 && strcmp(r.items[0].model, "policy") == 0 &&
-	    strcmp(r.items[0].path, "x y.wsync") == 0 && strcmp(r.wait_mode, "all") == 0,
+	    strcmp(r.items[0].path, "x y.wsync") == 0 && r.wait_mode == WSYNC_WAIT_ALL,
 	    "a quoted -m MODEL=FILE");
 
 	ok(parse("-m policy \"\"", line, sizeof(line), &r, why, sizeof(why)) == 0 &&
@@ -76,13 +76,13 @@ test_options(void)
 	wsync_push_req_t r;
 
 	ok(parse("--model=policy -t2.5 --wait 2 v.wsync", line, sizeof(line), &r, why,
-	    sizeof(why)) == 0 && r.timeout_ms == 2500 && strcmp(r.wait_mode, "count") == 0 &&
+	    sizeof(why)) == 0 && r.timeout_ms == 2500 && r.wait_mode == WSYNC_WAIT_COUNT &&
 	    r.wait_count == 2 && strcmp(r.items[0].path, "v.wsync") == 0,
 	    "--name=value, -tVALUE and a file after the options");
 
 	ok(parse("v.wsync -mpolicy -w w1,3090box -W a,b", line, sizeof(line), &r, why,
 	    sizeof(why)) == 0 && strcmp(r.items[0].path, "v.wsync") == 0 &&
-	    strcmp(r.wait_mode, "ids") == 0 && r.nwait_ids == 2 &&
+	    r.wait_mode == WSYNC_WAIT_IDS && r.nwait_ids == 2 &&
 	    strcmp(r.wait_ids[1], "3090box") == 0 && r.ntargets == 2 &&
 	    strcmp(r.targets[0], "a") == 0, "a file before the options; -w ids and -W workers");
 	wsync_push_req_free(&r);
@@ -91,7 +91,7 @@ test_options(void)
 	    strcmp(r.items[0].path, "-v1.wsync") == 0, "-- ends the options");
 
 	ok(parse("--wait-f 3 --mod policy", line, sizeof(line), &r, why, sizeof(why)) == 0 &&
-	    r.wait_for == 3 && strcmp(r.wait_mode, "all") == 0,
+	    r.wait_for == 3 && r.wait_mode == WSYNC_WAIT_ALL,
 	    "a long option by a unique prefix; --wait-for waits for all by default");
 
 	ok(parse("-m a=a.wsync -m b=b.wsync", line, sizeof(line), &r, why, sizeof(why)) == 0 &&
