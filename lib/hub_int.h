@@ -9,6 +9,7 @@
 #define WSYNC_HUB_INT_H
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "auth_int.h"
@@ -87,7 +88,6 @@ struct hub_upload {
 };
 
 /* Whom a wait waits for; on the wire the strings "all", "count" and "ids". */
-enum hub_wait_mode { HUB_WAIT_ALL, HUB_WAIT_COUNT, HUB_WAIT_IDS };
 
 /* A deferred reply: who asked, and what would satisfy them (hub_wait.c). */
 struct hub_wait {
@@ -97,9 +97,9 @@ struct hub_wait {
 	uint64_t req;
 	char model[WSYNC_MAX_MODEL + 1];
 	uint64_t version;
-	enum hub_wait_mode mode;
+	wsync_wait_mode_t mode;
 	uint64_t count;
-	char **ids;                     /* HUB_WAIT_ALL and HUB_WAIT_IDS: the workers waited for */
+	char **ids;                     /* WSYNC_WAIT_ALL and WSYNC_WAIT_IDS: the workers waited for */
 	size_t nids;
 	int64_t start, deadline;
 	int commit;                     /* the reply of a commit: versions as well */
@@ -109,7 +109,7 @@ struct hub_wait {
 struct wsync_hub {
 	void *router, *pub;
 	wsync_auth_t *auth;             /* NULL: no keys */
-	volatile int *reload;
+	volatile sig_atomic_t *reload;
 	char pub_endpoint[512];
 	char name[300];                 /* host:pid */
 	char **ipc;                     /* socket files bound, removed at destroy */
@@ -241,10 +241,8 @@ int hub_op_bye(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_wait.c: waits for workers to apply a version ---- */
 
-/* The mode the wire string s names; -1 when none. */
-int hub_wait_mode_parse(const char *s, enum hub_wait_mode *mode);
-/* The wire string of mode. */
-const char *hub_wait_mode_name(enum hub_wait_mode mode);
+/* The mode the wire string s names (wsync_wait_parse); -1 when none. */
+int hub_wait_mode_parse(const char *s, wsync_wait_mode_t *mode);
 /*
  * Reads a wait's mode, count, ids and timeout_ms from r into wt (the caller
  * frees it with hub_wait_free), once the hub has room for one more of r's waits.

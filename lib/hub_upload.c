@@ -334,7 +334,7 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 	char targets[512] = "";
 	wsync_commit_info_t info;
 	wsync_enc_t e;
-	struct hub_wait wt = { .mode = HUB_WAIT_ALL, .commit = 1 };
+	struct hub_wait wt = { .mode = WSYNC_WAIT_ALL, .commit = 1 };
 	int waits = wsync_msg_get(&r->msg, "mode") != NULL, rc = 0;
 	int64_t asked = wsync_now_ms();         /* the wait's timeout runs from here */
 	uint64_t id = u->id, timeout = 0;

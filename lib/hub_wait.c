@@ -25,7 +25,7 @@ hub_wait_satisfied(const wsync_hub_t *h, const struct hub_wait *wt)
 {
 	uint64_t n = 0;
 
-	if (wt->mode != HUB_WAIT_COUNT) {
+	if (wt->mode != WSYNC_WAIT_COUNT) {
 		for (size_t i = 0; i < wt->nids; i++)
 			if (!s_wait_done_by(wt, hub_worker_find(h, wt->ids[i])))
 				return 0;
@@ -70,7 +70,7 @@ s_wait_answer(wsync_hub_t *h, const struct hub_wait *wt)
 	hub_ok(&e, wt->req, 1 + wt->commit);
 	s_wait_versions(&e, wt);
 	wsync_enc_str(&e, "workers");
-	if (wt->mode != HUB_WAIT_COUNT) {
+	if (wt->mode != WSYNC_WAIT_COUNT) {
 		msgpack_pack_array(&e.pk, wt->nids);
 		for (size_t i = 0; i < wt->nids; i++) {
 			msgpack_pack_map(&e.pk, 2);
@@ -122,7 +122,7 @@ hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now, ws
 	wsync_err_t err;
 	size_t total = 0, missing = 0;
 
-	if (wt->mode != HUB_WAIT_COUNT) {
+	if (wt->mode != WSYNC_WAIT_COUNT) {
 		total = wt->nids;
 		for (size_t i = 0; i < wt->nids; i++)
 			missing += !s_wait_done_by(wt, hub_worker_find(h, wt->ids[i]));
@@ -142,7 +142,7 @@ hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now, ws
 	s_wait_versions(e, wt);
 	wsync_enc_str(e, "missing");
 	msgpack_pack_array(&e->pk, missing);
-	if (wt->mode != HUB_WAIT_COUNT) {
+	if (wt->mode != WSYNC_WAIT_COUNT) {
 		for (size_t i = 0; i < wt->nids; i++) {
 			struct hub_worker *w = hub_worker_find(h, wt->ids[i]);
 			if (!s_wait_done_by(wt, w))
@@ -229,24 +229,15 @@ s_wait_all(wsync_hub_t *h, const wsync_model_t *m, struct hub_wait *wt, wsync_er
 	return 0;
 }
 
-static const char *const s_modes[] = { [HUB_WAIT_ALL] = "all", [HUB_WAIT_COUNT] = "count",
-    [HUB_WAIT_IDS] = "ids" };
-
 int
-hub_wait_mode_parse(const char *s, enum hub_wait_mode *mode)
+hub_wait_mode_parse(const char *s, wsync_wait_mode_t *mode)
 {
-	for (size_t i = 0; i < sizeof(s_modes) / sizeof(s_modes[0]); i++)
-		if (strcmp(s, s_modes[i]) == 0) {
-			*mode = (enum hub_wait_mode)i;
-			return 0;
-		}
-	return -1;
-}
+	int m = wsync_wait_parse(s);
 
-const char *
-hub_wait_mode_name(enum hub_wait_mode mode)
-{
-	return s_modes[mode];
+	if (m < 0)
+		return -1;
+	*mode = (wsync_wait_mode_t)m;
+	return 0;
 }
 
 int
@@ -265,9 +256,9 @@ hub_wait_parse(wsync_hub_t *h, const struct hub_req *r, struct hub_wait *wt,
 	if (hub_wait_mode_parse(mode, &wt->mode) < 0)
 		return wsync_err_set(err, EX_PROTOCOL, "wait mode \"%s\" is not all, count or ids",
 		    mode);
-	if (wt->mode == HUB_WAIT_COUNT && hub_u64(r, "count", 1, &wt->count, err) < 0)
+	if (wt->mode == WSYNC_WAIT_COUNT && hub_u64(r, "count", 1, &wt->count, err) < 0)
 		return -1;
-	if (wt->mode == HUB_WAIT_IDS && hub_list(wsync_msg_get(&r->msg, "ids"), "ids", 1,
+	if (wt->mode == WSYNC_WAIT_IDS && hub_list(wsync_msg_get(&r->msg, "ids"), "ids", 1,
 	    wsync_id_check, &wt->ids, &wt->nids, err) < 0)
 		return -1;
 	if (h->nwaits == HUB_MAX_WAITS)
@@ -285,7 +276,7 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
     struct hub_wait *wt, int64_t start, uint64_t timeout, wsync_err_t *err)
 {
 	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
-	if (wt->mode == HUB_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
+	if (wt->mode == WSYNC_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
 		return -1;
 	memcpy(wt->ident, r->ident, r->identlen);
 	wt->identlen = r->identlen;
@@ -293,8 +284,8 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
 	wt->start = start;
 	wt->deadline = start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
 	hub_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
-	    PRIu64, wt->model, wt->version, hub_wait_mode_name(wt->mode),
-	    wt->mode == HUB_WAIT_COUNT ? (size_t)wt->count : wt->nids, timeout);
+	    PRIu64, wt->model, wt->version, wsync_wait_name(wt->mode),
+	    wt->mode == WSYNC_WAIT_COUNT ? (size_t)wt->count : wt->nids, timeout);
 	if (hub_wait_satisfied(h, wt)) {
 		s_wait_answer(h, wt);
 		hub_wait_free(wt);
@@ -315,7 +306,7 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
 int
 hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
-	struct hub_wait wt = { .mode = HUB_WAIT_ALL };
+	struct hub_wait wt = { .mode = WSYNC_WAIT_ALL };
 	const wsync_model_t *m;
 	uint64_t timeout;
 

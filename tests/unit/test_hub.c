@@ -258,20 +258,20 @@ s_wait_req(wsync_enc_t *e, const char *mode, uint64_t timeout_ms)
 static void
 test_wait_modes(void)
 {
-	enum hub_wait_mode mode = HUB_WAIT_COUNT;
+	wsync_wait_mode_t mode = WSYNC_WAIT_COUNT;
 	wsync_enc_t e;
 	int good;
 
-	good = hub_wait_mode_parse("all", &mode) == 0 && mode == HUB_WAIT_ALL;
-	good = good && hub_wait_mode_parse("count", &mode) == 0 && mode == HUB_WAIT_COUNT;
-	good = good && hub_wait_mode_parse("ids", &mode) == 0 && mode == HUB_WAIT_IDS;
+	good = hub_wait_mode_parse("all", &mode) == 0 && mode == WSYNC_WAIT_ALL;
+	good = good && hub_wait_mode_parse("count", &mode) == 0 && mode == WSYNC_WAIT_COUNT;
+	good = good && hub_wait_mode_parse("ids", &mode) == 0 && mode == WSYNC_WAIT_IDS;
 	ok(good, "the wait modes all, count and ids parse");
 	ok(hub_wait_mode_parse("some", &mode) < 0 && hub_wait_mode_parse("", &mode) < 0 &&
-	    hub_wait_mode_parse("ALL", &mode) < 0 && mode == HUB_WAIT_IDS,
+	    hub_wait_mode_parse("ALL", &mode) < 0 && mode == WSYNC_WAIT_IDS,
 	    "another mode does not parse and leaves the mode alone");
-	ok(strcmp(hub_wait_mode_name(HUB_WAIT_ALL), "all") == 0 &&
-	    strcmp(hub_wait_mode_name(HUB_WAIT_COUNT), "count") == 0 &&
-	    strcmp(hub_wait_mode_name(HUB_WAIT_IDS), "ids") == 0,
+	ok(strcmp(wsync_wait_name(WSYNC_WAIT_ALL), "all") == 0 &&
+	    strcmp(wsync_wait_name(WSYNC_WAIT_COUNT), "count") == 0 &&
+	    strcmp(wsync_wait_name(WSYNC_WAIT_IDS), "ids") == 0,
 	    "each mode is named as on the wire");
 
 	s_wait_req(&e, "some", 10);
@@ -287,7 +287,7 @@ test_wait_modes(void)
 
 /* A wait on version of model "m" for the n workers ids (mode ids), or for count. */
 static struct hub_wait
-s_wait(enum hub_wait_mode mode, uint64_t version, char **ids, size_t n, uint64_t count)
+s_wait(wsync_wait_mode_t mode, uint64_t version, char **ids, size_t n, uint64_t count)
 {
 	struct hub_wait wt = { .mode = mode, .version = version, .ids = ids, .nids = n,
 	    .count = count, .start = 1000, .deadline = 2500 };
@@ -300,10 +300,10 @@ static void
 test_wait_satisfied(void)
 {
 	char *ids[] = { "w1", "w2" };
-	struct hub_wait wt = s_wait(HUB_WAIT_IDS, 1, ids, 2, 0);
-	struct hub_wait two = s_wait(HUB_WAIT_COUNT, 1, NULL, 0, 2);
-	struct hub_wait three = s_wait(HUB_WAIT_COUNT, 1, NULL, 0, 3);
-	struct hub_wait four = s_wait(HUB_WAIT_COUNT, 1, NULL, 0, 4);
+	struct hub_wait wt = s_wait(WSYNC_WAIT_IDS, 1, ids, 2, 0);
+	struct hub_wait two = s_wait(WSYNC_WAIT_COUNT, 1, NULL, 0, 2);
+	struct hub_wait three = s_wait(WSYNC_WAIT_COUNT, 1, NULL, 0, 3);
+	struct hub_wait four = s_wait(WSYNC_WAIT_COUNT, 1, NULL, 0, 4);
 
 	ok(s_hello("w1", "m") == 0 && s_hello("w2", "m") == 0 && s_hello("w3", "other") == 0,
 	    "three workers say hello");
@@ -327,7 +327,7 @@ static void
 test_wait_expiry(void)
 {
 	char *ids[] = { "w1", "w2", "nobody" };
-	struct hub_wait wt = s_wait(HUB_WAIT_IDS, 4, ids, 3, 0);
+	struct hub_wait wt = s_wait(WSYNC_WAIT_IDS, 4, ids, 3, 0);
 	const msgpack_object *missing;
 	char worker[3][16] = { "", "", "" }, failure[64] = "";
 	uint64_t versions[3] = { 9, 9, 9 };
