@@ -5,7 +5,7 @@
 
 CC       ?= cc
 PREFIX   ?= /usr/local
-PKGS     := libzmq msgpack libxxhash jansson
+PKGS     := libzmq msgpack libxxhash jansson libzstd
 SECONDS  ?= 30
 
 ifeq ($(SANITIZE),1)
