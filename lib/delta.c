@@ -740,6 +740,9 @@ s_rd_tensor(s_in_t *in, wsync_delta_tensor_t *t)
 				if (strlen(s_enc_names[v]) == len &&
 				    memcmp(in->p + off, s_enc_names[v], len) == 0)
 					break;
+			if (v == WSYNC_DELTA_ENC_COUNT && t->path != NULL)
+				return wsync_err_set(in->err, EX_DATAERR, "%s: tensor %s: unknown "
+				    "encoding \"%.*s\"", in->name, t->path, (int)len, in->p + off);
 			if (v == WSYNC_DELTA_ENC_COUNT)
 				return s_bad(in, "an unknown encoding");
 			t->enc = (wsync_delta_enc_t)v;
@@ -1000,29 +1003,23 @@ s_base_at(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	const wsync_tensor_t *bt = NULL;
 	XXH3_state_t st;
 
-	/* Tensors with data are in file order; an empty one says offset 0 and never matches. */
+	/* Tensors with data are in file order; an empty one says offset 0: step over it. */
 	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const wsync_tensor_t *c = wsync_file_tensor(b, mid);
-		if (c->nbytes == 0 || c->offset == t->base_off) {
-			for (size_t i = mid; i < hi && bt == NULL; i++) {
-				c = wsync_file_tensor(b, i);
-				if (c->nbytes > 0 && c->offset == t->base_off)
-					bt = c;
-				else if (c->nbytes > 0)
-					break;
-			}
-			for (size_t i = mid; i-- > lo && bt == NULL;) {
-				c = wsync_file_tensor(b, i);
-				if (c->nbytes > 0 && c->offset == t->base_off)
-					bt = c;
-				else if (c->nbytes > 0)
-					break;
-			}
+		size_t mid = lo + (hi - lo) / 2, j = mid;
+		const wsync_tensor_t *c;
+		while (j < hi && wsync_file_tensor(b, j)->nbytes == 0)
+			j++;
+		if (j == hi) {
+			hi = mid;
+			continue;
+		}
+		c = wsync_file_tensor(b, j);
+		if (c->offset == t->base_off) {
+			bt = c;
 			break;
 		}
 		if (c->offset < t->base_off)
-			lo = mid + 1;
+			lo = j + 1;
 		else
 			hi = mid;
 	}
