@@ -75,8 +75,9 @@ $(BUILD)/bench/%: bench/%.c $(STATIC) lib/*.h
 deps-ok:
 	@scripts/deps check-or-install
 
-# The side-by-side harness's test runs bench/zmq_raw's floor as well.
-check: all $(UNITS) $(BUILD)/bench/zmq_raw
+# The side-by-side harness's test runs bench/zmq_raw's floor as well, and
+# the delta test makes its deltas with bench/delta.
+check: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta
 	@scripts/deps check-or-install fuzz
 	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run

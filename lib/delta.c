@@ -29,8 +29,6 @@
 #define WINDOW_LOG 22                   /* zstd window the writer uses (4 MiB) */
 #define WINDOW_LOG_MAX 23               /* and the largest the applier accepts */
 #define GROUP_MAX 65536                 /* changed elements in one sparse group */
-/* A tensor goes sparse when at most 1 in SPARSE_DIV of its elements changed. */
-#define SPARSE_DIV 5
 #define PATH_KEYS 7                     /* keys a tensor entry may hold */
 
 static const char *const s_enc_names[WSYNC_DELTA_ENC_COUNT] = {
@@ -385,7 +383,7 @@ s_base_of(const wsync_file_t *base, const wsync_tensor_t *t)
 	return bt;
 }
 
-/* The encoding to try first for t: the cheapest by a count of changed elements. */
+/* The encoding to try first for t: the smallest, judged by a count of changed elements. */
 static wsync_delta_enc_t
 s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt)
 {
@@ -407,7 +405,13 @@ s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt)
 	}
 	if (changed == 0)
 		return WSYNC_DELTA_SAME;
-	return changed * SPARSE_DIV <= t->nbytes / w ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
+	/*
+	 * Sparse stores an element's xor as byte planes, which compress better than
+	 * xor's interleaved bytes at any density for elements of 2 bytes or more
+	 * (wsync-format(5), DELTA, has the numbers). For 1-byte elements the planes
+	 * are the xor itself, and the gaps cost more than they save once half changed.
+	 */
+	return w > 1 || changed * 2 <= t->nbytes ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
 }
 
 /* Writes one tensor entry; the encoded form falls back to raw when not smaller. */
@@ -840,12 +844,12 @@ wsync_delta_read_header(const void *buf, size_t len, const char *name,
 			h->skeleton_len = slen;
 			break;
 		case H_TENSORS:
-			if (s_rd_count(&in, 1, &n) < 0)
+			if (s_rd_count(&in, 1, &v) < 0)
 				return -1;
 			/* Every entry takes at least 30 bytes: no allocation beyond the input's size. */
-			if (n > WSYNC_MAX_TENSORS || n > (len - in.at) / 30)
+			if (v > WSYNC_MAX_TENSORS || v > (len - in.at) / 30)
 				return s_bad(&in, "more tensors than the delta could hold");
-			h->ntensors = (size_t)n;
+			h->ntensors = (size_t)v;
 			if ((h->tensors = calloc(h->ntensors + 1, sizeof(*h->tensors))) == NULL)
 				return wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 			for (size_t j = 0; j < h->ntensors; j++)
