@@ -25,7 +25,8 @@
 
 #define CHUNK (1u << 20)                /* bytes of a tensor encoded or decoded at once */
 #define OUT_BUF (1u << 20)              /* the output buffer */
-#define LEVEL 3                         /* zstd level of every encoded form */
+#define LEVEL 3                         /* zstd level of every encoded form but xor */
+#define XOR_LEVEL 1                     /* xor's: level 3 is larger on dense xors */
 #define WINDOW_LOG 22                   /* zstd window the writer uses (4 MiB) */
 #define WINDOW_LOG_MAX 23               /* and the largest the applier accepts */
 #define GROUP_MAX 65536                 /* changed elements in one sparse group */
@@ -409,9 +410,9 @@ s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt)
 	 * Sparse stores an element's xor as byte planes, which compress better than
 	 * xor's interleaved bytes at any density for elements of 2 bytes or more
 	 * (wsync-format(5), DELTA, has the numbers). For 1-byte elements the planes
-	 * are the xor itself, and the gaps cost more than they save once half changed.
+	 * are the xor itself, and the gaps cost more than they save past about 40%.
 	 */
-	return w > 1 || changed * 2 <= t->nbytes ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
+	return w > 1 || changed * 5 <= t->nbytes * 2 ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
 }
 
 /* Writes one tensor entry; the encoded form falls back to raw when not smaller. */
@@ -446,6 +447,8 @@ s_make_tensor(s_make_t *m, const wsync_tensor_t *t, wsync_err_t *err)
 		if (s_mp_str(&m->out, "data", err) < 0 || s_mp_bin_open(&m->out, &data_at, err) < 0)
 			return -1;
 		ZSTD_CCtx_reset(m->z, ZSTD_reset_session_only);
+		ZSTD_CCtx_setParameter(m->z, ZSTD_c_compressionLevel,
+		    enc == WSYNC_DELTA_XOR ? XOR_LEVEL : LEVEL);
 		switch (enc) {
 		case WSYNC_DELTA_XOR:
 			ZSTD_CCtx_setPledgedSrcSize(m->z, t->nbytes);
@@ -494,6 +497,7 @@ s_make_skeleton(s_make_t *m, wsync_err_t *err)
 	if (s_mp_bin_open(&m->out, &data_at, err) < 0)
 		return -1;
 	ZSTD_CCtx_reset(m->z, ZSTD_reset_session_only);
+	ZSTD_CCtx_setParameter(m->z, ZSTD_c_compressionLevel, LEVEL);
 	for (size_t i = 0; i <= wsync_file_count(m->head); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(m->head, i);
 		uint64_t end = t == NULL ? wsync_file_size(m->head) : t->offset;
