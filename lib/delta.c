@@ -30,6 +30,11 @@
 #define WINDOW_LOG 22                   /* zstd window the writer uses (4 MiB) */
 #define WINDOW_LOG_MAX 23               /* and the largest the applier accepts */
 #define GROUP_MAX 65536                 /* changed elements in one sparse group */
+/* The most a head's header can take: the top level and meta, then per tensor. */
+#define SKELETON_FIXED_MAX ((uint64_t)WSYNC_MAX_META * \
+	(WSYNC_MAX_KEY + WSYNC_MAX_META_VALUE + 16) + 4096)
+#define SKELETON_TENSOR_MAX ((uint64_t)WSYNC_MAX_PATH + WSYNC_MAX_DEPTH * 8 + \
+	WSYNC_MAX_DIMS * 9 + 256)
 #define PATH_KEYS 7                     /* keys a tensor entry may hold */
 
 static const char *const s_enc_names[WSYNC_DELTA_ENC_COUNT] = {
@@ -817,7 +822,7 @@ wsync_delta_read_header(const void *buf, size_t len, const char *name,
     wsync_delta_header_t *h, wsync_err_t *err)
 {
 	s_in_t in = { buf, len, 0, name, err };
-	uint64_t n, v, format = 0, prev_end = 0;
+	uint64_t n, v, format = 0, prev_end = 0, data = 0;
 	size_t off, slen;
 	unsigned seen = 0;
 	int k;
@@ -877,9 +882,19 @@ wsync_delta_read_header(const void *buf, size_t len, const char *name,
 		return s_bad(&in, "trailing bytes after the document");
 	if (h->size > (UINT64_C(1) << 62))
 		return s_bad(&in, "an absurd head size");
-	for (size_t i = 0; i < h->ntensors; i++)
+	for (size_t i = 0; i < h->ntensors; i++) {
 		if (s_check_tensor(&in, h, &h->tensors[i], &prev_end) < 0)
 			return -1;
+		data += h->tensors[i].len;
+	}
+	/*
+	 * What the skeleton must expand to: no more than a header of this many
+	 * tensors and the largest meta hold, so a small frame cannot fill a disk.
+	 */
+	if (h->size - data > SKELETON_FIXED_MAX + h->ntensors * SKELETON_TENSOR_MAX)
+		return wsync_err_set(err, EX_DATAERR, "%s: a head of %llu bytes outside its "
+		    "%zu tensors' data, more than any header", name,
+		    (unsigned long long)(h->size - data), h->ntensors);
 	return 0;
 }
 

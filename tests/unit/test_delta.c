@@ -421,10 +421,16 @@ out:
 static void
 test_lying_entries_are_refused(void)
 {
-	static const struct { const char *what, *enc; unsigned off, len; } cases[] = {
-		{ "an unknown encoding", "zigzag", 64, 4 },
-		{ "data outside the head", "raw", 200, 4 },
-		{ "an empty tensor that is not raw", "whole", 0, 0 },
+	static const struct {
+		const char *what, *enc, *want;
+		unsigned off, len;
+		uint64_t size;
+	} cases[] = {
+		{ "an unknown encoding", "zigzag", "tensor t", 64, 4, 128 },
+		{ "data outside the head", "raw", "tensor t", 200, 4, 128 },
+		{ "an empty tensor that is not raw", "whole", "tensor t", 0, 0, 128 },
+		{ "a head of 1 TiB around one tensor", "raw", "more than any header", 64, 4,
+		    UINT64_C(1) << 40 },
 	};
 	wsync_delta_header_t h;
 	wsync_err_t err;
@@ -444,7 +450,9 @@ test_lying_entries_are_refused(void)
 		STR("base_content"); PUT(2);
 		STR("version"); PUT(2);
 		STR("content"); PUT(3);
-		STR("size"); PUT(0xcc, 128);
+		STR("size"); PUT(0xcf);
+		for (int b = 7; b >= 0; b--)
+			d[n++] = (unsigned char)(cases[i].size >> (8 * b));
 		STR("skeleton"); PUT(0xc4, 0);
 		STR("tensors"); PUT(0x91, 0x86);
 		STR("path"); STR("t");
@@ -458,8 +466,8 @@ test_lying_entries_are_refused(void)
 #undef STR
 		rc = wsync_delta_read_header(d, n, "hand", &h, &err);
 		wsync_delta_header_free(&h);
-		ok(rc < 0 && err.code == EX_DATAERR && strstr(err.msg, "tensor t") != NULL,
-		    "%s is refused naming the tensor: %s", cases[i].what, err.msg);
+		ok(rc < 0 && err.code == EX_DATAERR && strstr(err.msg, cases[i].want) != NULL,
+		    "%s is refused: %s", cases[i].what, err.msg);
 	}
 }
 
