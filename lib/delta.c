@@ -237,12 +237,26 @@ typedef struct s_make {
 	wsync_delta_stats_t *stats;
 } s_make_t;
 
-/* Lets go of a mapped input's pages in [p, p + len) once read. */
+/*
+ * Lets go of a mapped file's pages in [p, p + len) once read, and of the page
+ * p starts in: read in file order, its first bytes were read before, and
+ * without it every window would leave a page behind.
+ */
+static void
+s_release_map(const void *p, size_t len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)p & ~(page - 1);
+
+	wsync_pages_release((const void *)start, len + ((uintptr_t)p - start));
+}
+
+/* s_release_map for an input that is mapped, never for one read into memory. */
 static void
 s_release(const wsync_file_t *f, const void *p, size_t len)
 {
 	if (f->mem == WSYNC_MEM_MMAP)
-		wsync_pages_release(p, len);
+		s_release_map(p, len);
 }
 
 static uint64_t
@@ -915,6 +929,7 @@ typedef struct s_zin {
 	ZSTD_inBuffer in;
 	unsigned char *buf;             /* CHUNK bytes decompressed */
 	size_t have, at;
+	size_t released;                /* input let go of: read, and mapped from the delta */
 	int ended;                      /* the frame is complete */
 	const char *name, *what;
 	wsync_err_t *err;
@@ -925,7 +940,7 @@ s_zin_start(s_zin_t *r, const unsigned char *p, size_t len, const char *what)
 {
 	ZSTD_DCtx_reset(r->z, ZSTD_reset_session_only);
 	r->in = (ZSTD_inBuffer){ p, len, 0 };
-	r->have = r->at = 0;
+	r->have = r->at = r->released = 0;
 	r->ended = 0;
 	r->what = what;
 	return 0;
@@ -943,6 +958,9 @@ s_zin_fill(s_zin_t *r, wsync_err_t *err)
 			return wsync_err_set(err, EX_DATAERR, "%s: %s: damaged (zstd: %s)",
 			    r->name, r->what, ZSTD_getErrorName(left));
 		r->have = out.pos;
+		s_release_map((const unsigned char *)r->in.src + r->released,
+		    r->in.pos - r->released);
+		r->released = r->in.pos;
 		if (left == 0)
 			r->ended = 1;
 		else if (out.pos == 0 && r->in.pos == r->in.size)
@@ -1233,7 +1251,7 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	}
 	a->out.hash = NULL;
 	if (t->data_len > 0)
-		wsync_pages_release(d, t->data_len);
+		s_release_map(d, t->data_len);
 	if (rc < 0)
 		return -1;
 	if (XXH3_64bits_digest(&a->hash) != t->hash)
