@@ -1336,7 +1336,7 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 	wsync_delta_header_t h = { 0 };
 	wsync_file_t *base = NULL;
 	void *map = MAP_FAILED;
-	struct stat st;
+	struct stat st, ost;
 	int rc = -1;
 
 	if (fstat(delta_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -1372,7 +1372,8 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 	}
 	ZSTD_DCtx_setParameter(a.skel.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
 	ZSTD_DCtx_setParameter(a.data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
-	if ((a.out.start = lseek(out_fd, 0, SEEK_CUR)) != 0) {
+	if ((a.out.start = lseek(out_fd, 0, SEEK_CUR)) != 0 || fstat(out_fd, &ost) < 0 ||
+	    ost.st_size != 0) {
 		wsync_err_set(err, EX_SOFTWARE, "%s: the output must be a new empty file", name);
 		goto out;
 	}
