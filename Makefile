@@ -8,7 +8,7 @@
 
 CC       ?= cc
 PREFIX   ?= /usr/local
-PKGS     := libzmq msgpack libxxhash jansson libsodium libcrypto
+PKGS     := libzmq msgpack libxxhash jansson libsodium libcrypto libzstd
 SECONDS  ?= 30
 
 ifeq ($(SANITIZE),1)
@@ -95,8 +95,9 @@ check: all
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run
 
 # What the tests run, in the test build (make check runs it as BUILD=$(TEST_BUILD)).
-# The side-by-side harness's test runs bench/zmq_raw's floor as well.
-check-build: all $(UNITS) $(BUILD)/bench/zmq_raw
+# The side-by-side harness's test runs bench/zmq_raw's floor as well, and
+# the delta test makes its deltas with bench/delta.
+check-build: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta
 
 # The crash tests need the hooks: the test build.
 check-long:

@@ -1,0 +1,95 @@
+/*
+ * delta_int.h - deltas between two versions of a model (wsync-format(5), DELTA):
+ * making one from a base B and a head H, reading its header, and rebuilding H
+ * from B and the delta, verified, into a new file.
+ */
+#ifndef WSYNC_DELTA_INT_H
+#define WSYNC_DELTA_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wsync.h"
+
+#define WSYNC_DELTA_FORMAT 1
+
+/* How one tensor of H travels; the order is not part of the format, the names are. */
+typedef enum wsync_delta_enc {
+	WSYNC_DELTA_SAME,       /* B's bytes, unchanged */
+	WSYNC_DELTA_XOR,        /* zstd of H xor B */
+	WSYNC_DELTA_SPARSE,     /* zstd of the changed elements' positions and xors */
+	WSYNC_DELTA_WHOLE,      /* zstd of H's bytes */
+	WSYNC_DELTA_RAW,        /* H's bytes as they are */
+	WSYNC_DELTA_ENC_COUNT
+} wsync_delta_enc_t;
+
+/* The format's name of an encoding ("xor"); NULL when out of range. */
+const char *wsync_delta_enc_name(wsync_delta_enc_t enc);
+
+/* What wsync_delta_make wrote. */
+typedef struct wsync_delta_stats {
+	uint64_t bytes;                         /* the whole delta */
+	uint64_t head_bytes;                    /* H's file size, for the ratio */
+	uint64_t skeleton_bytes;                /* the compressed skeleton */
+	uint64_t count[WSYNC_DELTA_ENC_COUNT];  /* tensors per encoding */
+	uint64_t data[WSYNC_DELTA_ENC_COUNT];   /* H's data bytes per encoding */
+	uint64_t encoded[WSYNC_DELTA_ENC_COUNT]; /* bytes on the wire per encoding */
+} wsync_delta_stats_t;
+
+/*
+ * Writes the delta that turns base (B) into head (H) to out_fd, a regular
+ * file opened for writing at its current offset (the writer seeks back to
+ * fill in lengths). Both inputs are .wsync files of the same model, read
+ * through mappings a window at a time, so memory stays bounded whatever
+ * their size. name is for errors; stats (may be NULL) says what was written.
+ */
+int wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name,
+    wsync_delta_stats_t *stats, wsync_err_t *err);
+
+/*
+ * Rebuilds H from base (B) and the delta into out_fd, a new empty file open
+ * for reading and writing (the caller renames it into place). Every tensor's
+ * hash, the tensor list and H's content id are checked against the delta;
+ * any mismatch, a base that is not the delta's, or a damaged delta gives 65
+ * naming the tensor. base_fd is only read. version and content (may be NULL)
+ * receive H's.
+ */
+int wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
+    uint64_t *version, uint64_t *content, wsync_err_t *err);
+
+/* One tensor of H as the delta describes it; offsets into the delta buffer. */
+typedef struct wsync_delta_tensor {
+	const char *path;       /* owned by the header */
+	uint64_t off;           /* data offset in H (0 for an empty tensor) */
+	uint64_t len;           /* data bytes in H */
+	uint64_t hash;          /* H's tensor hash */
+	wsync_delta_enc_t enc;
+	uint64_t base_off;      /* B's tensor data offset: same, xor, sparse */
+	uint64_t data_off;      /* the encoded bytes: xor, sparse, whole, raw */
+	uint64_t data_len;
+} wsync_delta_tensor_t;
+
+/* A delta's header, everything but the encoded bytes, which stay in the buffer. */
+typedef struct wsync_delta_header {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t base, base_content;            /* B's version and content id */
+	uint64_t version, content;              /* H's */
+	uint64_t size;                          /* H's file size */
+	uint64_t skeleton_off, skeleton_len;    /* the compressed skeleton */
+	wsync_delta_tensor_t *tensors;          /* in H's file order */
+	size_t ntensors;
+} wsync_delta_header_t;
+
+/*
+ * Decodes and checks the delta document in buf (len bytes): its fields, and
+ * that every tensor lies inside H, in order, without overlap, with the keys
+ * its encoding needs. Allocates at most a bounded multiple of len. 0, or -1
+ * with 65 and err naming the tensor; free the header with
+ * wsync_delta_header_free either way.
+ */
+int wsync_delta_read_header(const void *buf, size_t len, const char *name,
+    wsync_delta_header_t *h, wsync_err_t *err);
+/* Frees what wsync_delta_read_header allocated and zeroes the header. */
+void wsync_delta_header_free(wsync_delta_header_t *h);
+
+#endif

@@ -1,0 +1,498 @@
+/*
+ * test_delta.c - deltas: byte-identical round trips on stepped models and on
+ * every change of a tree, sizes against the issue's bars and the peers'
+ * xor+zstd-1, damaged deltas and bases refused naming the tensor, and the
+ * header decoder on truncated and altered input. Run from the repository
+ * root (tests/fixtures/mkstep.py writes the stepped models).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "delta_int.h"
+#include "tap.h"
+
+static char s_dir[64];
+
+static const char *
+s_path(const char *name)
+{
+	static char buf[4][256];
+	static int next;
+	char *p = buf[next++ % 4];
+
+	snprintf(p, sizeof(buf[0]), "%s/%s", s_dir, name);
+	return p;
+}
+
+/* The whole of a file, malloc'd; *len its size. NULL when unreadable. */
+static unsigned char *
+s_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *p = NULL;
+	long n;
+
+	if (f != NULL && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1)) != NULL &&
+	    fread(p, 1, (size_t)n, f) == (size_t)n)
+		*len = (size_t)n;
+	else {
+		free(p);
+		p = NULL;
+	}
+	if (f != NULL)
+		fclose(f);
+	return p;
+}
+
+static int
+s_spit(const char *path, const void *p, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	int rc = f != NULL && fwrite(p, 1, len, f) == len ? 0 : -1;
+
+	if (f != NULL && fclose(f) != 0)
+		rc = -1;
+	return rc;
+}
+
+static int
+s_same_files(const char *a, const char *b)
+{
+	size_t la = 0, lb = 0;
+	unsigned char *pa = s_slurp(a, &la), *pb = s_slurp(b, &lb);
+	int same = pa != NULL && pb != NULL && la == lb && memcmp(pa, pb, la) == 0;
+
+	free(pa);
+	free(pb);
+	return same;
+}
+
+/* Makes base -> head into delta; 0, or the error's code with err filled. */
+static int
+s_make(const char *base, const char *head, const char *delta, wsync_delta_stats_t *st,
+    wsync_err_t *err)
+{
+	int b = open(base, O_RDONLY), h = open(head, O_RDONLY);
+	int d = open(delta, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int rc = wsync_delta_make(b, h, d, delta, st, err) < 0 ? err->code : 0;
+
+	close(b);
+	close(h);
+	close(d);
+	return rc;
+}
+
+/* Applies delta to base into out (a new file); 0, or the error's code. */
+static int
+s_apply(const char *base, const char *delta, const char *out, wsync_err_t *err)
+{
+	int b = open(base, O_RDONLY), d = open(delta, O_RDONLY);
+	int o = open(out, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	uint64_t version = 0, content = 0;
+	int rc = wsync_delta_apply(b, d, o, delta, &version, &content, err) < 0 ? err->code : 0;
+
+	close(b);
+	close(d);
+	close(o);
+	return rc;
+}
+
+/* zstd level 1 of the xor of every tensor of head that differs from base's. */
+static uint64_t
+s_peers(const char *base, const char *head)
+{
+	wsync_err_t err;
+	wsync_file_t *b = wsync_file_open(base, &err), *h = wsync_file_open(head, &err);
+	uint64_t total = 0;
+
+	for (size_t i = 0; b != NULL && h != NULL && i < wsync_file_count(h); i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(h, i);
+		const wsync_tensor_t *bt = wsync_file_find(b, t->path);
+		size_t cap = ZSTD_compressBound(t->nbytes);
+		unsigned char *x = malloc(t->nbytes + cap);
+		if (bt == NULL || bt->nbytes != t->nbytes || bt->hash == t->hash || x == NULL) {
+			free(x);
+			continue;
+		}
+		for (uint64_t j = 0; j < t->nbytes; j++)
+			x[j] = ((const unsigned char *)t->data)[j] ^ ((const unsigned char *)bt->data)[j];
+		total += ZSTD_compress(x + t->nbytes, cap, x, t->nbytes, 1);
+		free(x);
+	}
+	wsync_file_close(&b);
+	wsync_file_close(&h);
+	return total;
+}
+
+/* Writes a stepped model pair with mkstep.py; 0 on success. */
+static int
+s_mkstep(const char *dtype, const char *fraction, unsigned bytes)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "/usr/bin/python3 tests/fixtures/mkstep.py %s %s %u "
+	    "%s %s >/dev/null", dtype, fraction, bytes, s_path("base.wsync"),
+	    s_path("head.wsync"));
+	return system(cmd);
+}
+
+/* A stepped pair round trips byte for byte; returns the delta's and the peers' sizes. */
+static void
+s_round_trip_step(const char *dtype, const char *fraction, uint64_t *delta,
+    uint64_t *peers, uint64_t *whole)
+{
+	wsync_delta_stats_t st = { 0 };
+	wsync_err_t err = { 0 };
+
+	int written = s_mkstep(dtype, fraction, 1u << 22) == 0;
+
+	*delta = *peers = *whole = 0;
+	ok(written, "mkstep.py writes a %s model and its step changing %s of it (run from "
+	    "the repository root)", dtype, fraction);
+	if (!written)
+		return;
+	ok(s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err) == 0, "%s %s: a delta is made (%s)", dtype, fraction, err.msg);
+	ok(s_apply(s_path("base.wsync"), s_path("d.wdelta"), s_path("out.wsync"), &err) == 0,
+	    "%s %s: the delta applies (%s)", dtype, fraction, err.msg);
+	ok(s_same_files(s_path("out.wsync"), s_path("head.wsync")),
+	    "%s %s: the rebuilt file equals the head byte for byte", dtype, fraction);
+	*delta = st.bytes;
+	*whole = st.head_bytes;
+	*peers = s_peers(s_path("base.wsync"), s_path("head.wsync"));
+}
+
+static void
+test_stepped_models_round_trip_within_the_bars(void)
+{
+	static const struct { const char *dtype, *fraction; unsigned bar; } cases[] = {
+		{ "bf16", "0.01", 40 }, { "bf16", "0.03", 15 },
+		{ "f32", "0.01", 40 }, { "f32", "0.03", 15 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t delta, peers, whole;
+		s_round_trip_step(cases[i].dtype, cases[i].fraction, &delta, &peers, &whole);
+		ok(delta > 0 && delta * cases[i].bar <= whole, "%s %s: the delta (%llu bytes) "
+		    "is at most 1/%u of the head (%llu)", cases[i].dtype, cases[i].fraction,
+		    (unsigned long long)delta, cases[i].bar, (unsigned long long)whole);
+		ok(delta > 0 && delta <= peers, "%s %s: the delta (%llu bytes) is no larger than "
+		    "xor+zstd-1 of the changed tensors (%llu)", cases[i].dtype, cases[i].fraction,
+		    (unsigned long long)delta, (unsigned long long)peers);
+	}
+}
+
+static void
+test_no_change_and_all_changed_round_trip(void)
+{
+	uint64_t delta, peers, whole;
+	wsync_delta_stats_t st = { 0 };
+	wsync_err_t err = { 0 };
+
+	s_round_trip_step("bf16", "0", &delta, &peers, &whole);
+	ok(delta > 0 && delta < 4096, "no change: the delta is a header (%llu bytes)",
+	    (unsigned long long)delta);
+	s_round_trip_step("bf16", "1", &delta, &peers, &whole);
+	ok(delta > 0 && delta <= whole && delta <= peers, "all changed: the delta (%llu) is no "
+	    "larger than the head (%llu) or xor+zstd-1 (%llu)", (unsigned long long)delta,
+	    (unsigned long long)whole, (unsigned long long)peers);
+	ok(s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err) == 0 && st.count[WSYNC_DELTA_SAME] == 0, "all changed: no tensor is same");
+}
+
+/* Adds a tensor of n elements of dtype, shape given, filled from seed. */
+static void
+s_add(wsync_tree_t *tree, const char *path, wsync_dtype_t dtype, int ndim,
+    const uint64_t *shape, unsigned char *buf, unsigned seed)
+{
+	uint64_t nbytes = 0;
+	wsync_err_t err;
+
+	wsync_tensor_nbytes(dtype, ndim, shape, &nbytes);
+	for (uint64_t i = 0; i < nbytes; i++)
+		buf[i] = (unsigned char)(((i * 2654435761u) >> 7) + seed);
+	if (wsync_tree_add(tree, path, dtype, ndim, shape, buf, nbytes, &err) < 0)
+		printf("# add %s: %s\n", path, err.msg);
+}
+
+static int
+s_write(wsync_tree_t *tree, const char *path, uint64_t version)
+{
+	wsync_err_t err;
+	int rc;
+
+	wsync_tree_set_version(tree, version);
+	rc = wsync_tree_write_file(tree, path, &err);
+	if (rc < 0)
+		printf("# write %s: %s\n", path, err.msg);
+	wsync_tree_destroy(&tree);
+	return rc;
+}
+
+/*
+ * Base and head differ in every way a tree can: a tensor changed in one
+ * element, one added, one removed, one reshaped, one whose dtype changed,
+ * a zero-size tensor and a scalar.
+ */
+static void
+test_every_change_of_a_tree_round_trips(void)
+{
+	static unsigned char b[6][8192], h[7][8192];
+	uint64_t s64x16[2] = { 64, 16 }, s128[1] = { 128 }, s8[1] = { 8 }, s2x4[2] = { 2, 4 };
+	uint64_t s0x4[2] = { 0, 4 }, s300[1] = { 300 };
+	wsync_delta_stats_t st = { 0 };
+	wsync_err_t err = { 0 };
+	wsync_tree_t *tb = wsync_tree_new("edits", &err), *th = wsync_tree_new("edits", &err);
+
+	s_add(tb, "a.changed", WSYNC_BF16, 2, s64x16, b[0], 1);
+	s_add(tb, "b.removed", WSYNC_F32, 1, s128, b[1], 2);
+	s_add(tb, "c.reshaped", WSYNC_I32, 1, s8, b[2], 3);
+	s_add(tb, "d.retyped", WSYNC_F32, 1, s128, b[3], 4);
+	s_add(tb, "e.empty", WSYNC_F32, 2, s0x4, b[4], 5);
+	s_add(tb, "f.scalar", WSYNC_F32, 0, NULL, b[5], 6);
+	s_add(th, "a.changed", WSYNC_BF16, 2, s64x16, h[0], 1);
+	h[0][100] ^= 1;
+	s_add(th, "c.reshaped", WSYNC_I32, 2, s2x4, h[2], 3);
+	s_add(th, "d.retyped", WSYNC_F64, 1, s128, h[3], 4);
+	s_add(th, "e.empty", WSYNC_F32, 2, s0x4, h[4], 5);
+	s_add(th, "f.scalar", WSYNC_F32, 0, NULL, h[5], 7);
+	s_add(th, "g.added", WSYNC_U8, 1, s300, h[6], 8);
+	ok(s_write(tb, s_path("base.wsync"), 10) == 0 && s_write(th, s_path("head.wsync"), 11) == 0,
+	    "edits: base and head written");
+	ok(s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err) == 0, "edits: a delta is made (%s)", err.msg);
+	ok(st.count[WSYNC_DELTA_SPARSE] == 1 && st.count[WSYNC_DELTA_SAME] == 0 &&
+	    st.count[WSYNC_DELTA_RAW] + st.count[WSYNC_DELTA_WHOLE] == 5,
+	    "edits: one tensor sparse, the five others encoded alone (same %llu, xor %llu, "
+	    "sparse %llu, whole %llu, raw %llu)",
+	    (unsigned long long)st.count[0], (unsigned long long)st.count[1],
+	    (unsigned long long)st.count[2], (unsigned long long)st.count[3],
+	    (unsigned long long)st.count[4]);
+	ok(s_apply(s_path("base.wsync"), s_path("d.wdelta"), s_path("out.wsync"), &err) == 0,
+	    "edits: the delta applies (%s)", err.msg);
+	ok(s_same_files(s_path("out.wsync"), s_path("head.wsync")),
+	    "edits: the rebuilt file equals the head byte for byte");
+	ok(s_make(s_path("head.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err) == 0 && st.count[WSYNC_DELTA_SAME] == 5 && st.count[WSYNC_DELTA_RAW] == 1,
+	    "a head against itself: every tensor with data is same, the empty one raw");
+	ok(s_apply(s_path("head.wsync"), s_path("d.wdelta"), s_path("out.wsync"), &err) == 0 &&
+	    s_same_files(s_path("out.wsync"), s_path("head.wsync")),
+	    "a head against itself round trips (%s)", err.msg);
+}
+
+/* The delta's header, read from the file at path; 0 on success. */
+static int
+s_header(const char *path, unsigned char **buf, size_t *len, wsync_delta_header_t *h)
+{
+	wsync_err_t err;
+
+	if ((*buf = s_slurp(path, len)) == NULL)
+		return -1;
+	return wsync_delta_read_header(*buf, *len, path, h, &err);
+}
+
+static void
+test_damage_is_refused_naming_the_tensor(void)
+{
+	wsync_delta_header_t h = { 0 };
+	unsigned char *buf = NULL, *base = NULL, *before = NULL;
+	size_t len = 0, blen = 0, before_len = 0;
+	const wsync_delta_tensor_t *t = NULL;
+	wsync_delta_stats_t st;
+	wsync_err_t err = { 0 };
+	char want[256];
+	wsync_file_t *f;
+
+	int made = s_mkstep("bf16", "0.01", 1u << 20) == 0 &&
+	    s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st, &err) == 0;
+
+	ok(made, "damage: a stepped pair and its delta are written");
+	if (!made)
+		return;
+	ok(s_header(s_path("d.wdelta"), &buf, &len, &h) == 0, "damage: the header reads back");
+	for (size_t i = 0; i < h.ntensors && t == NULL; i++)
+		if (h.tensors[i].enc == WSYNC_DELTA_SPARSE)
+			t = &h.tensors[i];
+	ok(t != NULL, "damage: the delta has a sparse tensor");
+	if (t == NULL)
+		goto out;
+
+	/* One byte of its encoded data: zstd or the hash catches it. */
+	buf[t->data_off + t->data_len / 2] ^= 0x10;
+	s_spit(s_path("bad.wdelta"), buf, len);
+	buf[t->data_off + t->data_len / 2] ^= 0x10;
+	snprintf(want, sizeof(want), "tensor %s:", t->path);
+	ok(s_apply(s_path("base.wsync"), s_path("bad.wdelta"), s_path("out.wsync"), &err) ==
+	    EX_DATAERR && strstr(err.msg, want) != NULL,
+	    "a flipped byte in a tensor's delta data is refused naming it: %s", err.msg);
+
+	/* One byte of the base tensor it is applied to. */
+	base = s_slurp(s_path("base.wsync"), &blen);
+	before = s_slurp(s_path("base.wsync"), &before_len);
+	f = base != NULL ? wsync_file_open_buffer(base, blen, "base", &err) : NULL;
+	ok(f != NULL, "damage: the base opens");
+	if (f != NULL) {
+		const wsync_tensor_t *bt = wsync_file_find(f, t->path);
+		base[bt->offset + 7] ^= 0x01;
+		wsync_file_close(&f);
+		s_spit(s_path("badbase.wsync"), base, blen);
+		ok(s_apply(s_path("badbase.wsync"), s_path("d.wdelta"), s_path("out.wsync"),
+		    &err) == EX_DATAERR && strstr(err.msg, want) != NULL &&
+		    strstr(err.msg, "damaged base") != NULL,
+		    "a flipped byte in the base is refused naming the tensor: %s", err.msg);
+	}
+	ok(before != NULL && s_spit(s_path("before.wsync"), before, before_len) == 0 &&
+	    s_same_files(s_path("before.wsync"), s_path("base.wsync")),
+	    "applying never changes the base");
+
+	/* A base that is not the delta's at all: the head itself. */
+	ok(s_apply(s_path("head.wsync"), s_path("d.wdelta"), s_path("out.wsync"), &err) ==
+	    EX_DATAERR && strstr(err.msg, "the base is not the delta's") != NULL,
+	    "a delta applied to another base is refused: %s", err.msg);
+
+	/* The skeleton: one byte of H's header. */
+	buf[h.skeleton_off + h.skeleton_len / 2] ^= 0x20;
+	s_spit(s_path("bad.wdelta"), buf, len);
+	buf[h.skeleton_off + h.skeleton_len / 2] ^= 0x20;
+	ok(s_apply(s_path("base.wsync"), s_path("bad.wdelta"), s_path("out.wsync"), &err) ==
+	    EX_DATAERR, "a flipped byte in the skeleton is refused: %s", err.msg);
+out:
+	wsync_delta_header_free(&h);
+	free(buf);
+	free(base);
+	free(before);
+}
+
+/* Every truncation, and each byte of the header region altered, gives 0 or 65. */
+static void
+test_hostile_headers_give_65(void)
+{
+	wsync_delta_header_t h = { 0 };
+	unsigned char *buf = NULL;
+	size_t len = 0, bad = 0, refused = 0, limit;
+	wsync_delta_stats_t st;
+	wsync_err_t err;
+
+	int made = s_mkstep("f32", "0.01", 1u << 16) == 0 &&
+	    s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err) == 0 && s_header(s_path("d.wdelta"), &buf, &len, &h) == 0;
+
+	ok(made, "hostile: a small delta is made and reads back");
+	if (!made)
+		goto out;
+	wsync_delta_header_free(&h);
+	for (size_t n = 0; n < len; n++) {
+		int rc = wsync_delta_read_header(buf, n, "cut", &h, &err);
+		wsync_delta_header_free(&h);
+		if (rc == 0 || err.code != EX_DATAERR || err.msg[0] == '\0')
+			bad++;
+	}
+	ok(bad == 0, "every truncation of a delta is refused with 65 (%zu were not)", bad);
+	limit = len < 4096 ? len : 4096;
+	bad = 0;
+	for (size_t i = 0; i < limit; i++) {
+		for (unsigned v = 0; v < 256; v += 37) {
+			unsigned char was = buf[i];
+			int rc;
+			buf[i] = (unsigned char)v;
+			rc = wsync_delta_read_header(buf, len, "altered", &h, &err);
+			wsync_delta_header_free(&h);
+			buf[i] = was;
+			if (rc < 0 && (err.code != EX_DATAERR || err.msg[0] == '\0'))
+				bad++;
+			refused += rc < 0;
+		}
+	}
+	ok(bad == 0 && refused > 0, "altered headers are read or refused with 65 "
+	    "(%zu refused, %zu with another code)", refused, bad);
+out:
+	free(buf);
+}
+
+/* A delta written by hand: each field as given, for the decoder's checks. */
+static void
+test_lying_entries_are_refused(void)
+{
+	static const struct {
+		const char *what, *enc, *want;
+		unsigned off, len;
+		uint64_t size;
+	} cases[] = {
+		{ "an unknown encoding", "zigzag", "tensor t", 64, 4, 128 },
+		{ "data outside the head", "raw", "tensor t", 200, 4, 128 },
+		{ "an empty tensor that is not raw", "whole", "tensor t", 0, 0, 128 },
+		{ "a head of 1 TiB around one tensor", "raw", "more than any header", 64, 4,
+		    UINT64_C(1) << 40 },
+	};
+	wsync_delta_header_t h;
+	wsync_err_t err;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		unsigned char d[256];
+		size_t n = 0;
+		int rc;
+#define PUT(...) do { const unsigned char b_[] = { __VA_ARGS__ }; \
+	memcpy(d + n, b_, sizeof(b_)); n += sizeof(b_); } while (0)
+#define STR(s) do { d[n++] = (unsigned char)(0xa0 | strlen(s)); memcpy(d + n, s, strlen(s)); \
+	n += strlen(s); } while (0)
+		PUT(0x89);
+		STR("wsync-delta"); PUT(1);
+		STR("model"); STR("m");
+		STR("base"); PUT(1);
+		STR("base_content"); PUT(2);
+		STR("version"); PUT(2);
+		STR("content"); PUT(3);
+		STR("size"); PUT(0xcf);
+		for (int b = 7; b >= 0; b--)
+			d[n++] = (unsigned char)(cases[i].size >> (8 * b));
+		STR("skeleton"); PUT(0xc4, 0);
+		STR("tensors"); PUT(0x91, 0x86);
+		STR("path"); STR("t");
+		STR("off"); PUT(0xcc, (unsigned char)cases[i].off);
+		STR("len"); PUT((unsigned char)cases[i].len);
+		STR("hash"); PUT(0);
+		STR("enc"); STR(cases[i].enc);
+		STR("data"); PUT(0xc4, (unsigned char)cases[i].len, 0, 0, 0, 0);
+		n -= 4 - cases[i].len;
+#undef PUT
+#undef STR
+		rc = wsync_delta_read_header(d, n, "hand", &h, &err);
+		wsync_delta_header_free(&h);
+		ok(rc < 0 && err.code == EX_DATAERR && strstr(err.msg, cases[i].want) != NULL,
+		    "%s is refused: %s", cases[i].what, err.msg);
+	}
+}
+
+static void
+s_clean(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", s_dir);
+	if (system(cmd) != 0)
+		printf("# cannot remove %s\n", s_dir);
+}
+
+int
+main(void)
+{
+	snprintf(s_dir, sizeof(s_dir), "/tmp/test_delta.XXXXXX");
+	if (mkdtemp(s_dir) == NULL)
+		return 1;
+	test_stepped_models_round_trip_within_the_bars();
+	test_no_change_and_all_changed_round_trip();
+	test_every_change_of_a_tree_round_trips();
+	test_damage_is_refused_naming_the_tensor();
+	test_hostile_headers_give_65();
+	test_lying_entries_are_refused();
+	s_clean();
+	return tap_done();
+}
