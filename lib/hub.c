@@ -48,6 +48,7 @@ struct s_wmodel {
 	uint64_t failed;                /* version of its last failure; 0: none */
 	char *reason;                   /* of that failure */
 	double fail_time;
+	uint64_t failures;              /* failures reported, every version */
 };
 
 struct s_worker {
@@ -85,6 +86,18 @@ struct s_upload {
 };
 
 enum s_mode { S_ALL, S_COUNT, S_IDS };
+
+/* What the hub did since it started, for wsync-inspect --prometheus. */
+struct s_counters {
+	uint64_t uploads;               /* begun (begin, put, slot) */
+	uint64_t commits;               /* versions committed */
+	uint64_t waits;                 /* begun (wait, or a commit's) */
+	uint64_t waits_timed_out;
+	uint64_t bytes_served;          /* data of gets */
+	uint64_t bytes_received;        /* data of chunks and puts */
+	uint64_t refused;               /* requests answered with an error */
+	uint64_t dropped;               /* messages dropped unanswered */
+};
 
 /* A deferred reply: who asked, and what would satisfy them. */
 struct s_wait {
@@ -124,6 +137,7 @@ struct wsync_hub {
 	wsync_blocked_t blocked;        /* connections that broke the protocol */
 	char conn[WSYNC_PEER_NAME];     /* the connection of the request being served */
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
+	struct s_counters counts;
 };
 
 /* One request being served. */
@@ -666,6 +680,7 @@ s_wait_expire(wsync_hub_t *h, const struct s_wait *wt, int64_t now)
 				s_missing_entry(&e, wt, h->workers[i]->id, h->workers[i], now);
 	}
 	s_send(h, wt->ident, wt->identlen, &e);
+	h->counts.waits_timed_out++;
 	s_log(h, "event=timeout model=%s version=%" PRIu64 " missing=%zu", wt->model,
 	    wt->version, missing);
 }
@@ -1051,6 +1066,7 @@ s_op_get(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	wsync_enc_kv_u64(&e, "off", off);
 	wsync_enc_kv_u64(&e, "len", len);
 	s_reply_data(h, r, &e, &data);
+	h->counts.bytes_served += len;
 	return 0;
 }
 
@@ -1133,6 +1149,7 @@ s_upload_open(wsync_hub_t *h, struct s_req *r, struct s_upload **up, wsync_err_t
 		goto fail;
 	}
 	u->id = ++h->last_upload;
+	h->counts.uploads++;
 	u->touched = wsync_now_ms();
 	snprintf(u->peer, sizeof(u->peer), "%s", r->peer);
 	for (size_t i = 0; i < u->nfiles; i++)
@@ -1236,6 +1253,7 @@ s_op_chunk(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	}
 	if (s_upload_write(u, file, off, wsync_part_data(r->parts, 3), len, err) < 0)
 		return -1;
+	h->counts.bytes_received += len;
 	s_ok(&e, r->id, 0);
 	s_reply(h, r, &e);
 	return 0;
@@ -1331,6 +1349,7 @@ s_upload_commit(wsync_hub_t *h, struct s_req *r, struct s_upload *u, wsync_err_t
 		s_upload_end(u);
 		return -1;
 	}
+	h->counts.commits += u->nfiles;
 	if (!waits) {
 		s_ok(&e, r->id, 1);
 		s_pack_versions(&e, out, u->nfiles);
@@ -1392,6 +1411,7 @@ s_op_put(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		    "size of %u: use begin, chunk and commit", len, WSYNC_CHUNK);
 	if (s_upload_open(h, r, &u, err) < 0)
 		return -1;
+	h->counts.bytes_received += len;
 	for (size_t i = 0; i < u->nfiles; i++) {
 		if (u->files[i].size > len - at) {
 			s_upload_end(u);
@@ -1459,6 +1479,7 @@ s_op_report(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 		wm->reason = copy;
 		wm->failed = version;
 		wm->fail_time = wsync_wall_time();
+		wm->failures++;
 		s_log(h, "event=fail worker=%s model=%s version=%" PRIu64 " reason=\"%s\"", worker,
 		    model, version, wsync_log_quote(reason, quoted, sizeof(quoted)));
 	} else {
@@ -1565,6 +1586,7 @@ s_wait_start(wsync_hub_t *h, const struct s_req *r, const wsync_model_t *m, stru
 	wt->req = r->id;
 	wt->start = start;
 	wt->deadline = start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
+	h->counts.waits++;
 	s_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
 	    PRIu64, wt->model, wt->version, modes[wt->mode],
 	    wt->mode == S_COUNT ? (size_t)wt->count : wt->nids, timeout);
@@ -1632,13 +1654,14 @@ static void
 s_pack_worker(wsync_enc_t *e, const struct s_worker *w, int64_t now)
 {
 	const struct s_wmodel *failure = s_last_failure(w);
-	size_t watching = 0, applied = 0;
+	size_t watching = 0, applied = 0, failing = 0;
 
 	for (size_t i = 0; i < w->nmodels; i++) {
 		watching += w->models[i].watching;
 		applied += w->models[i].applied != 0;
+		failing += w->models[i].failures != 0;
 	}
-	msgpack_pack_map(&e->pk, 9);
+	msgpack_pack_map(&e->pk, 10);
 	wsync_enc_kv_str(e, "worker", w->id);
 	wsync_enc_kv_str(e, "transfer", w->transfer[0] ? w->transfer : "-");
 	wsync_enc_kv_str(e, "host", w->host);
@@ -1653,6 +1676,11 @@ s_pack_worker(wsync_enc_t *e, const struct s_worker *w, int64_t now)
 	for (size_t i = 0; i < w->nmodels; i++)
 		if (w->models[i].applied != 0)
 			wsync_enc_kv_u64(e, w->models[i].model, w->models[i].applied);
+	wsync_enc_str(e, "failures");
+	msgpack_pack_map(&e->pk, failing);
+	for (size_t i = 0; i < w->nmodels; i++)
+		if (w->models[i].failures != 0)
+			wsync_enc_kv_u64(e, w->models[i].model, w->models[i].failures);
 	wsync_enc_kv_double(e, "seen", (double)(now - w->seen) / 1000.0);
 	wsync_enc_kv_bool(e, "alive", s_alive(w, now));
 	wsync_enc_str(e, "failure");
@@ -1695,6 +1723,28 @@ s_pack_model(wsync_enc_t *e, const wsync_model_t *m)
 	}
 }
 
+/* counters: what the hub did since it started, and what it holds open now. */
+static void
+s_pack_counters(wsync_enc_t *e, const wsync_hub_t *h)
+{
+	uint64_t open = 0;
+
+	for (int i = 0; i < S_UPLOADS; i++)
+		open += h->uploads[i].id != 0;
+	wsync_enc_str(e, "counters");
+	msgpack_pack_map(&e->pk, 10);
+	wsync_enc_kv_u64(e, "uploads", h->counts.uploads);
+	wsync_enc_kv_u64(e, "uploads_open", open);
+	wsync_enc_kv_u64(e, "commits", h->counts.commits);
+	wsync_enc_kv_u64(e, "waits", h->counts.waits);
+	wsync_enc_kv_u64(e, "waits_pending", h->nwaits);
+	wsync_enc_kv_u64(e, "waits_timed_out", h->counts.waits_timed_out);
+	wsync_enc_kv_u64(e, "bytes_served", h->counts.bytes_served);
+	wsync_enc_kv_u64(e, "bytes_received", h->counts.bytes_received);
+	wsync_enc_kv_u64(e, "refused", h->counts.refused);
+	wsync_enc_kv_u64(e, "dropped", h->counts.dropped);
+}
+
 static int
 s_op_status(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 {
@@ -1703,8 +1753,9 @@ s_op_status(wsync_hub_t *h, struct s_req *r, wsync_err_t *err)
 	wsync_enc_t e;
 
 	(void)err;
-	s_ok(&e, r->id, 3);
+	s_ok(&e, r->id, 4);
 	wsync_enc_kv_str(&e, "hub", h->name);
+	s_pack_counters(&e, h);
 	wsync_enc_str(&e, "models");
 	msgpack_pack_array(&e.pk, nmodels);
 	for (size_t i = 0; i < nmodels; i++)
@@ -1767,13 +1818,16 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 	int64_t now = wsync_now_ms();
 
 	/* A connection that broke the protocol is not worth an answer for a while. */
-	if (wsync_blocked_has(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now))
+	if (wsync_blocked_has(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now)) {
+		h->counts.dropped++;
 		return;
+	}
 	wsync_peer_name(p, r.peer);
 	wsync_conn_name(p, h->conn);
 	if (p->n < 3 || p->extra > 0 || wsync_part_size(p, 1) != 0) {
 		s_log(h, "event=drop peer=%s error=\"not [identity][empty][request] or with one "
 		    "data frame\" frames=%d", r.peer, p->n + p->extra);
+		h->counts.dropped++;
 		wsync_blocked_add(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now);
 		return;
 	}
@@ -1787,6 +1841,7 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 		    quoted, sizeof(quoted)));
 		wsync_blocked_add(&h->blocked, r.ident, r.identlen, now);
 		wsync_msg_free(&r.msg);
+		h->counts.dropped++;
 		return;
 	}
 	if (wsync_msg_str(&r.msg, "op", r.op, sizeof(r.op)) < 0) {
@@ -1811,6 +1866,7 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 		return;
 	}
 refuse:
+	h->counts.refused++;
 	s_log(h, "event=refuse op=%s id=%" PRIu64 " code=%d error=\"%s\"", r.op[0] ? r.op : "-",
 	    r.id, err.code, wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 	s_refusal(&e, r.id, &err, 0);
