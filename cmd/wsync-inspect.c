@@ -13,7 +13,7 @@
 static const char s_usage[] =
     "usage: wsync-inspect [--json] [--verify] FILE|-\n"
     "       wsync-inspect diff [--json] A B\n"
-    "       wsync-inspect [--json] [-t SEC] -e ENDPOINT | --hub\n";
+    "       wsync-inspect [--json | --prometheus] [-t SEC] -e ENDPOINT | --hub\n";
 
 static void
 s_help(void)
@@ -27,6 +27,7 @@ s_help(void)
 	    "  -e, --endpoint ENDPOINT  the hub to show\n"
 	    "      --hub                the hub at $WSYNC_ENDPOINT, else the local one\n"
 	    "  -j, --json               print one JSON document instead of columns\n"
+	    "      --prometheus         print a hub's metrics in Prometheus' text format\n"
 	    "  -t, --timeout SEC        bound on reaching the hub (default 5)\n"
 	    CLI_KEY_HELP
 	    "      --verify             recompute every tensor's hash; print FILE: OK or FAILED\n"
@@ -435,6 +436,158 @@ s_show_hub_text(json_t *st, const char *endpoint)
 	}
 }
 
+/* s_show_hub's output: columns, JSON (1), or Prometheus' text format. */
+#define S_PROMETHEUS 2
+
+/* ---- a hub's metrics, in Prometheus' text exposition format ---- */
+
+/* A label value: backslash, double quote and newline escaped. */
+static const char *
+s_label(const char *s)
+{
+	static char bufs[2][2 * 300];
+	static unsigned which;
+	char *buf = bufs[which++ % 2];
+	size_t n = 0;
+
+	for (; *s != '\0' && n < sizeof(bufs[0]) - 3; s++) {
+		if (*s == '\\' || *s == '"' || *s == '\n')
+			buf[n++] = '\\';
+		buf[n++] = *s == '\n' ? 'n' : *s;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+static void
+s_family(const char *name, const char *type, const char *help)
+{
+	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The hub's counters (the status's "counters"): key, metric, type, help. */
+static const struct {
+	const char *key, *name, *type, *help;
+} s_counters[] = {
+	{ "uploads", "wsync_hub_uploads_total", "counter",
+	    "Uploads begun (pushes, puts and slots) since the hub started." },
+	{ "uploads_open", "wsync_hub_uploads_open", "gauge", "Uploads in flight now." },
+	{ "commits", "wsync_hub_commits_total", "counter",
+	    "Versions committed since the hub started." },
+	{ "waits", "wsync_hub_waits_total", "counter",
+	    "Waits for workers begun since the hub started." },
+	{ "waits_pending", "wsync_hub_waits_pending", "gauge",
+	    "Waits for workers not answered yet." },
+	{ "waits_timed_out", "wsync_hub_waits_timed_out_total", "counter",
+	    "Waits that ran out of time since the hub started." },
+	{ "bytes_served", "wsync_hub_served_bytes_total", "counter",
+	    "Bytes of versions sent to clients through the socket." },
+	{ "bytes_received", "wsync_hub_received_bytes_total", "counter",
+	    "Bytes of versions received from pushers through the socket." },
+	{ "refused", "wsync_hub_refused_requests_total", "counter",
+	    "Requests the hub answered with an error since it started." },
+	{ "dropped", "wsync_hub_dropped_messages_total", "counter",
+	    "Messages the hub dropped unanswered (malformed, or from a blocked connection)." },
+};
+
+/* The sample name{model} of model m's newest version: its size, or its commit time. */
+static void
+s_head_sample(json_t *m, const char *name, int time)
+{
+	json_int_t head = json_integer_value(json_object_get(m, "head"));
+	size_t j;
+	json_t *v;
+
+	json_array_foreach(json_object_get(m, "versions"), j, v) {
+		if (json_integer_value(json_object_get(v, "version")) != head)
+			continue;
+		printf("%s{model=\"%s\"} ", name, s_label(s_jraw(m, "model")));
+		if (time)
+			printf("%.3f\n", json_number_value(json_object_get(v, "time")));
+		else
+			printf("%lld\n", (long long)json_integer_value(json_object_get(v, "size")));
+	}
+}
+
+enum s_worker_value { S_APPLIED, S_LAG, S_FAILURES };
+
+/* The samples name{worker,model} of worker w, one per model it follows. */
+static void
+s_worker_samples(json_t *w, json_t *models, const char *name, enum s_worker_value what)
+{
+	json_t *applied = json_object_get(w, "applied"), *model_name;
+	size_t j;
+
+	json_array_foreach(json_object_get(w, "models"), j, model_name) {
+		const char *model = json_is_string(model_name) ? json_string_value(model_name) : "";
+		json_int_t a = json_integer_value(json_object_get(applied, model)), value = a;
+		json_int_t head = s_head_of(models, model);
+		if (what == S_LAG)
+			value = head > a ? head - a : 0;
+		else if (what == S_FAILURES)
+			value = json_integer_value(json_object_get(json_object_get(w, "failures"),
+			    model));
+		printf("%s{worker=\"%s\",model=\"%s\"} %lld\n", name, s_label(s_jraw(w, "worker")),
+		    s_label(model), (long long)value);
+	}
+}
+
+static void
+s_show_hub_prometheus(json_t *st)
+{
+	json_t *models = json_object_get(st, "models"), *workers = json_object_get(st, "workers");
+	json_t *counters = json_object_get(st, "counters"), *m, *w;
+	size_t i;
+
+	s_family("wsync_hub_info", "gauge", "The hub answering, by its name (host:pid); always 1.");
+	printf("wsync_hub_info{hub=\"%s\"} 1\n", s_label(s_jraw(st, "hub")));
+	s_family("wsync_model_head_version", "gauge", "The newest version of each model.");
+	json_array_foreach(models, i, m)
+		printf("wsync_model_head_version{model=\"%s\"} %lld\n", s_label(s_jraw(m, "model")),
+		    (long long)json_integer_value(json_object_get(m, "head")));
+	s_family("wsync_model_versions_kept", "gauge", "Versions of each model the hub keeps.");
+	json_array_foreach(models, i, m)
+		printf("wsync_model_versions_kept{model=\"%s\"} %zu\n", s_label(s_jraw(m, "model")),
+		    json_array_size(json_object_get(m, "versions")));
+	s_family("wsync_model_head_bytes", "gauge", "Size of the newest version's file.");
+	json_array_foreach(models, i, m)
+		s_head_sample(m, "wsync_model_head_bytes", 0);
+	s_family("wsync_model_head_commit_time_seconds", "gauge",
+	    "When the newest version was committed, in Unix seconds.");
+	json_array_foreach(models, i, m)
+		s_head_sample(m, "wsync_model_head_commit_time_seconds", 1);
+	s_family("wsync_worker_applied_version", "gauge",
+	    "The version of each model a worker last applied (0: none yet).");
+	json_array_foreach(workers, i, w)
+		s_worker_samples(w, models, "wsync_worker_applied_version", S_APPLIED);
+	s_family("wsync_worker_lag_versions", "gauge",
+	    "How many versions a worker is behind the newest of each model it follows.");
+	json_array_foreach(workers, i, w)
+		s_worker_samples(w, models, "wsync_worker_lag_versions", S_LAG);
+	s_family("wsync_worker_failures_total", "counter",
+	    "Versions of each model a worker reported it failed to apply.");
+	json_array_foreach(workers, i, w)
+		s_worker_samples(w, models, "wsync_worker_failures_total", S_FAILURES);
+	s_family("wsync_worker_last_seen_age_seconds", "gauge",
+	    "Seconds since the hub last heard from a worker.");
+	json_array_foreach(workers, i, w)
+		printf("wsync_worker_last_seen_age_seconds{worker=\"%s\"} %.3f\n",
+		    s_label(s_jraw(w, "worker")), json_number_value(json_object_get(w, "seen")));
+	s_family("wsync_worker_alive", "gauge",
+	    "1 when the hub heard from a worker in the last 5 seconds and it did not leave.");
+	json_array_foreach(workers, i, w)
+		printf("wsync_worker_alive{worker=\"%s\"} %d\n", s_label(s_jraw(w, "worker")),
+		    json_is_true(json_object_get(w, "alive")));
+	/* A hub older than the counters has none: their families are left out. */
+	for (i = 0; i < sizeof(s_counters) / sizeof(s_counters[0]); i++) {
+		json_t *v = json_object_get(counters, s_counters[i].key);
+		if (!json_is_integer(v))
+			continue;
+		s_family(s_counters[i].name, s_counters[i].type, s_counters[i].help);
+		printf("%s %lld\n", s_counters[i].name, (long long)json_integer_value(v));
+	}
+}
+
 static int
 s_show_hub(const wsync_client_opts_t *o, int json)
 {
@@ -453,7 +606,10 @@ s_show_hub(const wsync_client_opts_t *o, int json)
 		cli_die(EX_PROTOCOL, "%s: unreadable status: %s", wsync_client_endpoint(c),
 		    jerr.text);
 	free(text);
-	if (json) {
+	if (json == S_PROMETHEUS) {
+		s_show_hub_prometheus(st);
+		json_decref(st);
+	} else if (json) {
 		json_object_set_new(st, "endpoint", json_string(wsync_client_endpoint(c)));
 		s_dump_json(st);
 	} else {
@@ -467,19 +623,20 @@ s_show_hub(const wsync_client_opts_t *o, int json)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_HUB = 256 };
+	enum { OPT_HUB = 256, OPT_PROMETHEUS };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "hub", no_argument, NULL, OPT_HUB },
 		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "verify", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, verify = 0, hub = 0, timeout_ms = 5000, c, rc;
+	int json = 0, verify = 0, hub = 0, prometheus = 0, timeout_ms = 5000, c, rc;
 	const char *endpoint = NULL, *key = NULL, *hub_key = NULL;
 	wsync_err_t err;
 	wsync_file_t *f;
@@ -490,6 +647,7 @@ main(int argc, char **argv)
 		switch (c) {
 		case 'e': endpoint = optarg; hub = 1; break;
 		case OPT_HUB: hub = 1; break;
+		case OPT_PROMETHEUS: prometheus = 1; break;
 		case CLI_OPT_KEY: key = optarg; break;
 		case CLI_OPT_HUB_KEY: hub_key = optarg; break;
 		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
@@ -502,11 +660,16 @@ main(int argc, char **argv)
 	}
 	argc -= optind;
 	argv += optind;
+	if (prometheus && !hub)
+		cli_usage_error("--prometheus shows a hub's metrics: give -e or --hub");
+	if (prometheus && json)
+		cli_usage_error("--json or --prometheus, not both");
 	if (hub) {
 		if (argc != 0 || verify)
 			cli_usage_error("a hub is shown alone: no file, no --verify");
 		return s_show_hub(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "inspect",
-		    .timeout_ms = timeout_ms, .key = key, .hub_key = hub_key }, json);
+		    .timeout_ms = timeout_ms, .key = key, .hub_key = hub_key },
+		    prometheus ? S_PROMETHEUS : json);
 	}
 	if (key != NULL || hub_key != NULL)
 		cli_usage_error("--key and --hub-key are for a hub (-e or --hub)");

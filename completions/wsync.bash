@@ -208,10 +208,11 @@ _wsync_optarg() {
 		_wsync_files
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
+	wsync-watch:--ack) _wsync_add stdin ;;
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
-	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--keep | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
+	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--keep | wsync-watch:--exec-timeout | wsync-watch:--ack-timeout | *:-t | *:--timeout) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -246,9 +247,9 @@ _wsync() {
 		--if-newer --transfer -t --timeout -q --quiet --progress --key --hub-key -h --help
 		-V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
+		--ack --ack-timeout --once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
 		-h --help -V --version" ;;
-	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
+	wsync-inspect) opts="-e --endpoint --hub -j --json --prometheus -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
 	wsync-keygen) opts="-f --force -s --sign -h --help -V --version" ;;
@@ -280,7 +281,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
+			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;

@@ -163,6 +163,8 @@ complete -c wsync-watch -s o -l output -r -F -d 'The file (one model) or directo
 complete -c wsync-watch -l id -x -d "This worker's id (default HOST:PID)"
 complete -c wsync-watch -s x -l exec -x -a '(__fish_complete_command)' -d 'Run this command after each update'
 complete -c wsync-watch -l exec-timeout -x -d 'Stop a hook that runs longer than SEC seconds'
+complete -c wsync-watch -l ack -x -a stdin -d 'Acknowledge each update when stdin answers ok'
+complete -c wsync-watch -l ack-timeout -x -d 'Report an update failed when stdin has not answered within SEC'
 complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
 complete -c wsync-watch -l keep -x -d 'Hold leases on the N versions before the current one'
@@ -175,6 +177,7 @@ complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or 
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l verify -d "Recompute every tensor's hash"
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Show this hub'
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l prometheus -d "Print a hub's metrics in Prometheus' text format"
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l hub -d 'Show the hub at $WSYNC_ENDPOINT or the local one'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s t -l timeout -x -d 'Bound on reaching the hub (seconds)'
 complete -c wsync-inspect -n '__wsync_inspect_first' -a diff -d 'Compare the tensors of two files'

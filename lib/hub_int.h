@@ -45,6 +45,7 @@ struct hub_wmodel {
 	uint64_t failed;                /* version of its last failure; 0: none */
 	char *reason;                   /* of that failure */
 	double fail_time;
+	uint64_t failures;              /* failures reported, every version */
 };
 
 /* A worker the hub knows, from its hello, heads, acks and failures (hub_worker.c). */
@@ -106,6 +107,18 @@ struct hub_wait {
 	uint64_t size, content;         /* commit: the version's */
 };
 
+/* What the hub did since it started, for wsync-inspect --prometheus (hub_status.c). */
+struct hub_counters {
+	uint64_t uploads;               /* begun (begin, put, slot) */
+	uint64_t commits;               /* versions committed */
+	uint64_t waits;                 /* begun (wait, or a commit's) */
+	uint64_t waits_timed_out;
+	uint64_t bytes_served;          /* data of gets */
+	uint64_t bytes_received;        /* data of chunks and puts */
+	uint64_t refused;               /* requests answered with an error */
+	uint64_t dropped;               /* messages dropped unanswered */
+};
+
 struct wsync_hub {
 	void *router, *pub;
 	wsync_auth_t *auth;             /* NULL: no keys */
@@ -125,6 +138,7 @@ struct wsync_hub {
 	struct hub_wait *waits;
 	size_t nwaits, waits_cap;
 	wsync_blocked_t blocked;        /* connections that broke the protocol */
+	struct hub_counters counts;
 #ifdef WSYNC_TEST_HOOKS
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
 #endif

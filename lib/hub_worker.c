@@ -387,6 +387,7 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		wm->reason = copy;
 		wm->failed = version;
 		wm->fail_time = wsync_wall_time();
+		wm->failures++;
 		hub_log(h, "event=fail worker=%s model=%s version=%" PRIu64 " reason=\"%s\"", worker,
 		    model, version, wsync_log_quote(reason, quoted, sizeof(quoted)));
 	} else {
