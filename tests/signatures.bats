@@ -17,16 +17,6 @@ setup() {
 	wsync-keygen --sign other >/dev/null
 }
 
-# The failure the hub holds for worker $1, as "VERSION REASON".
-hub_failure() {
-	wsync-inspect --hub --json | jq -r --arg w "$1" \
-		'.workers[] | select(.worker == $w) | .failure | select(. != null) | "\(.version) \(.reason)"'
-}
-
-has_failure() {
-	[ -n "$(hub_failure "$1")" ]
-}
-
 # forge SRC OUT MODEL [strip]: OUT is SRC with the last byte of its tensors
 # flipped and every XXH3 hash and the content id computed afresh (through
 # safetensors and back, which keeps the meta: the signature and manifest);
@@ -65,6 +55,16 @@ signed_v1_in_place() {
 	cp p.wsync p.before
 }
 
+# refused VERSION WHY: the watcher w1 refused VERSION, and the hub shows
+# "refused WHY"; a pull into p.wsync exits 77 saying the same.
+refused() {
+	wait_until has_failure w1
+	run -0 hub_failure w1
+	assert_output "$1 refused $2"
+	run -77 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
+	assert_output "wsync-pull: refused $2"
+}
+
 # Nothing new in place: the watcher's and the pull's outputs are as before,
 # the watcher printed version 1 only, and no temporary file is left.
 nothing_applied() {
@@ -96,14 +96,10 @@ nothing_applied() {
 	# The hub takes it: its XXH3 hashes and content id hold.
 	run -0 wsync-push -q -m policy bad.wsync
 	assert_output "2"
-	wait_until has_failure w1
 	# The content id it carries (recomputed, as the hashes) is not the signed one.
 	forged=$(wsync-inspect --json bad.wsync | jq -r .content_id)
 	signed=$(wsync-inspect --json p.wsync | jq -r .content_id)
-	run -0 hub_failure w1
-	assert_output "2 refused (content-mismatch): policy version 2: content id $forged, but the manifest (seq 1) signs $signed"
-	run -77 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
-	assert_output "wsync-pull: refused (content-mismatch): policy version 2: content id $forged, but the manifest (seq 1) signs $signed"
+	refused 2 "(content-mismatch): policy version 2: content id $forged, but the manifest (seq 1) signs $signed"
 	nothing_applied
 	run -0 grep -c 'event=fail worker=w1 model=policy version=2 reason="refused (content-mismatch)' hub.log
 }
@@ -119,11 +115,7 @@ nothing_applied() {
 	cp "$STORE/policy/1.wsync" old.wsync
 	run -0 wsync-push -q -m policy old.wsync
 	assert_output "3"
-	wait_until has_failure w1
-	run -0 hub_failure w1
-	assert_output "3 refused (rollback): policy version 3: signed with seq 1, not above seq 2 of the version in place: an old signed version served again"
-	run -77 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
-	assert_output "wsync-pull: refused (rollback): policy version 3: signed with seq 1, not above seq 2 of the version in place: an old signed version served again"
+	refused 3 "(rollback): policy version 3: signed with seq 1, not above seq 2 of the version in place: an old signed version served again"
 	cmp w1.wsync w1.before
 	cmp p.wsync p.before
 	run -0 tail -n 1 w1.out
@@ -143,11 +135,7 @@ nothing_applied() {
 	forge "$STORE/policy/1.wsync" stripped.wsync policy strip
 	run -0 wsync-push -q -m policy stripped.wsync
 	assert_output "2"
-	wait_until has_failure w1
-	run -0 hub_failure w1
-	assert_output "2 refused (unsigned): policy version 2: not signed (no wsync.signature in its meta)"
-	run -77 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
-	assert_output "wsync-pull: refused (unsigned): policy version 2: not signed (no wsync.signature in its meta)"
+	refused 2 "(unsigned): policy version 2: not signed (no wsync.signature in its meta)"
 	nothing_applied
 }
 
@@ -158,11 +146,7 @@ nothing_applied() {
 	cp key.key.seq other.key.seq
 	run -0 wsync-push -q --sign-key other.key -m policy v2.wsync
 	assert_output "2"
-	wait_until has_failure w1
-	run -0 hub_failure w1
-	assert_output "2 refused (unknown-key): policy version 2: signed by key $other, which is not the verify key"
-	run -77 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
-	assert_output "wsync-pull: refused (unknown-key): policy version 2: signed by key $other, which is not the verify key"
+	refused 2 "(unknown-key): policy version 2: signed by key $other, which is not the verify key"
 	nothing_applied
 	run -0 wsync-pull -q --verify-key key.pub --verify-key other.pub -m policy -o p.wsync
 	assert_output "2"
