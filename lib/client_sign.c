@@ -4,7 +4,6 @@
 #include <sysexits.h>
 
 #include "client_conn_int.h"
-#include "signseq_int.h"
 
 int
 wsync_client_sign_with(wsync_client_t *c, const char *path, wsync_err_t *err)

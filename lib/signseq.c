@@ -8,7 +8,6 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "signseq_int.h"
 #include "tempfile_int.h"
 
 /* Reads the counter at path into *last: 0 when there is no file yet; -1 with err. */

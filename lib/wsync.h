@@ -797,6 +797,15 @@ const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const
 int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
     uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
 
+/*
+ * The sequence number the next push signed with the key at key_path takes:
+ * given when not 0 (it must be above the counter, else 65), else the
+ * counter's next. The counter (key_path.seq, one decimal line) is set to it
+ * atomically, under a lock on the key file, before anything is signed: what
+ * a writer that signs its own trees (wsync_sign_trees into a slot) calls first.
+ */
+int wsync_signseq_next(const char *key_path, uint64_t given, uint64_t *seq, wsync_err_t *err);
+
 /* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
 typedef enum wsync_verify {
 	WSYNC_VERIFY_OK,

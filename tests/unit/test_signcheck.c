@@ -5,7 +5,6 @@
 #include <sysexits.h>
 
 #include "signcheck_int.h"
-#include "signseq_int.h"
 #include "tap.h"
 #include "watch_sign_int.h"
 
