@@ -7,11 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <time.h>
 
 #include "cli.h"
 
 static const char s_usage[] =
-    "usage: wsync-inspect [--json] [--verify] FILE|-\n"
+    "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|-\n"
     "       wsync-inspect diff [--json] A B\n"
     "       wsync-inspect [--json | --prometheus] [-t SEC] -e ENDPOINT | --hub\n";
 
@@ -31,6 +32,8 @@ s_help(void)
 	    "  -t, --timeout SEC        bound on reaching the hub (default 5)\n"
 	    CLI_KEY_HELP
 	    "      --verify             recompute every tensor's hash; print FILE: OK or FAILED\n"
+	    "      --verify-key FILE    check the signature with this public key (repeatable):\n"
+	    "                           does it hold, and are the bytes the signed ones\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -112,11 +115,98 @@ s_dump_json(json_t *doc)
 	json_decref(doc);
 }
 
+/* ---- signatures ---- */
+
+/* Who signed f, as read from its manifest (unchecked): 0, or -1 when it is not signed. */
+struct s_signer {
+	wsync_manifest_t m;
+	char key[2 * WSYNC_KEYID + 1];
+	char when[32];
+	int checked;                    /* --verify-key given */
+	int reason;                     /* WSYNC_VERIFY_*, when checked */
+	wsync_err_t err;
+};
+
+static int
+s_signer(const wsync_file_t *f, struct s_signer *s)
+{
+	const wsync_verifykey_t *keys;
+	time_t t;
+	int nkeys;
+
+	memset(s, 0, sizeof(*s));
+	keys = cli_verify_keys(&nkeys);
+	if (wsync_file_kind(f) != WSYNC_KIND_WSYNC)
+		return -1;
+	if (nkeys > 0) {
+		s->checked = 1;
+		s->reason = wsync_verify_file(f, keys, nkeys, NULL, &s->err);
+		if (s->reason < 0)
+			cli_die_err(&s->err);
+	}
+	if (wsync_manifest_of(f, &s->m) < 0)
+		return -1;
+	wsync_keyid_hex(s->m.key, s->key);
+	t = (time_t)s->m.time;
+	strftime(s->when, sizeof(s->when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+	return 0;
+}
+
+/* The signature's lines of the text view; 77 when --verify-key found it does not hold. */
+static int
+s_signer_text(const wsync_file_t *f)
+{
+	struct s_signer s;
+	int is_signed = s_signer(f, &s) == 0;
+
+	if (is_signed) {
+		printf("signed    key %s seq %" PRIu64 " at %s, %zu model%s\n", s.key, s.m.seq,
+		    s.when, s.m.nmodels, s.m.nmodels == 1 ? "" : "s");
+		wsync_manifest_free(&s.m);
+	}
+	if (!s.checked)
+		return 0;
+	if (s.reason == WSYNC_VERIFY_OK) {
+		printf("signature holds\n");
+		return 0;
+	}
+	printf("signature FAILED (%s)\n", wsync_verify_reason(s.reason));
+	cli_warn("%s", s_safe(s.err.msg));
+	return EX_NOPERM;
+}
+
+/* The "signed" member of the JSON view; 77 when --verify-key found it does not hold. */
+static int
+s_signer_json(const wsync_file_t *f, json_t *doc)
+{
+	struct s_signer s;
+	json_t *o;
+
+	if (s_signer(f, &s) == 0) {
+		json_t *models = json_array();
+		for (size_t i = 0; i < s.m.nmodels; i++)
+			json_array_append_new(models, json_string(s.m.models[i].model));
+		o = json_pack("{s:s, s:I, s:I, s:s, s:o}", "key", s.key,
+		    "seq", (json_int_t)s.m.seq, "time", (json_int_t)s.m.time, "at", s.when,
+		    "models", models);
+		wsync_manifest_free(&s.m);
+		json_object_set_new(doc, "signed", o);
+	}
+	if (s.checked) {
+		json_object_set_new(doc, "signature", json_pack("{s:b, s:s}", "holds",
+		    s.reason == WSYNC_VERIFY_OK, "reason", wsync_verify_reason(s.reason)));
+		if (s.reason != WSYNC_VERIFY_OK)
+			cli_warn("%s", s_safe(s.err.msg));
+	}
+	return s.checked && s.reason != WSYNC_VERIFY_OK ? EX_NOPERM : 0;
+}
+
 static int
 s_show_json(const wsync_file_t *f)
 {
 	int wsync = wsync_file_kind(f) == WSYNC_KIND_WSYNC;
 	json_t *doc = json_object(), *meta = json_object(), *tree = json_array();
+	int rc;
 
 	json_object_set_new(doc, "file", s_jstr(wsync_file_name(f)));
 	json_object_set_new(doc, "kind", json_string(wsync ? "wsync" : "safetensors"));
@@ -142,8 +232,9 @@ s_show_json(const wsync_file_t *f)
 		    "offset", (json_int_t)t->offset, "hash", wsync ? s_jhex(t->hash) : json_null()));
 	}
 	json_object_set_new(doc, "tree", tree);
+	rc = s_signer_json(f, doc);
 	s_dump_json(doc);
-	return 0;
+	return rc;
 }
 
 static int
@@ -152,6 +243,7 @@ s_show_text(const wsync_file_t *f)
 	int wsync = wsync_file_kind(f) == WSYNC_KIND_WSYNC;
 	size_t n = wsync_file_count(f), wpath = 4, wdtype = 5, wshape = 5, wbytes = 5;
 	char shape[256], num[32];
+	int rc = 0;
 
 	printf("file      %s\n", s_safe(wsync_file_name(f)));
 	printf("kind      %s\n", wsync ? "wsync" : "safetensors");
@@ -160,6 +252,7 @@ s_show_text(const wsync_file_t *f)
 		printf("version   %" PRIu64 "\n", wsync_file_version(f));
 		printf("format    %u\n", wsync_file_format(f));
 		printf("content   %016" PRIx64 "\n", wsync_file_content_id(f));
+		rc = s_signer_text(f);
 	}
 	printf("tensors   %zu\n", n);
 	printf("params    %" PRIu64 "\n", wsync_file_params(f));
@@ -181,7 +274,7 @@ s_show_text(const wsync_file_t *f)
 		wbytes = w > wbytes ? w : wbytes;
 	}
 	if (n == 0)
-		return 0;
+		return rc;
 	printf("\n%-*s  %-*s  %-*s  %*s  %s\n", (int)wpath, "PATH", (int)wdtype, "DTYPE",
 	    (int)wshape, "SHAPE", (int)wbytes, "BYTES", "HASH");
 	for (size_t i = 0; i < n; i++) {
@@ -195,7 +288,7 @@ s_show_text(const wsync_file_t *f)
 		else
 			printf("-\n");
 	}
-	return 0;
+	return rc;
 }
 
 static void
@@ -208,6 +301,8 @@ s_report_bad(const wsync_tensor_t *t, uint64_t computed, void *arg)
 static int
 s_verify(const wsync_file_t *f)
 {
+	int nkeys, reason;
+	const wsync_verifykey_t *keys = cli_verify_keys(&nkeys);
 	wsync_err_t err;
 	const char *name = wsync_file_name(f);
 
@@ -217,6 +312,14 @@ s_verify(const wsync_file_t *f)
 	if (wsync_file_verify(f, s_report_bad, (void *)name, &err) < 0) {
 		printf("%s: FAILED\n", s_safe(name));
 		return EX_DATAERR;
+	}
+	/* With --verify-key, OK also means signed by one of the keys, its bytes the signed ones. */
+	if (nkeys > 0 && (reason = wsync_verify_file(f, keys, nkeys, NULL, &err)) != 0) {
+		if (reason < 0)
+			cli_die_err(&err);
+		printf("%s: FAILED\n", s_safe(name));
+		cli_warn("%s", s_safe(err.msg));
+		return EX_NOPERM;
 	}
 	printf("%s: OK\n", s_safe(name));
 	return 0;
@@ -623,7 +726,7 @@ s_show_hub(const wsync_client_opts_t *o, int json)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_HUB = 256, OPT_PROMETHEUS };
+	enum { OPT_HUB = 256, OPT_PROMETHEUS, OPT_VERIFY_KEY };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
@@ -633,10 +736,11 @@ main(int argc, char **argv)
 		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "verify", no_argument, NULL, 'v' },
+		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, verify = 0, hub = 0, prometheus = 0, timeout_ms = 5000, c, rc;
+	int json = 0, verify = 0, verify_key = 0, hub = 0, prometheus = 0, timeout_ms = 5000, c, rc;
 	const char *endpoint = NULL, *key = NULL, *hub_key = NULL;
 	wsync_err_t err;
 	wsync_file_t *f;
@@ -654,6 +758,7 @@ main(int argc, char **argv)
 		case 'h': s_help(); break;
 		case 'j': json = 1; break;
 		case 'v': verify = 1; break;
+		case OPT_VERIFY_KEY: cli_verify_key(optarg); verify_key = 1; break;
 		case 'V': cli_version(); break;
 		default: cli_bad_option(argv, c);
 		}
@@ -665,7 +770,7 @@ main(int argc, char **argv)
 	if (prometheus && json)
 		cli_usage_error("--json or --prometheus, not both");
 	if (hub) {
-		if (argc != 0 || verify)
+		if (argc != 0 || verify || verify_key)
 			cli_usage_error("a hub is shown alone: no file, no --verify");
 		return s_show_hub(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "inspect",
 		    .timeout_ms = timeout_ms, .key = key, .hub_key = hub_key },
@@ -674,7 +779,7 @@ main(int argc, char **argv)
 	if (key != NULL || hub_key != NULL)
 		cli_usage_error("--key and --hub-key are for a hub (-e or --hub)");
 	if (argc >= 1 && strcmp(argv[0], "diff") == 0) {
-		if (verify)
+		if (verify || verify_key)
 			cli_usage_error("diff takes no --verify");
 		optind = 1;
 		while ((c = getopt_long(argc, argv, ":j", opts, NULL)) != -1) {

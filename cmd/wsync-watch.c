@@ -19,7 +19,7 @@ static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
     "                   [--ack stdin] [--ack-timeout SEC]\n"
     "                   [--max-lag N] [--keep N] [--transfer MODE] [-t SEC] [-q]\n"
-    "                   [--log-format text|json]\n"
+    "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -55,6 +55,8 @@ s_help(void)
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
 	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
 	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
+	    CLI_VERIFY_HELP
+	    "                           than SEC (once a version)\n"
 	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -269,7 +271,7 @@ main(int argc, char **argv)
 {
 	enum {
 		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
-		OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT
+		OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE
 	};
 	static const struct option opts[] = {
 		{ "ack", required_argument, NULL, OPT_ACK },
@@ -281,6 +283,7 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
+		{ "max-age", required_argument, NULL, OPT_MAX_AGE },
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "model", required_argument, NULL, 'm' },
@@ -289,6 +292,7 @@ main(int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -336,6 +340,8 @@ main(int argc, char **argv)
 		case OPT_ACK_TIMEOUT:
 			hook.ack_timeout_ms = cli_seconds("--ack-timeout", optarg);
 			break;
+		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
+		case OPT_MAX_AGE: w.max_age_s = cli_seconds("--max-age", optarg) / 1000; break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;
@@ -344,6 +350,9 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
+	w.verify = cli_verify_keys(&w.nverify);
+	if (w.max_age_s > 0 && w.nverify == 0)
+		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
 	if (nmodels == 0)
 		cli_usage_error("no model given (-m MODEL)");
 	if (out == NULL)

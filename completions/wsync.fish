@@ -143,6 +143,8 @@ complete -c wsync-push -l transfer -x -a 'auto copy link socket' -d 'How the fil
 complete -c wsync-push -l progress -d 'Show the progress even off a terminal'
 complete -c wsync-push -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
+complete -c wsync-push -l sign-key -r -F -d 'Sign the push with this secret key'
+complete -c wsync-push -l seq -x -d "The signed push's sequence number, above the last"
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull
@@ -155,6 +157,8 @@ complete -c wsync-pull -l transfer -x -a 'auto link copy socket' -d 'How the ver
 complete -c wsync-pull -l progress -d 'Show the progress even off a terminal'
 complete -c wsync-pull -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
+complete -c wsync-pull -l verify-key -r -F -d 'Take only versions signed by this public key'
+complete -c wsync-pull -l max-age -x -d 'Warn when the signed version is older than SEC'
 
 # wsync-watch
 complete -c wsync-watch -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -172,10 +176,13 @@ complete -c wsync-watch -l transfer -x -a 'auto link copy socket' -d 'How each v
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
 complete -c wsync-watch -s q -l quiet -d 'Only errors and failed hooks on stderr'
 complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or JSON'
+complete -c wsync-watch -l verify-key -r -F -d 'Apply only versions signed by this public key'
+complete -c wsync-watch -l max-age -x -d 'Log when the signed version in place is older than SEC'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l verify -d "Recompute every tensor's hash"
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l verify-key -r -F -d 'Check the signature with this public key'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Show this hub'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l prometheus -d "Print a hub's metrics in Prometheus' text format"
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l hub -d 'Show the hub at $WSYNC_ENDPOINT or the local one'

@@ -304,6 +304,7 @@ wsync_client_destroy(wsync_client_t **cp)
 	for (int i = 0; i < c->nmodels; i++)
 		free(c->models[i]);
 	free(c->models);
+	wsync_signkey_destroy(&c->sign);
 	free(c);
 	*cp = NULL;
 }

@@ -13,6 +13,7 @@
 
 #include "client_conn_int.h"
 #include "io_int.h"
+#include "signcheck_int.h"
 #include "tempfile_int.h"
 
 static int
@@ -405,6 +406,19 @@ s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got
 	return rc;
 }
 
+/* A pull with keys: the fetched tmp must be signed, newer than what path holds. */
+static int
+s_check_signed(const wsync_fetch_t *f, const char *path, const char *tmp,
+    const wsync_head_t *got, wsync_err_t *err)
+{
+	wsync_applied_t last = { 0 };
+
+	if (strcmp(path, "-") != 0)
+		wsync_applied_read(path, &last);
+	return wsync_verify_fetched(tmp, f->model, got->version, f->keys, f->nkeys, &last,
+	    NULL, err) == 0 ? 0 : -1;
+}
+
 int
 wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err)
@@ -416,7 +430,7 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	int rc, fd;
 
 	/* Standard output gets nothing until the whole version is verified. */
-	if (strcmp(path, "-") == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
+	if (strcmp(path, "-") == 0 && f->nkeys == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
 		return s_pull_store_stdout(c, f, got, deadline, err);
 	if (strcmp(path, "-") == 0) {
 		snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
@@ -435,6 +449,11 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	}
 	if (rc < 0)
 		return -1;
+	if (f->nkeys > 0 && s_check_signed(f, path, tmp, got, err) < 0) {
+		unlink(tmp);
+		free(tmp);
+		return -1;
+	}
 	if (into.beside == path) {
 		if ((rc = rename(tmp, path)) < 0)
 			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
