@@ -81,7 +81,7 @@ check: all $(UNITS) $(BUILD)/bench/zmq_raw
 	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run
 
-check-long: all
+check-long: all $(BUILD)/bench/mkmodel
 	@scripts/deps check-or-install long
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run long
 

@@ -10,15 +10,22 @@
 #
 # Each host's link carries at most RATE each way (tc tbf on both ends of its
 # veth: eth0's egress is what the host sends, the bridge port's egress what it
-# receives). RATE is a tc rate: 5mbit, 100mbit, 1gbit. The token bucket:
+# receives). RATE is a tc rate: 5mbit, 100mbit, 1gbit. The token buckets:
 #   burst   max(RATE x 4 ms, 64 KiB): a 64 KiB GSO packet passes whole at any
 #           rate, and at 1 Gbit/s the bucket covers a few timer ticks;
-#   latency 20 ms of queue: TCP on a host's own eth0 is paced by the kernel
-#           (TCP small queues) and never fills it; traffic forwarded to a host
-#           drops beyond it, and with sub-millisecond round trips TCP recovers
-#           at once, so the link stays full without a deep standing queue.
+#   limit   4 MiB on eth0, what the host sends: a real host's own queue does
+#           not drop what its TCP sends (byte queue limits push back), and the
+#           kernel's TCP small queues hold each connection to a few packets
+#           in it, so the queue stays short; with a short limit instead, a hub
+#           sending to 16 hosts drops its own packets and some connections
+#           stall for seconds in retransmission back-off, which no network
+#           of real hosts does to a sender;
+#   latency 20 ms on the bridge port, what the host receives: a switch port's
+#           buffer; beyond it packets drop and the senders' TCP slows down.
 # A plain TCP stream measures within a few per cent of RATE from 5 Mbit/s to
-# 1 Gbit/s (tests/long/hosts.bats checks 20%).
+# 1 Gbit/s (tests/long/hosts.bats checks 20%). The byte counters count frames
+# as the veth passes them, one set of headers per GSO packet of up to 64 KiB:
+# about 0.5% over the payload.
 #
 # Functions:
 #   hosts_up N RATE        builds hosts 1..N; HOSTS_N is N
@@ -75,7 +82,7 @@ s_hosts_tbf() {
 	}
 	local burst=$((bits / 8 * 4 / 1000))
 	((burst >= 65536)) || burst=65536
-	echo "rate $1 burst $burst latency 20ms"
+	echo "rate $1 burst $burst"
 }
 
 # hosts_up N RATE: builds hosts 1..N behind one bridge, each link at RATE.
@@ -101,9 +108,9 @@ hosts_up() {
 		ip -n "$ns" addr add "$HOSTS_NET.$i/24" dev eth0
 		ip -n "$ns" link set eth0 up
 		# shellcheck disable=SC2086
-		tc -n "$ns" qdisc add dev eth0 root tbf $tbf || return
+		tc -n "$ns" qdisc add dev eth0 root tbf $tbf limit 4mb || return
 		# shellcheck disable=SC2086
-		tc -n "$HOSTS_ID-br" qdisc add dev "h$i" root tbf $tbf || return
+		tc -n "$HOSTS_ID-br" qdisc add dev "h$i" root tbf $tbf latency 20ms || return
 		mkdir -p "$HOSTS_DIR/h$i"
 		s_hosts_keeper "$i" || return
 	done
