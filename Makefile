@@ -1,11 +1,14 @@
 # wsync - weight synchronization as small Unix programs.
-# `make` builds libwsync and the programs; `make check` runs every test;
-# `make check-long` the long ones (crashes, load, valgrind, network faults);
-# `make demo` runs the main job. SANITIZE=1 builds with ASan and UBSan.
+# `make` builds libwsync and the programs (a release, in BUILD); `make check`
+# runs every test; `make check-long` the long ones (crashes, load, valgrind,
+# network faults); `make demo` runs the main job. SANITIZE=1 builds with ASan
+# and UBSan. The tests run against a test build beside the release, in
+# BUILD-test (build/cc-test, build/san-test): only it has the library's
+# test-only fault hooks (WSYNC_TEST_CRASH_AT, WSYNC_TEST_FLIP_GET).
 
 CC       ?= cc
 PREFIX   ?= /usr/local
-PKGS     := libzmq msgpack libxxhash jansson
+PKGS     := libzmq msgpack libxxhash jansson libsodium libcrypto
 SECONDS  ?= 30
 
 ifeq ($(SANITIZE),1)
@@ -16,11 +19,19 @@ BUILD    ?= build/$(notdir $(CC))
 SANFLAGS :=
 endif
 
+# A build directory named *-test is a test build: the hooks are compiled in.
+TEST_BUILD := $(BUILD:%-test=%)-test
+ifneq ($(filter %-test,$(BUILD)),)
+HOOKFLAGS := -DWSYNC_TEST_HOOKS
+else
+HOOKFLAGS :=
+endif
+
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
 WFLAGS   := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS   ?= -O2 -g
-ALL_CFLAGS = $(WFLAGS) $(CFLAGS) $(SANFLAGS) -D_GNU_SOURCE -fPIC -Ilib $(PKG_CFLAGS)
+ALL_CFLAGS = $(WFLAGS) $(CFLAGS) $(SANFLAGS) $(HOOKFLAGS) -D_GNU_SOURCE -fPIC -Ilib $(PKG_CFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard lib/*.c))
@@ -36,7 +47,7 @@ SOMAJOR  := 0
 STATIC   := $(BUILD)/libwsync.a
 SHARED   := $(BUILD)/libwsync.so.$(SOMAJOR)
 
-.PHONY: all deps check check-long unit bats demo fuzz bench clean install uninstall FORCE
+.PHONY: all deps check check-build check-long unit bats demo fuzz bench clean install uninstall FORCE
 all: $(STATIC) $(SHARED) $(PROGS)
 
 # Installs the Debian packages wsync needs when run as root; otherwise names them.
@@ -75,15 +86,24 @@ $(BUILD)/bench/%: bench/%.c $(STATIC) lib/*.h
 deps-ok:
 	@scripts/deps check-or-install
 
-# The side-by-side harness's test runs bench/zmq_raw's floor as well.
-check: all $(UNITS) $(BUILD)/bench/zmq_raw
+# The release build as well: a test checks that it holds no test hook.
+check: all
+	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) check-build
 	@scripts/deps check-or-install fuzz
 	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
-	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run
+	@scripts/deps check-or-install sign || echo "deps: no minisign or signify; their tests skip"
+	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run
 
-check-long: all $(BUILD)/bench/mkmodel
+# What the tests run, in the test build (make check runs it as BUILD=$(TEST_BUILD)).
+# The side-by-side harness's test runs bench/zmq_raw's floor as well.
+check-build: all $(UNITS) $(BUILD)/bench/zmq_raw
+
+# The crash tests need the hooks: the test build. bench/hosts-fanout (the
+# fanout test) makes its model with bench/mkmodel.
+check-long:
+	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all $(TEST_BUILD)/bench/mkmodel
 	@scripts/deps check-or-install long
-	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) tests/run long
+	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run long
 
 demo: all
 	@BUILD=$(BUILD) scripts/demo

@@ -1,11 +1,14 @@
-/* wsync-keygen - make a CURVE key pair for a hub or a client, as ZeroMQ certificates. */
+/*
+ * wsync-keygen - make a key pair: a CURVE pair for a hub or a client, as
+ * ZeroMQ certificates, or with --sign a signing pair in minisign's format.
+ */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cli.h"
 
-static const char s_usage[] = "usage: wsync-keygen [-f] NAME\n";
+static const char s_usage[] = "usage: wsync-keygen [-fs] NAME\n";
 
 static void
 s_help(void)
@@ -14,8 +17,11 @@ s_help(void)
 	    "Make a CURVE key pair: NAME gets the public key (give it to the other side),\n"
 	    "NAME_secret both keys (mode 0600; keep it). The files are ZeroMQ certificates\n"
 	    "(the format czmq's zmakecert writes). Prints the public key.\n"
+	    "With --sign, make a signing key pair for signed pushes instead: NAME.pub and\n"
+	    "NAME.key (unencrypted, mode 0600), in minisign's format.\n"
 	    "\n"
 	    "  -f, --force              replace existing files\n"
+	    "  -s, --sign               make a signing key pair (ed25519, minisign's format)\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -30,28 +36,35 @@ main(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "sign", no_argument, NULL, 's' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char public[41];
+	char public[WSYNC_SIGN_PUBLIC];
 	wsync_err_t err;
-	int force = 0, c;
+	int force = 0, sign = 0, c, rc;
 
 	cli_init("wsync-keygen");
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":fhV", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":fhsV", opts, NULL)) != -1) {
 		switch (c) {
 		case 'f': force = 1; break;
 		case 'h': s_help(); break;
+		case 's': sign = 1; break;
 		case 'V': cli_version(); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
 	if (argc == optind)
-		cli_usage_error("no NAME given (the files are NAME and NAME_secret)");
+		cli_usage_error(sign ? "no NAME given (the files are NAME.pub and NAME.key)" :
+		    "no NAME given (the files are NAME and NAME_secret)");
 	if (argc - optind > 1)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind + 1]);
-	if (wsync_keygen(argv[optind], force, public, &err) < 0)
+	if (sign)
+		rc = wsync_signkey_generate(argv[optind], force, public, &err);
+	else
+		rc = wsync_keygen(argv[optind], force, public, &err);
+	if (rc < 0)
 		cli_die_err(&err);
 	printf("%s\n", public);
 	if (fflush(stdout) != 0)

@@ -251,7 +251,7 @@ _wsync() {
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
-	wsync-keygen) opts="-f --force -h --help -V --version" ;;
+	wsync-keygen) opts="-f --force -s --sign -h --help -V --version" ;;
 	*) return 0 ;;
 	esac
 

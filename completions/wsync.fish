@@ -182,6 +182,7 @@ complete -c wsync-inspect -n 'not string match -q -- "-*" (commandline -ct)' -a 
 
 # wsync-keygen
 complete -c wsync-keygen -s f -l force -d 'Replace existing key files'
+complete -c wsync-keygen -s s -l sign -d 'Make a signing key pair (minisign format)'
 complete -c wsync-keygen -n 'not string match -q -- "-*" (commandline -ct)' -a '(__fish_complete_path)'
 
 # wsync-convert

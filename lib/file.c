@@ -118,28 +118,21 @@ s_cmp_index(const void *a, const void *b)
 	    s_sorting->tensors[*(const size_t *)b].path);
 }
 
-/* XXH3-64 over each tensor's path, dtype, shape and hash, in path order. */
+/* XXH3-64 over each tensor's descriptor and hash, in path order. */
 static uint64_t
 s_content_id(const wsync_file_t *f)
 {
+	unsigned char desc[WSYNC_DESCRIBE_MAX + 8];
 	XXH3_state_t st;
-	unsigned char le[8];
 
 	XXH3_64bits_reset(&st);
 	for (size_t i = 0; i < f->ntensors; i++) {
 		const wsync_tensor_t *t = &f->tensors[f->by_path[i]];
-		const char *dtype = wsync_dtype_name(t->dtype);
-		unsigned char ndim = (unsigned char)t->ndim;
+		size_t n = wsync_tensor_describe(desc, t->path, t->dtype, t->ndim, t->shape);
 
-		XXH3_64bits_update(&st, t->path, strlen(t->path) + 1);
-		XXH3_64bits_update(&st, dtype, strlen(dtype) + 1);
-		XXH3_64bits_update(&st, &ndim, 1);
-		for (int d = 0; d <= t->ndim; d++) {
-			uint64_t v = d < t->ndim ? t->shape[d] : t->hash;
-			for (int b = 0; b < 8; b++)
-				le[b] = (unsigned char)(v >> (8 * b));
-			XXH3_64bits_update(&st, le, 8);
-		}
+		for (int b = 0; b < 8; b++)
+			desc[n++] = (unsigned char)(t->hash >> (8 * b));
+		XXH3_64bits_update(&st, desc, n);
 	}
 	return XXH3_64bits_digest(&st);
 }

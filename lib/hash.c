@@ -44,6 +44,23 @@
 /* From this on, a second thread hashes what the copy has passed (s_hash_behind). */
 #define S_PIPE_MIN (8u << 20)
 
+size_t
+wsync_tensor_describe(unsigned char *buf, const char *path, wsync_dtype_t dtype, int ndim,
+    const uint64_t *shape)
+{
+	const char *name = wsync_dtype_name(dtype);
+	size_t plen = strlen(path) + 1, dlen = strlen(name) + 1, n;
+
+	memcpy(buf, path, plen);
+	memcpy(buf + plen, name, dlen);
+	n = plen + dlen;
+	buf[n++] = (unsigned char)ndim;
+	for (int d = 0; d < ndim; d++)
+		for (int b = 0; b < 8; b++)
+			buf[n++] = (unsigned char)(shape[d] >> (8 * b));
+	return n;
+}
+
 uint64_t
 wsync_hash(const void *data, size_t len)
 {

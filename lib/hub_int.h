@@ -1,15 +1,307 @@
-/* hub_int.h - the hub's request handler, apart from its poll loop, so that it can be fuzzed. */
+/*
+ * hub_int.h - the hub inside: its state, one request, and the functions its
+ * files share, in one section per file: hub_endpoint.c, hub_request.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_status.c (hub.c,
+ * the loop, shares nothing). Names shared between these files start with
+ * hub_; those of one file are static and start with s_.
+ */
 #ifndef WSYNC_HUB_INT_H
 #define WSYNC_HUB_INT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "auth_int.h"
+#include "log_int.h"
 #include "net_int.h"
+#include "peer_int.h"
+#include "proto_int.h"
+#include "store_int.h"
 #include "wsync.h"
+
+/* ---- what the hub bounds (wsync-serve(1), LIMITS) ---- */
+
+#define HUB_MAX_WAIT_MS 3600000         /* one hour: the longest wait a peer may ask */
+#define HUB_UPLOADS 16                  /* uploads in flight per hub */
+#define HUB_PEER_WAITS 64               /* waits pending per peer */
+#define HUB_UPLOAD_FILES 64             /* files in one upload */
+#define HUB_UPLOAD_IDLE_MS 60000        /* an upload not touched for this long expires */
+#define HUB_MAX_FILE (64ull << 30)      /* bytes in one uploaded file */
+#define HUB_MAX_WORKERS 4096
+#define HUB_CONN_WORKERS 256            /* workers one connection may make known */
+#define HUB_WORKER_MODELS 256           /* models one worker follows */
+#define HUB_MAX_WAITS 1024
+#define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
+#define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
+
+/* ---- the hub's state ---- */
+
+/* What a worker did with one model. */
+struct hub_wmodel {
+	char model[WSYNC_MAX_MODEL + 1];
+	int watching;                   /* named in its hello or heads */
+	uint64_t applied;               /* 0: none */
+	uint64_t failed;                /* version of its last failure; 0: none */
+	char *reason;                   /* of that failure */
+	double fail_time;
+};
+
+/* A worker the hub knows, from its hello, heads, acks and failures (hub_worker.c). */
+struct hub_worker {
+	char id[WSYNC_MAX_ID + 1];
+	char host[WSYNC_MAX_ID + 1];
+	uint64_t pid;
+	int64_t seen;                   /* monotonic ms */
+	int gone;                       /* said bye */
+	char conn[WSYNC_PEER_NAME];     /* the connection that made it known */
+	char transfer[8];               /* how its last applied version came: link, copy, socket */
+	struct hub_wmodel *models;
+	size_t nmodels, cap;
+};
+
+/* How much of one uploaded file arrived. */
+struct hub_ufile {
+	uint64_t size;                  /* declared */
+	uint64_t filled;                /* bytes received from offset 0 on, without a gap */
+};
+
+/*
+ * An upload: a begin..commit transaction (hub_upload.c). A slot is an upload
+ * whose files the hub hands out in its store for a writer on its host to fill
+ * in place: on the wire a begin with "local": true, in the log transfer=copy.
+ */
+struct hub_upload {
+	uint64_t id;                    /* 0: a free entry */
+	wsync_store_temp_t *temps;      /* the files, as the store commits them */
+	struct hub_ufile *files;
+	size_t nfiles;
+	char pusher[WSYNC_MAX_ID + 1];
+	char peer[WSYNC_PEER_NAME];     /* who began it */
+	uint64_t total, received;       /* bytes declared, and received (a resent chunk counts again) */
+	char **targets;                 /* NULL: every worker */
+	size_t ntargets;
+	int slot;                       /* a slot: its writer fills the files in place, by path */
+	size_t recycled;                /* slot: files made of spares (log key recycled=) */
+	uint64_t written;               /* slot: the files' summed mtimes when last seen */
+	int64_t touched;
+};
+
+/* Whom a wait waits for; on the wire the strings "all", "count" and "ids". */
+enum hub_wait_mode { HUB_WAIT_ALL, HUB_WAIT_COUNT, HUB_WAIT_IDS };
+
+/* A deferred reply: who asked, and what would satisfy them (hub_wait.c). */
+struct hub_wait {
+	unsigned char ident[256];
+	size_t identlen;
+	char peer[WSYNC_PEER_NAME];
+	uint64_t req;
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;
+	enum hub_wait_mode mode;
+	uint64_t count;
+	char **ids;                     /* HUB_WAIT_ALL and HUB_WAIT_IDS: the workers waited for */
+	size_t nids;
+	int64_t start, deadline;
+	int commit;                     /* the reply of a commit: versions as well */
+	uint64_t size, content;         /* commit: the version's */
+};
+
+struct wsync_hub {
+	void *router, *pub;
+	wsync_auth_t *auth;             /* NULL: no keys */
+	volatile int *reload;
+	char pub_endpoint[512];
+	char name[300];                 /* host:pid */
+	char **ipc;                     /* socket files bound, removed at destroy */
+	size_t nipc;
+	wsync_store_t *store;
+	unsigned keep;                  /* versions kept per model */
+	wsync_log_fn log;
+	void *log_arg;
+	struct hub_worker **workers;    /* sorted by id */
+	size_t nworkers;
+	struct hub_upload uploads[HUB_UPLOADS];
+	uint64_t last_upload;
+	struct hub_wait *waits;
+	size_t nwaits, waits_cap;
+	wsync_blocked_t blocked;        /* connections that broke the protocol */
+#ifdef WSYNC_TEST_HOOKS
+	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
+#endif
+};
+
+/* One request being served: everything that lives for one request only. */
+struct hub_req {
+	const void *ident;
+	size_t identlen;
+	uint64_t id;
+	char op[16];
+	char peer[WSYNC_PEER_NAME];     /* the name quotas count it under */
+	char conn[WSYNC_PEER_NAME];     /* its connection */
+	wsync_msg_t msg;
+	wsync_parts_t *parts;
+};
+
+#define hub_log(h, ...) wsync_logf((h)->log, (h)->log_arg, __VA_ARGS__)
+
+/* ---- hub_endpoint.c: the ROUTER and PUB sockets and their endpoints ---- */
+
+/*
+ * Makes the ROUTER and the PUB, lets h->auth (may be NULL) guard them, binds
+ * the ROUTER to opts' endpoints and the PUB to pub (from hub_pub_for).
+ */
+int hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, const char *pub,
+    wsync_err_t *err);
+/* Closes the sockets and removes the ipc socket files bound. */
+void hub_endpoints_close(wsync_hub_t *h);
+/* The PUB endpoint for a ROUTER endpoint: ipc://PATH.pub, or tcp://HOST:*. */
+int hub_pub_for(const char *endpoint, char *buf, size_t size, wsync_err_t *err);
+
+/* ---- hub_request.c: the envelope, the op table, field decoders, replies ---- */
 
 /*
  * Serves one message as received on the ROUTER: [identity][empty][request]
  * or [identity][empty][request][data]. Replies go out on the ROUTER; what
- * does not decode is logged and dropped. p stays the caller's.
+ * does not decode is logged and dropped. p stays the caller's. (Called by
+ * hub.c's loop, and by the fuzzer and unit tests without one.)
  */
 void wsync_hub_serve(wsync_hub_t *hub, wsync_parts_t *p);
+
+/* What serves one op: 0 when it replied, -1 with err for a refusal. */
+typedef int hub_op_fn(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* The handler of op; NULL when the hub serves no such op. */
+hub_op_fn *hub_op_find(const char *op);
+
+/*
+ * Field decoders. Each reads one field of r's message; anything absent when
+ * required or malformed is -1 with err code 76 (EX_PROTOCOL) and a message
+ * naming the field.
+ */
+
+/* -1 with err: field key is missing. */
+int hub_missing(const char *key, wsync_err_t *err);
+/* 0 when s names a way a version reaches a worker: link, copy or socket. */
+int hub_transfer_check(const char *s);
+/* A string field checked by check (may be NULL); "" in buf when absent and optional. */
+int hub_str(const struct hub_req *r, const char *key, int required, int (*check)(const char *),
+    char *buf, size_t size, wsync_err_t *err);
+/* The required "model" field, a model id, into buf of WSYNC_MAX_MODEL + 1. */
+int hub_model_field(const struct hub_req *r, char *buf, wsync_err_t *err);
+/* The "worker" field, an id, into buf of WSYNC_MAX_ID + 1. */
+int hub_worker_field(const struct hub_req *r, int required, char *buf, wsync_err_t *err);
+/* An unsigned field; *v untouched when absent and optional. */
+int hub_u64(const struct hub_req *r, const char *key, int required, uint64_t *v,
+    wsync_err_t *err);
+/* An optional boolean field; 0 when absent. */
+int hub_bool(const struct hub_req *r, const char *key, int *v, wsync_err_t *err);
+/*
+ * A list of distinct strings, each passing check, copied into *out (caller
+ * frees with hub_strv_free); *out NULL when absent and optional. At most
+ * HUB_MAX_LIST.
+ */
+int hub_list(const msgpack_object *o, const char *key, int required,
+    int (*check)(const char *), char ***out, size_t *n, wsync_err_t *err);
+/* Frees n strings and their array. */
+void hub_strv_free(char **v, size_t n);
+
+/* Starts an ok reply to request id with nfields more fields. */
+void hub_ok(wsync_enc_t *e, uint64_t id, size_t nfields);
+/* Starts a refusal with nfields more fields. */
+void hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfields);
+/* Sends a reply to ident and frees it. */
+void hub_send(wsync_hub_t *h, const void *ident, size_t identlen, wsync_enc_t *e);
+/* Sends a reply to r and frees it. */
+void hub_reply(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e);
+/* Sends reply e to r, then data (taken over) as the last frame, without copying it. */
+void hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e,
+    zmq_msg_t *data);
+
+/* ---- hub_worker.c: the worker registry (hello, heads, acks and failures, bye) ---- */
+
+/* 1 when w said no bye and was seen within WSYNC_ALIVE_MS of now. */
+int hub_worker_alive(const struct hub_worker *w, int64_t now);
+/* The worker with this id; NULL when the hub does not know it. */
+struct hub_worker *hub_worker_find(const wsync_hub_t *h, const char *id);
+/* The worker with this id, made when new (known as connection conn's), marked seen now. */
+struct hub_worker *hub_worker_touch(wsync_hub_t *h, const char *id, const char *conn,
+    wsync_err_t *err);
+/* Frees w and what it holds. */
+void hub_worker_free(struct hub_worker *w);
+/* What w did with model; NULL when nothing. */
+struct hub_wmodel *hub_wmodel_find(const struct hub_worker *w, const char *model);
+/* The version of model w (may be NULL) applied last; 0: none. */
+uint64_t hub_applied(const struct hub_worker *w, const char *model);
+
+int hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+/* The ops ack and fail: a worker applied a version, or failed to. */
+int hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_bye(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_wait.c: waits for workers to apply a version ---- */
+
+/* The mode the wire string s names; -1 when none. */
+int hub_wait_mode_parse(const char *s, enum hub_wait_mode *mode);
+/* The wire string of mode. */
+const char *hub_wait_mode_name(enum hub_wait_mode mode);
+/*
+ * Reads a wait's mode, count, ids and timeout_ms from r into wt (the caller
+ * frees it with hub_wait_free), once the hub has room for one more of r's waits.
+ */
+int hub_wait_parse(wsync_hub_t *h, const struct hub_req *r, struct hub_wait *wt,
+    uint64_t *timeout, wsync_err_t *err);
+/*
+ * Starts wt, parsed from r, on its version of m, its timeout running from
+ * start: answered at once when it is satisfied already, else kept (and then
+ * the hub's). -1 with err: the caller still frees wt.
+ */
+int hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
+    struct hub_wait *wt, int64_t start, uint64_t timeout, wsync_err_t *err);
+/* 1 when the workers wt waits for have applied its version. */
+int hub_wait_satisfied(const wsync_hub_t *h, const struct hub_wait *wt);
+/*
+ * Encodes the refusal of wt timed out at now into e (caller frees): code 75
+ * and missing: [{worker, version, seen, failure}]. The number missing.
+ */
+size_t hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now,
+    wsync_enc_t *e);
+/* Answers the waits on model that are now satisfied. */
+void hub_waits_check(wsync_hub_t *h, const char *model);
+/* Refuses the waits whose deadline is past at now. */
+void hub_waits_expire(wsync_hub_t *h, int64_t now);
+/* Frees what wt holds. */
+void hub_wait_free(struct hub_wait *wt);
+
+int hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_upload.c: uploads and slots (begin, chunk, commit, put, abort, announce) ---- */
+
+/* A commit's versions: [{model, version, size, content}], n of them. */
+void hub_pack_versions(wsync_enc_t *e, const wsync_committed_t *c, size_t n);
+/* Drops the uploads (and slots) left idle for HUB_UPLOAD_IDLE_MS at now. */
+void hub_uploads_expire(wsync_hub_t *h, int64_t now);
+/* Aborts the uploads in progress as the hub stops. */
+void hub_uploads_stop(wsync_hub_t *h);
+/* Frees an upload's entry; its temporary files are removed unless a commit consumed them. */
+void hub_upload_end(struct hub_upload *u);
+
+int hub_op_begin(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_chunk(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_commit(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_put(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_abort(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_read.c: reads (stat, get) ---- */
+
+/* Explains in err (66) why model m has no version number version. */
+int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_err_t *err);
+
+int hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_status.c: the status document ---- */
+
+int hub_op_status(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 #endif

@@ -88,9 +88,8 @@ s_parse(char *text, char *public, char *secret)
 }
 
 int
-wsync_key_read(const char *path, char *public, char *secret, wsync_err_t *err)
+wsync_key_file_read(const char *path, int secret, char *text, size_t size, wsync_err_t *err)
 {
-	char text[S_MAX_CERT + 1], sec[WSYNC_Z85_KEY + 1];
 	struct stat st;
 	ssize_t n;
 	int fd, rc = -1;
@@ -103,21 +102,34 @@ wsync_key_read(const char *path, char *public, char *secret, wsync_err_t *err)
 		goto out;
 	}
 	/* Like ssh: a secret others can read is no secret, and using it would hide that. */
-	if (secret != NULL && (st.st_mode & 077) != 0) {
+	if (secret && (st.st_mode & 077) != 0) {
 		wsync_err_set(err, EX_NOPERM, "%s: the secret key file is open to others (mode "
 		    "%04o): chmod 600 %s", path, (unsigned)(st.st_mode & 07777), path);
 		goto out;
 	}
-	if ((n = read(fd, text, S_MAX_CERT + 1)) < 0) {
+	if ((n = read(fd, text, size)) < 0) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot read: %s", path, strerror(errno));
 		goto out;
 	}
-	if (n > S_MAX_CERT) {
-		wsync_err_set(err, EX_DATAERR, "%s: over %d bytes: not a key file", path,
-		    S_MAX_CERT);
+	if ((size_t)n >= size) {
+		wsync_err_set(err, EX_DATAERR, "%s: over %zu bytes: not a key file", path, size - 1);
 		goto out;
 	}
 	text[n] = '\0';
+	rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
+int
+wsync_key_read(const char *path, char *public, char *secret, wsync_err_t *err)
+{
+	char text[S_MAX_CERT + 1], sec[WSYNC_Z85_KEY + 1];
+	int rc = -1;
+
+	if (wsync_key_file_read(path, secret != NULL, text, sizeof(text), err) < 0)
+		return -1;
 	s_parse(text, public, secret != NULL ? secret : sec);
 	if (secret != NULL) {
 		if (s_key_check(secret) < 0) {
@@ -139,7 +151,6 @@ wsync_key_read(const char *path, char *public, char *secret, wsync_err_t *err)
 out:
 	explicit_bzero(text, sizeof(text));
 	explicit_bzero(sec, sizeof(sec));
-	close(fd);
 	return rc;
 }
 
@@ -258,24 +269,6 @@ wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsyn
 	    "is --hub-key (%s) the hub's public key?", endpoint, c->server);
 }
 
-/* Writes text to path through a temporary file of mode, renamed into place. */
-static int
-s_write_cert(const char *path, const char *text, mode_t mode, wsync_err_t *err)
-{
-	char tmp[PATH_MAX];
-	int fd;
-
-	if ((fd = wsync_temp_open(path, tmp, sizeof(tmp), err)) < 0)
-		return -1;
-	if (wsync_write_all(fd, text, strlen(text)) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
-		close(fd);
-		unlink(tmp);
-		return -1;
-	}
-	return wsync_temp_commit(fd, tmp, path, mode, err);
-}
-
 int
 wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 {
@@ -305,7 +298,7 @@ wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 	    "curve\n"
 	    "    public-key = \"%s\"\n"
 	    "    secret-key = \"%s\"\n", stamp, public, secret);
-	rc = s_write_cert(secret_path, text, 0600, err);
+	rc = wsync_temp_write_text(secret_path, text, 0600, err);
 	explicit_bzero(secret, sizeof(secret));
 	explicit_bzero(text, sizeof(text));
 	if (rc < 0)
@@ -319,5 +312,5 @@ wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 	    "metadata\n"
 	    "curve\n"
 	    "    public-key = \"%s\"\n", stamp, public);
-	return s_write_cert(base, text, 0644, err);
+	return wsync_temp_write_text(base, text, 0644, err);
 }

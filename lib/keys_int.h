@@ -17,6 +17,14 @@ typedef struct wsync_curve {
 } wsync_curve_t;
 
 /*
+ * Reads a small key file into text (size bytes, NUL-terminated): 66 when it
+ * is missing, 65 when it is not a regular file or does not fit, and when
+ * secret, 77 when others may read it.
+ */
+int wsync_key_file_read(const char *path, int secret, char *text, size_t size,
+    wsync_err_t *err);
+
+/*
  * Reads a certificate (czmq's ZPL text): public into public (41 bytes), and
  * when secret is not NULL the secret key too, which must then be in the file
  * and the file private to its owner (77 otherwise). A missing file is 66, a

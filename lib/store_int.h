@@ -14,8 +14,11 @@
  * written again while anyone can see it;
  * retiring a version unlinks it, so a reader holding a descriptor or a link
  * keeps its bytes. With spares (wsync-serve --recycle), a retired file is kept
- * in .uploads instead and reused for an upload once nothing else links it and
- * no reader holds a shared flock(2) lease on it (wsync(7), LEASES).
+ * in .uploads instead and recycled into a slot (an upload written in place in
+ * the store) once nothing else links it and no reader holds a shared flock(2)
+ * lease on it (wsync(7), LEASES).
+ *
+ * The store's files, one concern each, are listed in store_impl_int.h.
  */
 #ifndef WSYNC_STORE_INT_H
 #define WSYNC_STORE_INT_H
@@ -137,9 +140,10 @@ typedef struct wsync_store_temp {
 int wsync_store_temp_open(wsync_store_t *store, const char *model, wsync_store_temp_t *t,
     wsync_err_t *err);
 /*
- * As wsync_store_temp_open, sized to size bytes, and made of a spare (a
- * retired version's file, whose pages exist) when one is free: 1 then, 0 for
- * a new file. The file is exclusively flocked until its commit.
+ * Opens a slot's file: as wsync_store_temp_open, sized to size bytes, and
+ * recycled from a spare (a retired version's file, whose pages exist) when one
+ * is free: 1 then, 0 for a new file. The file is exclusively flocked until
+ * its commit.
  */
 int wsync_store_slot_open(wsync_store_t *store, const char *model, uint64_t size,
     wsync_store_temp_t *t, wsync_err_t *err);

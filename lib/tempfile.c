@@ -10,6 +10,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "io_int.h"
 #include "tempfile_int.h"
 
 #define S_SUFFIX ".tmp.XXXXXX"
@@ -123,4 +124,21 @@ wsync_umask(void)
 
 	umask(mask);
 	return mask;
+}
+
+int
+wsync_temp_write_text(const char *path, const char *text, mode_t mode, wsync_err_t *err)
+{
+	char tmp[PATH_MAX];
+	int fd;
+
+	if ((fd = wsync_temp_open(path, tmp, sizeof(tmp), err)) < 0)
+		return -1;
+	if (wsync_write_all(fd, text, strlen(text)) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", path, strerror(errno));
+		close(fd);
+		unlink(tmp);
+		return -1;
+	}
+	return wsync_temp_commit(fd, tmp, path, mode, err);
 }

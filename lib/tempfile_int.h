@@ -27,6 +27,8 @@ int wsync_temp_link(const char *src, const char *path, char *buf, size_t size);
  */
 int wsync_temp_commit(int fd, const char *tmp, const char *path, mode_t mode,
     wsync_err_t *err);
+/* Writes text to path through a temporary file of mode, renamed into place; -1 with err. */
+int wsync_temp_write_text(const char *path, const char *text, mode_t mode, wsync_err_t *err);
 /* fsyncs the directory holding path, so that a rename into it is durable. */
 int wsync_sync_parent(const char *path);
 /* The process's umask, read without changing it for good. */

@@ -513,6 +513,117 @@ void wsync_hub_destroy(wsync_hub_t **hub);
  */
 int wsync_keygen(const char *base, int force, char *public, wsync_err_t *err);
 
+/* ---- signatures: keys, manifests, signing and verifying (wsync-format(5), SIGNATURES) ---- */
+
+#define WSYNC_KEYID 8               /* bytes in a signing key's id (minisign's key number) */
+#define WSYNC_DIGEST 32             /* bytes in a model's digest: SHA-256 */
+#define WSYNC_MAX_SIGNED 256        /* models in one manifest */
+#define WSYNC_SIGN_PUBLIC 57        /* bytes of a public key's base64 line and its NUL */
+/* The meta keys that carry a signed push; the meta digest leaves them out. */
+#define WSYNC_META_MANIFEST "wsync.manifest"
+#define WSYNC_META_SIGNATURE "wsync.signature"
+
+/* A secret ed25519 signing key, read from minisign's or signify's file; opaque. */
+typedef struct wsync_signkey wsync_signkey_t;
+
+/* A public ed25519 key to verify with, read from a minisign or signify file. */
+typedef struct wsync_verifykey {
+	uint8_t id[WSYNC_KEYID];
+	uint8_t pk[32];
+} wsync_verifykey_t;
+
+/*
+ * Reads a secret key: minisign's (unencrypted, as minisign -G -W and
+ * wsync-keygen --sign make it) or signify's (made with -n). An encrypted key
+ * is refused (65), as is a file others can read (77). Caller destroys.
+ */
+wsync_signkey_t *wsync_signkey_load(const char *path, wsync_err_t *err);
+/* Wipes and frees the key and sets *key to NULL. */
+void wsync_signkey_destroy(wsync_signkey_t **key);
+/* The key's public half (its id and public key). */
+void wsync_signkey_public(const wsync_signkey_t *key, wsync_verifykey_t *pub);
+/* Reads a public key file, minisign's or signify's (the same framing). */
+int wsync_verifykey_load(const char *path, wsync_verifykey_t *key, wsync_err_t *err);
+/*
+ * Makes a new signing key pair in minisign's format: base.pub (0644) and
+ * base.key (unencrypted, 0600). Existing files are replaced only when force.
+ * public (WSYNC_SIGN_PUBLIC bytes) gets the public key's line, the base64
+ * that minisign -P takes.
+ */
+int wsync_signkey_generate(const char *base, int force, char *public, wsync_err_t *err);
+/* A key id as minisign prints it: 16 uppercase hex digits of its little-endian value. */
+void wsync_keyid_hex(const uint8_t *id, char *hex);
+
+/* What a manifest says about one model of a push. */
+typedef struct wsync_signed_model {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t content;               /* content id */
+	uint8_t digest[WSYNC_DIGEST];   /* model digest: every tensor's path, dtype, shape, data */
+	uint8_t meta[WSYNC_DIGEST];     /* meta digest: every meta entry but the two above */
+} wsync_signed_model_t;
+
+/* The signed statement of one push. */
+typedef struct wsync_manifest {
+	uint64_t seq;                   /* only grows from one push to the next */
+	uint64_t time;                  /* signing time, seconds since the epoch */
+	uint8_t key[WSYNC_KEYID];       /* the signing key's id */
+	size_t nmodels;
+	wsync_signed_model_t *models;   /* sorted by model id; owned */
+} wsync_manifest_t;
+
+/*
+ * A tree's digests and content id, into out, in one pass over its data:
+ * about the time of SHA-256 over the data (bench/digest).
+ */
+int wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err);
+/* The same of a file (its stored hashes give the content id; the data is read once). */
+int wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err);
+/* The canonical bytes of a manifest (wsync-format(5), SIGNATURES); caller frees *buf. */
+int wsync_manifest_encode(const wsync_manifest_t *m, unsigned char **buf, size_t *len,
+    wsync_err_t *err);
+/* Decodes canonical manifest bytes (anything else is 65); wsync_manifest_free after. */
+int wsync_manifest_decode(const void *buf, size_t len, wsync_manifest_t *m, wsync_err_t *err);
+/* Frees what a manifest owns and empties it; a zeroed manifest is fine. */
+void wsync_manifest_free(wsync_manifest_t *m);
+/* The manifest's entry for model; NULL when it has none. Borrowed from m. */
+const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const char *model);
+
+/*
+ * Signs a push: a manifest of the n trees (their digests, one pass over each
+ * one's data), seq and the time now, signed with key; every tree gets it in
+ * its meta (WSYNC_META_MANIFEST and WSYNC_META_SIGNATURE, replaced when
+ * there). Write the trees afterwards, unchanged. out (may be NULL) gets the
+ * manifest (wsync_manifest_free it).
+ */
+int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
+    uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
+
+/* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
+typedef enum wsync_verify {
+	WSYNC_VERIFY_OK,
+	WSYNC_VERIFY_UNSIGNED,          /* no signature or no manifest in its meta */
+	WSYNC_VERIFY_MALFORMED,         /* a signature or manifest that cannot be read */
+	WSYNC_VERIFY_UNKNOWN_KEY,       /* signed by none of the keys */
+	WSYNC_VERIFY_BAD_SIGNATURE,     /* the signature does not hold for the manifest */
+	WSYNC_VERIFY_NOT_LISTED,        /* the manifest does not list this file's model */
+	WSYNC_VERIFY_CONTENT,           /* its content id is not the signed one */
+	WSYNC_VERIFY_META,              /* its meta is not the signed meta */
+	WSYNC_VERIFY_DIGEST             /* its tensors' bytes are not the signed ones */
+} wsync_verify_t;
+
+/* A reason's name for logs and reports ("unsigned", "bad-signature"...). */
+const char *wsync_verify_reason(wsync_verify_t reason);
+/*
+ * Checks that file is vouched for by one of the nkeys keys: its signature
+ * holds for its manifest, which lists its model with its content id, meta
+ * digest and model digest (one pass over the data). Returns WSYNC_VERIFY_OK
+ * and fills manifest (may be NULL; wsync_manifest_free it) for the caller's
+ * own checks (seq, time, the other models); otherwise the reason, with err
+ * (77, naming the file) saying it. -1 with err on an internal error.
+ */
+int wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
+    wsync_manifest_t *manifest, wsync_err_t *err);
+
 /* Sets err: code, then a printf-style message. Returns -1. */
 int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -24,6 +24,7 @@ uploads_left() {
 }
 
 @test "a hub killed at each step of a two-model push restarts with both versions or neither" {
+	need_test_hooks WSYNC_TEST_CRASH_AT
 	make_versions 2
 	start_hub
 	run -0 wsync-push -m policy=v1.safetensors -m critic=v1.safetensors
@@ -59,6 +60,7 @@ critic $((c1 + 1))"
 }
 
 @test "a restarted hub serves nothing of a push killed before its commit point, and numbers on" {
+	need_test_hooks WSYNC_TEST_CRASH_AT
 	make_versions 2
 	start_hub
 	run -0 wsync-push -m policy v1.wsync

@@ -207,7 +207,7 @@ make_fixtures_dir() {
 @test "wsync(7) documents every op the hub serves" {
 	local text op
 	text=$(render "$ROOT/man/wsync.7")
-	ops=$(sed -n 's/^\t{ "\([a-z]*\)", s_op_.*/\1/p' "$ROOT/lib/hub.c")
+	ops=$(sed -n 's/^\t{ "\([a-z]*\)", hub_op_.*/\1/p' "$ROOT/lib/hub_request.c")
 	[ "$(wc -w <<<"$ops")" -ge 14 ]
 	for op in $ops; do
 		grep -qE "^ {7}$op\$" <<<"$text" || fail "wsync.7 has no entry for op $op"

@@ -44,10 +44,10 @@ c_tensors() {
 
 @test "the man page's Python blocks use no roff escape but \\e, \\- and \\&" {
 	sed -n '/^# --- begin /,/^# --- end /p' "$MAN" >blocks
-	run grep -c '^# --- begin \(reader\|writer\|contentid\|example\) ---$' blocks
-	assert_output 4
-	run grep -c '^# --- end \(reader\|writer\|contentid\|example\) ---$' blocks
-	assert_output 4
+	run grep -c '^# --- begin \(reader\|writer\|contentid\|example\|manifest\) ---$' blocks
+	assert_output 5
+	run grep -c '^# --- end \(reader\|writer\|contentid\|example\|manifest\) ---$' blocks
+	assert_output 5
 	run grep -nE "\\\\[^-e&]|\\\\\$|^[.']" blocks
 	assert_failure 1
 	refute_output
@@ -230,4 +230,20 @@ c_tensors() {
 	assert_output "wsync_py.py: model.wsync: tensor actor.0.weight: bad hash"
 	run -65 wsync-inspect --verify model.wsync
 	assert_output --partial "tensor actor.0.weight"
+}
+
+@test "the man page's Python manifest is byte for byte the one libwsync signs" {
+	wsync-keygen --sign trainer >/dev/null
+	sign_helper sign trainer.key signed.wsync
+	{ man_code reader; man_code contentid; man_code manifest; } >fmt.py
+	run -0 "$PY" - <<'PY'
+import base64
+exec(open("fmt.py").read())
+head, arrays = read_wsync("signed.wsync")
+signed = base64.b64decode(head["meta"]["wsync.manifest"])
+m = msgpack.unpackb(signed)
+mine = manifest(m["seq"], m["time"], m["key"], [(head, arrays)])
+print("same" if mine == signed else "differ: %r" % msgpack.unpackb(mine))
+PY
+	assert_output "same"
 }

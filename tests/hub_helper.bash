@@ -30,21 +30,43 @@ wait_until() {
 	done
 }
 
-# Starts a hub on $WSYNC_ENDPOINT with the store $STORE; HUB_PID is its PID.
+# start_hub [wsync-serve options...]: starts a hub on $WSYNC_ENDPOINT with the
+# store $STORE, its log appended to $TMP/hub.log; HUB_PID is its PID. Returns
+# once it logged that it listens (a probe would add lines to its log).
 start_hub() {
 	wsync-serve --store "$STORE" "$@" 2>>"$TMP/hub.log" &
 	HUB_PID=$!
 	PIDS+=("$HUB_PID")
-	wait_until hub_answers
+	wait_log "listen.*:$HUB_PID\b"
 }
 
+# wait_log REGEX: waits until a line of $TMP/hub.log matches REGEX, at most
+# $WAIT_S seconds (default 10); fails at once, showing the log, when the hub
+# has exited first.
+wait_log() {
+	local deadline=$((SECONDS + ${WAIT_S:-10}))
+	until grep -q -- "$1" "$TMP/hub.log" 2>/dev/null; do
+		if ! kill -0 "$HUB_PID" 2>/dev/null || ((SECONDS >= deadline)); then
+			grep -q -- "$1" "$TMP/hub.log" 2>/dev/null && return 0
+			echo "the hub's log never showed '$1':" >&2
+			cat "$TMP/hub.log" >&2
+			return 1
+		fi
+		sleep 0.01
+	done
+}
+
+# 0 when a hub answers on $WSYNC_ENDPOINT.
 hub_answers() {
 	wsync-inspect --hub -t 0.5 >/dev/null 2>&1
 }
 
+# stop_hub [SIGNAL]: stops the hub with SIGTERM (or SIGNAL) and waits for it;
+# HUB_STATUS is its exit status.
 stop_hub() {
-	kill -TERM "$HUB_PID" 2>/dev/null
-	wait "$HUB_PID" 2>/dev/null || true
+	kill -"${1:-TERM}" "$HUB_PID" 2>/dev/null
+	HUB_STATUS=0
+	wait "$HUB_PID" 2>/dev/null || HUB_STATUS=$?
 }
 
 # start_watcher ID [wsync-watch options...]: follows "policy" into $TMP/ID.wsync,

@@ -72,6 +72,7 @@ refused_everywhere() {
 }
 
 @test "data spoiled in transit is refused by pull and watch, not applied, and reported" {
+	need_test_hooks WSYNC_TEST_FLIP_GET
 	make_versions 1
 	WSYNC_TEST_FLIP_GET=1 start_hub
 	run -0 wsync-push -m policy v1.wsync

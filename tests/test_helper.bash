@@ -5,8 +5,22 @@ bats_require_minimum_version 1.5.0
 bats_load_library bats-support
 bats_load_library bats-assert
 
+# A test must not pass or fail because of the caller's environment (rbenv's
+# test_helper does the same): every WSYNC_* and XDG_* variable goes, except
+# what tests/run sets (WSYNC_BIN) and the long tests' knobs (WSYNC_CRASH_*,
+# WSYNC_LOAD_*). XDG_RUNTIME_DIR, where the default hub and store live, is
+# the test's temp dir (its wsync/ made only when a program uses it).
+for var in $(compgen -e); do
+	case $var in
+	WSYNC_BIN | WSYNC_CRASH_* | WSYNC_LOAD_*) ;;
+	WSYNC_* | XDG_*) unset "$var" ;;
+	esac
+done
+unset var
+[ -z "${BATS_TEST_TMPDIR:-}" ] || export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR"
+
 ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
-# tests/long/ is one level deeper.
+# tests/long/ and tests/fixtures/ are one level deeper.
 [ -e "$ROOT/Makefile" ] || ROOT=$(cd "$ROOT/.." && pwd)
 FIXTURES="$ROOT/tests/fixtures"
 : "${WSYNC_BIN:=$ROOT/build/cc/bin}"
@@ -20,6 +34,19 @@ setup() {
 	cd "$TMP" || return 1
 }
 
+# need_test_hooks NAME: for a test that uses the fault hook NAME (say
+# WSYNC_TEST_CRASH_AT), which only a test build has (make check builds one in
+# BUILD-test). Skips against a release build run by hand; under tests/run
+# (BUILD set), a build without it fails the test.
+need_test_hooks() {
+	grep -q "$1" "$WSYNC_BIN/wsync-serve" && return 0
+	if [ -n "${BUILD:-}" ]; then
+		echo "$WSYNC_BIN/wsync-serve has no $1: not a test build" >&2
+		return 1
+	fi
+	skip "$1 needs a test build (make check; or WSYNC_BIN=build/cc-test/bin)"
+}
+
 # with_libwsync CMD...: runs CMD, a Python program that loads libwsync.so.0
 # through ctypes: a sanitizer build's library needs its runtime loaded first
 # (and Python's own leaks are not the library's).
@@ -29,6 +56,12 @@ with_libwsync() {
 	else
 		"$@"
 	fi
+}
+
+# sign_helper ARGS...: tests/sign_helper.py, which signs and verifies .wsync
+# files through libwsync.
+sign_helper() {
+	LIBDIR="$WSYNC_BIN/.." with_libwsync "$PY" "$ROOT/tests/sign_helper.py" "$@"
 }
 
 # A TCP port on 127.0.0.1 that nothing listens on right now.

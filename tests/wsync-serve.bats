@@ -2,44 +2,7 @@
 # wsync-serve: the hub as a process, spoken to with the protocol (tests/fixtures/hubclient.py).
 
 load test_helper
-
-# Starts a hub on this test's endpoint and store (more arguments are passed on)
-# and waits until it listens.
-start_hub() {
-	wsync-serve -e "ipc://$TMP/hub" --store "$TMP/store" "$@" 2>>"$TMP/hub.log" &
-	HUB_PID=$!
-	wait_log 'event[=":]*listen'
-}
-
-# Waits, at most 5 s, until the hub's log has a line matching the regex $1.
-wait_log() {
-	local i
-	for ((i = 0; i < 500; i++)); do
-		grep -q -- "$1" "$TMP/hub.log" 2>/dev/null && return 0
-		kill -0 "$HUB_PID" 2>/dev/null || break
-		sleep 0.01
-	done
-	grep -q -- "$1" "$TMP/hub.log" 2>/dev/null && return 0
-	echo "the hub's log never showed '$1':" >&2
-	cat "$TMP/hub.log" >&2
-	return 1
-}
-
-# Sends SIGTERM (or $1) to the hub and collects its exit status in HUB_STATUS.
-stop_hub() {
-	kill -"${1:-TERM}" "$HUB_PID"
-	HUB_STATUS=0
-	wait "$HUB_PID" || HUB_STATUS=$?
-	HUB_PID=
-}
-
-teardown() {
-	if [ -n "${HUB_PID:-}" ]; then
-		kill "$HUB_PID" 2>/dev/null
-		wait "$HUB_PID" 2>/dev/null
-	fi
-	return 0
-}
+load hub_helper
 
 # The test client: hub req JSON, hub push MODEL=FILE..., hub fetch MODEL V OUT...
 hub() {
@@ -189,9 +152,7 @@ s_log_events() {
 @test "a second hub on the same tcp port exits 69" {
 	local port
 	port=$(free_port)
-	wsync-serve -e "tcp://127.0.0.1:$port" --store "$TMP/store" 2>>"$TMP/hub.log" &
-	HUB_PID=$!
-	wait_log 'event=listen'
+	WSYNC_ENDPOINT="tcp://127.0.0.1:$port" start_hub
 	run -69 --separate-stderr wsync-serve -e "tcp://127.0.0.1:$port" --store "$TMP/store2"
 	assert_equal "$stderr" "wsync-serve: tcp://127.0.0.1:$port is in use (by another hub?)"
 }

@@ -20,6 +20,7 @@ hub_gone() {
 }
 
 @test "a hub killed at random points during 50 pushes always restarts on a committed, intact head" {
+	need_test_hooks WSYNC_TEST_CRASH_AT
 	local seed=${WSYNC_CRASH_SEED:-20261122} push kind head v old new got pusher
 	local plain=0 steps=0 instants=0 forward=0 back=0
 	RANDOM=$seed

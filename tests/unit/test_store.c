@@ -12,7 +12,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "store_int.h"
+#include "store_impl_int.h"
 #include "tap.h"
 
 static char s_dir[64];                  /* this run's store */
@@ -423,6 +423,7 @@ s_uploads_left(void)
 	return n;
 }
 
+#ifdef WSYNC_TEST_HOOKS
 /*
  * Kills a child committing policy and critic together at each step of the
  * commit in turn (WSYNC_TEST_CRASH_AT), then opens the store again: both new
@@ -481,6 +482,7 @@ test_crash_at_every_step_is_all_or_nothing(void)
 	ok(forward > 0 && forward < step - 1, "kills before the journal roll back (%d of %d "
 	    "rolled forward)", forward, step - 1);
 }
+#endif
 
 /* A store whose newest files were deleted still never gives their numbers again. */
 static void
@@ -513,7 +515,7 @@ test_a_corrupt_version_is_not_served(void)
 	const wsync_model_t *m = wsync_store_find(s, "policy");
 	const wsync_version_t *head = wsync_model_newest(m);
 	uint64_t size = head->size;
-	unsigned char byte;
+	unsigned char byte = 0;
 	char path[512];
 	int fd;
 
@@ -628,6 +630,57 @@ test_spares_prefer_the_size_asked(void)
 	wsync_store_close(&s);
 }
 
+/*
+ * A commit cut short after its commit point: the journal names an upload and
+ * its sidecar, stamped and synced, not yet renamed. Opening the store does
+ * the renames; a second open finds nothing left to do.
+ */
+static void
+test_journal_recovery_finishes_a_commit(void)
+{
+	wsync_commit_info_t info = { "unit:journal", 2000.5, NULL, 0, 0 };
+	struct wsync_staged st = { .version = 2 };
+	wsync_store_temp_t t;
+	wsync_file_t *f;
+	wsync_err_t err;
+	wsync_store_t *s;
+	unsigned char be[8] = { 0, 0, 0, 0, 0, 0, 0, 2 };
+	const wsync_model_t *m;
+	uint64_t next;
+	int stamped;
+
+	s_fresh();
+	s = s_open(3);
+	ok(s_commit1(s, "policy", NULL, 0) == 1, "journal: version 1 committed");
+	s_upload(s, "policy", 2, &t);
+	/* Stamped and synced as a commit leaves it before the journal. */
+	f = wsync_file_open(t.path, &err);
+	stamped = f != NULL && pwrite(t.fd, be, sizeof(be),
+	    (off_t)wsync_file_version_offset(f)) == (ssize_t)sizeof(be) && fsync(t.fd) == 0;
+	st.content = f ? wsync_file_content_id(f) : 0;
+	wsync_file_close(&f);
+	snprintf(st.final, sizeof(st.final), "%s/policy/2.wsync", wsync_store_dir(s));
+	snprintf(st.sidecar, sizeof(st.sidecar), "%s/policy/2.json", wsync_store_dir(s));
+	ok(stamped && wsync_sidecar_write(s, st.sidecar_tmp, &info, &err) == 0 &&
+	    wsync_journal_last_set(s, "policy", 2) == 0 &&
+	    wsync_journal_write(s, &t, 1, &st, &err) == 0,
+	    "journal: a commit of version 2 written, its renames not done");
+	close(t.fd);
+	wsync_store_close(&s);
+
+	s = s_open(3);
+	m = s ? wsync_store_find(s, "policy") : NULL;
+	ok(m != NULL && wsync_model_newest(m)->version == 2 &&
+	    strcmp(wsync_model_newest(m)->pusher, "unit:journal") == 0,
+	    "journal: the next open finishes the commit, sidecar and all");
+	ok(strstr(s_log, "event=recover") != NULL && strstr(s_log, "renamed=2") != NULL &&
+	    s_uploads_left() == 0, "journal: it logs the two renames and leaves no upload");
+	wsync_store_close(&s);
+	ok(s_head_after_open("policy", &next) == 2 && next == 3 &&
+	    strstr(s_log, "event=recover") == NULL,
+	    "journal: a second open has nothing to recover");
+}
+
 int
 main(void)
 {
@@ -642,12 +695,15 @@ main(void)
 	test_refuses_a_version_it_cannot_stamp();
 	test_retention_and_immutability();
 	test_restart_keeps_numbering();
+#ifdef WSYNC_TEST_HOOKS
 	test_crash_at_every_step_is_all_or_nothing();
+#endif
 	test_numbering_survives_a_deleted_head();
 	test_a_corrupt_version_is_not_served();
 	test_second_open_is_refused();
 	test_spares_only_when_nobody_holds_them();
 	test_spares_prefer_the_size_asked();
+	test_journal_recovery_finishes_a_commit();
 	s_fresh();
 	return tap_done();
 }

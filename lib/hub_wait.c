@@ -1,0 +1,344 @@
+/* hub_wait.c - waits: a reply deferred until workers apply a version, or its timeout. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "hub_int.h"
+
+void
+hub_wait_free(struct hub_wait *w)
+{
+	hub_strv_free(w->ids, w->nids);
+}
+
+/* 1 when worker w (may be NULL) has applied the waited version or a newer one. */
+static int
+s_wait_done_by(const struct hub_wait *wt, const struct hub_worker *w)
+{
+	return hub_applied(w, wt->model) >= wt->version;
+}
+
+int
+hub_wait_satisfied(const wsync_hub_t *h, const struct hub_wait *wt)
+{
+	uint64_t n = 0;
+
+	if (wt->mode != HUB_WAIT_COUNT) {
+		for (size_t i = 0; i < wt->nids; i++)
+			if (!s_wait_done_by(wt, hub_worker_find(h, wt->ids[i])))
+				return 0;
+		return 1;
+	}
+	for (size_t i = 0; i < h->nworkers && n < wt->count; i++)
+		n += s_wait_done_by(wt, h->workers[i]);
+	return n >= wt->count;
+}
+
+/* 1 when worker w belongs in the answer to wt, done or missing as done says. */
+static int
+s_wait_lists(const struct hub_wait *wt, const struct hub_worker *w, int done)
+{
+	const struct hub_wmodel *wm = hub_wmodel_find(w, wt->model);
+
+	if (done)
+		return s_wait_done_by(wt, w);
+	return !s_wait_done_by(wt, w) && wm != NULL && wm->watching;
+}
+
+/* The versions field of a commit's wait (nothing for a wait request). */
+static void
+s_wait_versions(wsync_enc_t *e, const struct hub_wait *wt)
+{
+	wsync_committed_t c = { .version = wt->version, .size = wt->size,
+	    .content = wt->content };
+
+	if (!wt->commit)
+		return;
+	snprintf(c.model, sizeof(c.model), "%s", wt->model);
+	hub_pack_versions(e, &c, 1);
+}
+
+/* The satisfied wait's reply: workers: [{worker, version}] (and a commit's versions). */
+static void
+s_wait_answer(wsync_hub_t *h, const struct hub_wait *wt)
+{
+	wsync_enc_t e;
+	size_t n = 0;
+
+	hub_ok(&e, wt->req, 1 + wt->commit);
+	s_wait_versions(&e, wt);
+	wsync_enc_str(&e, "workers");
+	if (wt->mode != HUB_WAIT_COUNT) {
+		msgpack_pack_array(&e.pk, wt->nids);
+		for (size_t i = 0; i < wt->nids; i++) {
+			msgpack_pack_map(&e.pk, 2);
+			wsync_enc_kv_str(&e, "worker", wt->ids[i]);
+			wsync_enc_kv_u64(&e, "version", hub_applied(hub_worker_find(h, wt->ids[i]),
+			    wt->model));
+		}
+	} else {
+		for (size_t i = 0; i < h->nworkers; i++)
+			n += s_wait_lists(wt, h->workers[i], 1);
+		msgpack_pack_array(&e.pk, n);
+		for (size_t i = 0; i < h->nworkers; i++) {
+			if (!s_wait_lists(wt, h->workers[i], 1))
+				continue;
+			msgpack_pack_map(&e.pk, 2);
+			wsync_enc_kv_str(&e, "worker", h->workers[i]->id);
+			wsync_enc_kv_u64(&e, "version", hub_applied(h->workers[i], wt->model));
+		}
+	}
+	hub_send(h, wt->ident, wt->identlen, &e);
+	hub_log(h, "event=waited model=%s version=%" PRIu64 " ms=%" PRId64, wt->model, wt->version,
+	    wsync_now_ms() - wt->start);
+}
+
+/* One entry of a timed-out wait's missing list. */
+static void
+s_missing_entry(wsync_enc_t *e, const struct hub_wait *wt, const char *id,
+    const struct hub_worker *w, int64_t now)
+{
+	const struct hub_wmodel *wm = w != NULL ? hub_wmodel_find(w, wt->model) : NULL;
+	int failed = wm != NULL && wm->failed != 0;
+
+	msgpack_pack_map(&e->pk, 3 + failed);
+	wsync_enc_kv_str(e, "worker", id);
+	wsync_enc_kv_u64(e, "version", wm != NULL ? wm->applied : 0);
+	wsync_enc_str(e, "seen");
+	/* A worker never seen has no "seconds ago". */
+	if (w != NULL)
+		msgpack_pack_double(&e->pk, (double)(now - w->seen) / 1000.0);
+	else
+		msgpack_pack_nil(&e->pk);
+	if (failed)
+		wsync_enc_kv_str(e, "failure", wm->reason);
+}
+
+size_t
+hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now, wsync_enc_t *e)
+{
+	wsync_err_t err;
+	size_t total = 0, missing = 0;
+
+	if (wt->mode != HUB_WAIT_COUNT) {
+		total = wt->nids;
+		for (size_t i = 0; i < wt->nids; i++)
+			missing += !s_wait_done_by(wt, hub_worker_find(h, wt->ids[i]));
+		wsync_err_set(&err, EX_TEMPFAIL, "%s version %" PRIu64 ": %zu of %zu workers have "
+		    "not applied it after %.1f s", wt->model, wt->version, missing, total,
+		    (double)(wt->deadline - wt->start) / 1000.0);
+	} else {
+		for (size_t i = 0; i < h->nworkers; i++) {
+			total += s_wait_lists(wt, h->workers[i], 1);
+			missing += s_wait_lists(wt, h->workers[i], 0);
+		}
+		wsync_err_set(&err, EX_TEMPFAIL, "%s version %" PRIu64 ": %zu of %" PRIu64 " workers "
+		    "have applied it after %.1f s", wt->model, wt->version, total, wt->count,
+		    (double)(wt->deadline - wt->start) / 1000.0);
+	}
+	hub_refusal(e, wt->req, &err, 1 + wt->commit);
+	s_wait_versions(e, wt);
+	wsync_enc_str(e, "missing");
+	msgpack_pack_array(&e->pk, missing);
+	if (wt->mode != HUB_WAIT_COUNT) {
+		for (size_t i = 0; i < wt->nids; i++) {
+			struct hub_worker *w = hub_worker_find(h, wt->ids[i]);
+			if (!s_wait_done_by(wt, w))
+				s_missing_entry(e, wt, wt->ids[i], w, now);
+		}
+	} else {
+		for (size_t i = 0; i < h->nworkers; i++)
+			if (s_wait_lists(wt, h->workers[i], 0))
+				s_missing_entry(e, wt, h->workers[i]->id, h->workers[i], now);
+	}
+	return missing;
+}
+
+/* Refuses the timed-out wait wt. */
+static void
+s_wait_expire(wsync_hub_t *h, const struct hub_wait *wt, int64_t now)
+{
+	wsync_enc_t e;
+	size_t missing = hub_wait_expiry(h, wt, now, &e);
+
+	hub_send(h, wt->ident, wt->identlen, &e);
+	hub_log(h, "event=timeout model=%s version=%" PRIu64 " missing=%zu", wt->model,
+	    wt->version, missing);
+}
+
+static void
+s_wait_remove(wsync_hub_t *h, size_t i)
+{
+	hub_wait_free(&h->waits[i]);
+	h->waits[i] = h->waits[--h->nwaits];
+}
+
+void
+hub_waits_check(wsync_hub_t *h, const char *model)
+{
+	for (size_t i = 0; i < h->nwaits;) {
+		if (strcmp(h->waits[i].model, model) == 0 && hub_wait_satisfied(h, &h->waits[i])) {
+			s_wait_answer(h, &h->waits[i]);
+			s_wait_remove(h, i);
+		} else
+			i++;
+	}
+}
+
+void
+hub_waits_expire(wsync_hub_t *h, int64_t now)
+{
+	for (size_t i = 0; i < h->nwaits;) {
+		if (h->waits[i].deadline <= now) {
+			s_wait_expire(h, &h->waits[i], now);
+			s_wait_remove(h, i);
+		} else
+			i++;
+	}
+}
+
+/* The workers a wait "all" waits for: the version's targets, else the live watchers. */
+static int
+s_wait_all(wsync_hub_t *h, const wsync_model_t *m, struct hub_wait *wt, wsync_err_t *err)
+{
+	const wsync_version_t *v = wsync_model_version(m, wt->version);
+	int64_t now = wsync_now_ms();
+	size_t n = 0;
+
+	if (v != NULL && v->targets != NULL)
+		n = v->ntargets;
+	else
+		for (size_t i = 0; i < h->nworkers; i++) {
+			const struct hub_wmodel *wm = hub_wmodel_find(h->workers[i], wt->model);
+			n += wm != NULL && wm->watching && hub_worker_alive(h->workers[i], now);
+		}
+	if ((wt->ids = calloc(n + 1, sizeof(*wt->ids))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (size_t i = 0; v != NULL && v->targets != NULL && i < v->ntargets; i++)
+		if ((wt->ids[wt->nids++] = strdup(v->targets[i])) == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (size_t i = 0; (v == NULL || v->targets == NULL) && i < h->nworkers; i++) {
+		const struct hub_wmodel *wm = hub_wmodel_find(h->workers[i], wt->model);
+		if (wm == NULL || !wm->watching || !hub_worker_alive(h->workers[i], now))
+			continue;
+		if ((wt->ids[wt->nids++] = strdup(h->workers[i]->id)) == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	}
+	return 0;
+}
+
+static const char *const s_modes[] = { [HUB_WAIT_ALL] = "all", [HUB_WAIT_COUNT] = "count",
+    [HUB_WAIT_IDS] = "ids" };
+
+int
+hub_wait_mode_parse(const char *s, enum hub_wait_mode *mode)
+{
+	for (size_t i = 0; i < sizeof(s_modes) / sizeof(s_modes[0]); i++)
+		if (strcmp(s, s_modes[i]) == 0) {
+			*mode = (enum hub_wait_mode)i;
+			return 0;
+		}
+	return -1;
+}
+
+const char *
+hub_wait_mode_name(enum hub_wait_mode mode)
+{
+	return s_modes[mode];
+}
+
+int
+hub_wait_parse(wsync_hub_t *h, const struct hub_req *r, struct hub_wait *wt,
+    uint64_t *timeout, wsync_err_t *err)
+{
+	char mode[8];
+	size_t mine = 0;
+
+	if (hub_str(r, "mode", 1, NULL, mode, sizeof(mode), err) < 0 ||
+	    hub_u64(r, "timeout_ms", 1, timeout, err) < 0)
+		return -1;
+	if (*timeout > HUB_MAX_WAIT_MS)
+		return wsync_err_set(err, EX_USAGE, "a wait of %" PRIu64 " ms is longer than the "
+		    "hub keeps one (%d ms)", *timeout, HUB_MAX_WAIT_MS);
+	if (hub_wait_mode_parse(mode, &wt->mode) < 0)
+		return wsync_err_set(err, EX_PROTOCOL, "wait mode \"%s\" is not all, count or ids",
+		    mode);
+	if (wt->mode == HUB_WAIT_COUNT && hub_u64(r, "count", 1, &wt->count, err) < 0)
+		return -1;
+	if (wt->mode == HUB_WAIT_IDS && hub_list(wsync_msg_get(&r->msg, "ids"), "ids", 1,
+	    wsync_id_check, &wt->ids, &wt->nids, err) < 0)
+		return -1;
+	if (h->nwaits == HUB_MAX_WAITS)
+		return wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d waits pending already",
+		    HUB_MAX_WAITS);
+	for (size_t i = 0; i < h->nwaits; i++)
+		if (strcmp(h->waits[i].peer, r->peer) == 0 && ++mine == HUB_PEER_WAITS)
+			return wsync_err_set(err, EX_UNAVAILABLE, "this client has %d waits pending "
+			    "already (the most one may have)", HUB_PEER_WAITS);
+	return 0;
+}
+
+int
+hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
+    struct hub_wait *wt, int64_t start, uint64_t timeout, wsync_err_t *err)
+{
+	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
+	if (wt->mode == HUB_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
+		return -1;
+	memcpy(wt->ident, r->ident, r->identlen);
+	wt->identlen = r->identlen;
+	wt->req = r->id;
+	wt->start = start;
+	wt->deadline = start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
+	hub_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
+	    PRIu64, wt->model, wt->version, hub_wait_mode_name(wt->mode),
+	    wt->mode == HUB_WAIT_COUNT ? (size_t)wt->count : wt->nids, timeout);
+	if (hub_wait_satisfied(h, wt)) {
+		s_wait_answer(h, wt);
+		hub_wait_free(wt);
+		return 0;
+	}
+	if (h->nwaits == h->waits_cap) {
+		size_t cap = h->waits_cap ? h->waits_cap * 2 : 8;
+		struct hub_wait *nw = realloc(h->waits, cap * sizeof(*nw));
+		if (nw == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		h->waits = nw;
+		h->waits_cap = cap;
+	}
+	h->waits[h->nwaits++] = *wt;
+	return 0;
+}
+
+int
+hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
+{
+	struct hub_wait wt = { .mode = HUB_WAIT_ALL };
+	const wsync_model_t *m;
+	uint64_t timeout;
+
+	if (hub_model_field(r, wt.model, err) < 0 ||
+	    hub_u64(r, "version", 1, &wt.version, err) < 0 ||
+	    hub_wait_parse(h, r, &wt, &timeout, err) < 0)
+		goto fail;
+	if ((m = wsync_store_find(h->store, wt.model)) == NULL) {
+		wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", wt.model);
+		goto fail;
+	}
+	if (wt.version == 0) {
+		wsync_err_set(err, EX_USAGE, "wait for version 0: versions start at 1");
+		goto fail;
+	}
+	if (wsync_model_newest(m) == NULL || wt.version > wsync_model_newest(m)->version) {
+		hub_no_version(m, wt.version, h->keep, err);
+		goto fail;
+	}
+	if (hub_wait_start(h, r, m, &wt, wsync_now_ms(), timeout, err) < 0)
+		goto fail;
+	return 0;
+fail:
+	hub_wait_free(&wt);
+	return -1;
+}

@@ -1,0 +1,398 @@
+/*
+ * sign.c - signing a push and verifying one file of it (wsync-format(5),
+ * SIGNATURES). Every file of a signed push carries, in its meta, the
+ * manifest of the whole push (base64) and a minisign signature of it: the
+ * text of a .minisig file, so minisign -V checks the manifest's bytes too.
+ */
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <time.h>
+
+#include "sign_int.h"
+#include "tree_int.h"
+
+#define S_TRUSTED "trusted comment: "
+#define S_UNTRUSTED "untrusted comment: "
+
+/* BLAKE2b-512 of msg: what minisign's prehashed ("ED") signatures sign. */
+static void
+s_prehash(uint8_t *h, const void *msg, size_t len)
+{
+	crypto_generichash(h, crypto_generichash_BYTES_MAX, msg, len, NULL, 0);
+}
+
+int
+wsync_minisig_sign(const wsync_signkey_t *key, const void *msg, size_t len,
+    const char *trusted, char **text, wsync_err_t *err)
+{
+	uint8_t h[crypto_generichash_BYTES_MAX], bin[WSYNC_MINISIG_BIN], gsig[64], *both;
+	char id[2 * WSYNC_KEYID + 1], b64[2][128];
+	size_t tlen = strlen(trusted), size;
+
+	if (sodium_init() < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "cannot initialise libsodium");
+	if ((both = malloc(64 + tlen)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	s_prehash(h, msg, len);
+	memcpy(bin, "ED", 2);
+	memcpy(bin + 2, key->id, WSYNC_KEYID);
+	crypto_sign_detached(bin + 2 + WSYNC_KEYID, NULL, h, sizeof(h), key->sk);
+	/* The global signature covers the signature and the trusted comment. */
+	memcpy(both, bin + 2 + WSYNC_KEYID, 64);
+	memcpy(both + 64, trusted, tlen);
+	crypto_sign_detached(gsig, NULL, both, 64 + tlen, key->sk);
+	free(both);
+	sodium_bin2base64(b64[0], sizeof(b64[0]), bin, sizeof(bin),
+	    sodium_base64_VARIANT_ORIGINAL);
+	sodium_bin2base64(b64[1], sizeof(b64[1]), gsig, sizeof(gsig),
+	    sodium_base64_VARIANT_ORIGINAL);
+	wsync_keyid_hex(key->id, id);
+	size = 512 + tlen;
+	if ((*text = malloc(size)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	snprintf(*text, size, S_UNTRUSTED "signature from minisign secret key %s\n%s\n"
+	    S_TRUSTED "%s\n%s\n", id, b64[0], trusted, b64[1]);
+	return 0;
+}
+
+/* Decodes line (up to '\n' or the end) as base64 of exactly n bytes; the next line. */
+static const char *
+s_line_bin(const char *line, uint8_t *out, size_t n)
+{
+	size_t len = strcspn(line, "\n"), got;
+
+	if (sodium_base642bin(out, n, line, len, NULL, &got, NULL,
+	    sodium_base64_VARIANT_ORIGINAL) != 0 || got != n)
+		return NULL;
+	return line[len] == '\n' ? line + len + 1 : line + len;
+}
+
+int
+wsync_minisig_parse(const char *text, uint8_t *id, uint8_t *sig, const char **trusted,
+    size_t *tlen, uint8_t *gsig, wsync_err_t *err)
+{
+	uint8_t bin[WSYNC_MINISIG_BIN];
+	const char *p = text;
+
+	if (strncmp(p, S_UNTRUSTED, strlen(S_UNTRUSTED)) != 0 || (p = strchr(p, '\n')) == NULL ||
+	    (p = s_line_bin(p + 1, bin, sizeof(bin))) == NULL)
+		return wsync_err_set(err, EX_NOPERM, "not a minisign signature (an untrusted "
+		    "comment, then the base64 of 74 bytes)");
+	if (memcmp(bin, "ED", 2) != 0)
+		return wsync_err_set(err, EX_NOPERM, "a signature of algorithm \"%.2s\": only "
+		    "minisign's prehashed \"ED\" is taken", (const char *)bin);
+	if (strncmp(p, S_TRUSTED, strlen(S_TRUSTED)) != 0)
+		return wsync_err_set(err, EX_NOPERM, "a minisign signature without its trusted "
+		    "comment");
+	p += strlen(S_TRUSTED);
+	*trusted = p;
+	*tlen = strcspn(p, "\n");
+	if (p[*tlen] != '\n' || s_line_bin(p + *tlen + 1, gsig, 64) == NULL)
+		return wsync_err_set(err, EX_NOPERM, "a minisign signature without its global "
+		    "signature (the base64 of 64 bytes after the trusted comment)");
+	memcpy(id, bin + 2, WSYNC_KEYID);
+	memcpy(sig, bin + 2 + WSYNC_KEYID, 64);
+	return 0;
+}
+
+int
+wsync_minisig_check(const uint8_t *pk, const void *msg, size_t len, const uint8_t *sig,
+    const char *trusted, size_t tlen, const uint8_t *gsig)
+{
+	uint8_t h[crypto_generichash_BYTES_MAX], *both;
+	int rc;
+
+	if (sodium_init() < 0 || (both = malloc(64 + tlen)) == NULL)
+		return -1;
+	s_prehash(h, msg, len);
+	memcpy(both, sig, 64);
+	memcpy(both + 64, trusted, tlen);
+	rc = crypto_sign_verify_detached(sig, h, sizeof(h), pk) == 0 &&
+	    crypto_sign_verify_detached(gsig, both, 64 + tlen, pk) == 0 ? 0 : -1;
+	free(both);
+	return rc;
+}
+
+/* What a model's digests are computed from: its tensors and its meta. */
+struct s_parts {
+	wsync_digest_item_t *items;
+	size_t nitems;
+	const char **keys, **values;
+	size_t nmeta;
+};
+
+/* Room for nitems tensors and nmeta meta entries; -1 with err. */
+static int
+s_parts_new(struct s_parts *p, size_t nitems, size_t nmeta, wsync_err_t *err)
+{
+	p->items = calloc(nitems + 1, sizeof(*p->items));
+	p->keys = calloc(nmeta + 1, sizeof(*p->keys));
+	p->values = calloc(nmeta + 1, sizeof(*p->values));
+	p->nitems = nitems;
+	p->nmeta = nmeta;
+	if (p->items != NULL && p->keys != NULL && p->values != NULL)
+		return 0;
+	free(p->items);
+	free(p->keys);
+	free(p->values);
+	return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+}
+
+/* The model and meta digests of the parts into out (when ok), and frees them. */
+static int
+s_parts_end(struct s_parts *p, int ok, wsync_signed_model_t *out, wsync_err_t *err)
+{
+	int rc = ok == 0 &&
+	    wsync_model_digest(p->items, p->nitems, out->digest, &out->content, err) == 0 &&
+	    wsync_meta_digest(p->keys, p->values, p->nmeta, out->meta, err) == 0 ? 0 : -1;
+
+	free(p->items);
+	free(p->keys);
+	free(p->values);
+	return rc;
+}
+
+int
+wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err)
+{
+	struct s_parts p;
+	int rc = 0;
+
+	if (s_parts_new(&p, tree->n, tree->nmeta, err) < 0)
+		return -1;
+	memset(out, 0, sizeof(*out));
+	strcpy(out->model, tree->model);
+	for (size_t i = 0; i < tree->n && rc == 0; i++) {
+		const struct wsync_tree_tensor *t = &tree->t[i];
+		p.items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, 0, { 0 } };
+		rc = wsync_data_digest(t->data, t->nbytes, p.items[i].data, &p.items[i].hash, err);
+	}
+	for (size_t i = 0; i < tree->nmeta; i++) {
+		p.keys[i] = tree->meta[i].key;
+		p.values[i] = tree->meta[i].value;
+	}
+	return s_parts_end(&p, rc, out, err);
+}
+
+int
+wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err)
+{
+	struct s_parts p;
+	int rc = 0;
+
+	if (s_parts_new(&p, wsync_file_count(file), wsync_file_meta_count(file), err) < 0)
+		return -1;
+	memset(out, 0, sizeof(*out));
+	snprintf(out->model, sizeof(out->model), "%s", wsync_file_model(file));
+	for (size_t i = 0; i < p.nitems && rc == 0; i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(file, i);
+		p.items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, t->hash,
+		    { 0 } };
+		rc = wsync_data_digest(t->data, t->nbytes, p.items[i].data, NULL, err);
+	}
+	for (size_t i = 0; i < p.nmeta; i++) {
+		p.keys[i] = wsync_file_meta(file, i)->key;
+		p.values[i] = wsync_file_meta(file, i)->value;
+	}
+	return s_parts_end(&p, rc, out, err);
+}
+
+static int
+s_cmp_signed(const void *a, const void *b)
+{
+	return strcmp(((const wsync_signed_model_t *)a)->model,
+	    ((const wsync_signed_model_t *)b)->model);
+}
+
+int
+wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
+    uint64_t seq, wsync_manifest_t *out, wsync_err_t *err)
+{
+	wsync_manifest_t m = { .seq = seq, .time = (uint64_t)time(NULL) };
+	unsigned char *bytes = NULL;
+	char *b64 = NULL, *sig = NULL, trusted[128];
+	size_t len, b64len;
+	int rc = -1;
+
+	if (n < 1 || n > WSYNC_MAX_SIGNED)
+		return wsync_err_set(err, EX_USAGE, "cannot sign %d models in one push (1 to %d)",
+		    n, WSYNC_MAX_SIGNED);
+	if ((m.models = calloc((size_t)n, sizeof(*m.models))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	m.nmodels = (size_t)n;
+	memcpy(m.key, key->id, WSYNC_KEYID);
+	for (int i = 0; i < n; i++)
+		if (wsync_tree_digest(trees[i], &m.models[i], err) < 0)
+			goto out;
+	qsort(m.models, m.nmodels, sizeof(*m.models), s_cmp_signed);
+	if (wsync_manifest_encode(&m, &bytes, &len, err) < 0)
+		goto out;
+	b64len = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
+	if ((b64 = malloc(b64len)) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	sodium_bin2base64(b64, b64len, bytes, len, sodium_base64_VARIANT_ORIGINAL);
+	snprintf(trusted, sizeof(trusted), "timestamp:%llu\tfile:wsync-manifest\tseq:%llu",
+	    (unsigned long long)m.time, (unsigned long long)m.seq);
+	if (wsync_minisig_sign(key, bytes, len, trusted, &sig, err) < 0)
+		goto out;
+	for (int i = 0; i < n; i++)
+		if (wsync_tree_set_meta(trees[i], WSYNC_META_MANIFEST, b64, err) < 0 ||
+		    wsync_tree_set_meta(trees[i], WSYNC_META_SIGNATURE, sig, err) < 0)
+			goto out;
+	rc = 0;
+out:
+	free(bytes);
+	free(b64);
+	free(sig);
+	if (rc == 0 && out != NULL)
+		*out = m;
+	else
+		wsync_manifest_free(&m);
+	return rc;
+}
+
+const char *
+wsync_verify_reason(wsync_verify_t reason)
+{
+	static const char *const names[] = {
+		"ok", "unsigned", "malformed", "unknown-key", "bad-signature", "not-listed",
+		"content-mismatch", "meta-mismatch", "digest-mismatch",
+	};
+
+	return (unsigned)reason < sizeof(names) / sizeof(names[0]) ? names[reason] : "unknown";
+}
+
+/* The value of meta key in file; NULL when absent. */
+static const char *
+s_meta(const wsync_file_t *file, const char *key)
+{
+	for (size_t i = 0; i < wsync_file_meta_count(file); i++)
+		if (strcmp(wsync_file_meta(file, i)->key, key) == 0)
+			return wsync_file_meta(file, i)->value;
+	return NULL;
+}
+
+/* Sets err (77) with the file's name before msg, and returns reason. */
+__attribute__((format(printf, 4, 5)))
+static int
+s_refuse(wsync_err_t *err, const wsync_file_t *file, wsync_verify_t reason,
+    const char *fmt, ...)
+{
+	char msg[sizeof(err->msg)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	wsync_err_set(err, EX_NOPERM, "%s: %s", wsync_file_name(file), msg);
+	return (int)reason;
+}
+
+/* "0a1b2c3d..." of n bytes: the first 8 of a digest, enough to tell two apart in a message. */
+static void
+s_short_hex(const uint8_t *b, char *hex)
+{
+	for (int i = 0; i < 8; i++)
+		snprintf(hex + 2 * i, 3, "%02x", b[i]);
+}
+
+int
+wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
+    wsync_manifest_t *manifest, wsync_err_t *err)
+{
+	const char *b64 = s_meta(file, WSYNC_META_MANIFEST), *sig = s_meta(file, WSYNC_META_SIGNATURE);
+	const char *trusted, *model = wsync_file_model(file);
+	uint8_t id[WSYNC_KEYID], s[64], gsig[64], *bytes = NULL;
+	char hex[2 * WSYNC_KEYID + 1], want[17], got[17];
+	const wsync_verifykey_t *key = NULL;
+	const wsync_signed_model_t *entry;
+	wsync_signed_model_t mine;
+	wsync_manifest_t m = { 0 };
+	size_t tlen, len, cap;
+	int rc;
+
+	if (manifest != NULL)
+		memset(manifest, 0, sizeof(*manifest));
+	if (sig == NULL || b64 == NULL)
+		return s_refuse(err, file, WSYNC_VERIFY_UNSIGNED, "not signed (no %s in its meta)",
+		    sig == NULL ? WSYNC_META_SIGNATURE : WSYNC_META_MANIFEST);
+	if (wsync_minisig_parse(sig, id, s, &trusted, &tlen, gsig, err) < 0)
+		return s_refuse(err, file, WSYNC_VERIFY_MALFORMED, "%s: %s", WSYNC_META_SIGNATURE,
+		    err->msg);
+	wsync_keyid_hex(id, hex);
+	for (int i = 0; i < nkeys && key == NULL; i++)
+		if (memcmp(keys[i].id, id, WSYNC_KEYID) == 0)
+			key = &keys[i];
+	if (key == NULL)
+		return nkeys == 1 ? s_refuse(err, file, WSYNC_VERIFY_UNKNOWN_KEY, "signed by key "
+		    "%s, which is not the verify key", hex) : s_refuse(err, file,
+		    WSYNC_VERIFY_UNKNOWN_KEY, "signed by key %s, which is none of the %d verify "
+		    "keys", hex, nkeys);
+	cap = strlen(b64) / 4 * 3 + 3;
+	if ((bytes = malloc(cap)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (sodium_base642bin(bytes, cap, b64, strlen(b64), NULL, &len, NULL,
+	    sodium_base64_VARIANT_ORIGINAL) != 0) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_MALFORMED, "%s: not base64",
+		    WSYNC_META_MANIFEST);
+		goto out;
+	}
+	if (wsync_minisig_check(key->pk, bytes, len, s, trusted, tlen, gsig) < 0) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_BAD_SIGNATURE, "the signature by key %s "
+		    "does not hold for its manifest", hex);
+		goto out;
+	}
+	if (wsync_manifest_decode(bytes, len, &m, err) < 0) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_MALFORMED, "%s", err->msg);
+		goto out;
+	}
+	if (memcmp(m.key, id, WSYNC_KEYID) != 0) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_BAD_SIGNATURE, "the manifest names another "
+		    "key than key %s, which signed it", hex);
+		goto out;
+	}
+	if ((entry = wsync_manifest_find(&m, model)) == NULL) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_NOT_LISTED, "model %s is not in the signed "
+		    "manifest (seq %llu)", model, (unsigned long long)m.seq);
+		goto out;
+	}
+	if (entry->content != wsync_file_content_id(file)) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_CONTENT, "content id %016llx, but the "
+		    "manifest (seq %llu) signs %016llx",
+		    (unsigned long long)wsync_file_content_id(file), (unsigned long long)m.seq,
+		    (unsigned long long)entry->content);
+		goto out;
+	}
+	if (wsync_file_digest(file, &mine, err) < 0) {
+		rc = -1;
+		goto out;
+	}
+	if (sodium_memcmp(mine.meta, entry->meta, WSYNC_DIGEST) != 0) {
+		rc = s_refuse(err, file, WSYNC_VERIFY_META, "its meta is not the meta the "
+		    "manifest (seq %llu) signs", (unsigned long long)m.seq);
+		goto out;
+	}
+	if (sodium_memcmp(mine.digest, entry->digest, WSYNC_DIGEST) != 0) {
+		s_short_hex(mine.digest, got);
+		s_short_hex(entry->digest, want);
+		rc = s_refuse(err, file, WSYNC_VERIFY_DIGEST, "its tensors' digest %s... is not "
+		    "the signed %s... (manifest seq %llu): the data was changed after signing",
+		    got, want, (unsigned long long)m.seq);
+		goto out;
+	}
+	rc = WSYNC_VERIFY_OK;
+	if (manifest != NULL) {
+		*manifest = m;
+		m.models = NULL;
+	}
+out:
+	free(bytes);
+	wsync_manifest_free(&m);
+	return rc;
+}
