@@ -63,8 +63,9 @@ main(int argc, char **argv)
 		if (rc == 0 && victim > 0)
 			kill(victim, SIGSTOP);
 		if (rc == 0)
-			rc = wsync_client_wait(c, model, item.version, count ? "count" : "all", count,
-			    NULL, 0, 60000, &missing, &err);
+			rc = wsync_client_wait(c, model, item.version, &(wsync_wait_t){ .mode =
+			    count ? WSYNC_WAIT_COUNT : WSYNC_WAIT_ALL, .count = count }, 60000,
+			    &missing, &err);
 		if (rc < 0) {
 			fprintf(stderr, "latency: %s\n%s", err.msg, missing ? missing : "");
 			return err.code;

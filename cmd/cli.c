@@ -15,7 +15,7 @@
 #include "cli.h"
 
 static const char *s_prog = "wsync";
-static volatile sig_atomic_t s_signal;
+static volatile sig_atomic_t s_signal, s_reload;
 static int s_json;
 static int s_quiet, s_progress_forced, s_progress_shown;
 static int64_t s_start_ms, s_progress_ms;
@@ -130,23 +130,34 @@ cli_die(int code, const char *fmt, ...)
 static void
 s_on_signal(int sig)
 {
-	s_signal = sig;
+	if (sig == SIGHUP)
+		s_reload = 1;
+	else
+		s_signal = sig;
 }
 
-void
-cli_catch_interrupts(void)
+volatile sig_atomic_t *
+cli_catch_signals(int flags)
 {
 	struct sigaction sa = { .sa_handler = s_on_signal };
 
 	/* No SA_RESTART: a blocked wait must return, so the library can clean up. */
+	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	if (flags & CLI_SIGNAL_HUP)
+		sigaction(SIGHUP, &sa, NULL);
+	if (flags & CLI_SIGNAL_PIPE_IGNORE) {
+		sa.sa_handler = SIG_IGN;
+		sigaction(SIGPIPE, &sa, NULL);
+	}
+	return &s_signal;
 }
 
 volatile sig_atomic_t *
-cli_interrupt_flag(void)
+cli_reload_flag(void)
 {
-	return &s_signal;
+	return &s_reload;
 }
 
 void
@@ -178,37 +189,20 @@ cli_usage_error(const char *fmt, ...)
 void
 cli_bad_option(char *const *argv, int c)
 {
+	/* What getopt_long consumed last: the refused word, or one before it in a cluster. */
 	const char *arg = argv[optind - 1];
+	int n = (int)strcspn(arg, "="), is_long = strncmp(arg, "--", 2) == 0;
 
+	if (c == ':' && is_long)
+		cli_usage_error("option '%.*s' needs a value", n, arg);
 	if (c == ':')
-		cli_usage_error("option '%s' needs a value", arg);
-	if (optopt != 0)
-		cli_usage_error("unknown option '-%c'", optopt);
-	cli_usage_error("unknown option '%s'", arg);
-}
-
-int
-cli_parse_seconds(const char *sec, int *ms)
-{
-	char *end;
-	double v = strtod(sec, &end);
-
-	if (end == sec || *end != '\0' || !(v >= 0) || v > 86400.0 * 365)
-		return -1;
-	*ms = (int)(v * 1000 + 0.5);
-	return 0;
-}
-
-int
-cli_parse_number(const char *s, uint64_t *v)
-{
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	*v = strtoull(s, &end, 10);
-	return *end != '\0' || errno != 0 ? -1 : 0;
+		cli_usage_error("option '-%c' needs a value", optopt);
+	/* getopt_long leaves optopt 0 for a long option it does not know (or not uniquely). */
+	if (optopt == 0)
+		cli_usage_error("unknown option '%.*s'", n, arg);
+	if (is_long && arg[n] == '=')
+		cli_usage_error("option '%.*s' takes no value", n, arg);
+	cli_usage_error("unknown option '-%c'", optopt);
 }
 
 int
@@ -216,7 +210,7 @@ cli_seconds(const char *option, const char *sec)
 {
 	int ms;
 
-	if (cli_parse_seconds(sec, &ms) < 0)
+	if (wsync_parse_seconds(sec, &ms) < 0)
 		cli_usage_error("%s wants seconds (like 2.5), not \"%s\"", option, sec);
 	return ms;
 }
@@ -226,7 +220,7 @@ cli_number(const char *option, const char *s)
 {
 	uint64_t v;
 
-	if (cli_parse_number(s, &v) < 0)
+	if (wsync_parse_number(s, &v) < 0)
 		cli_usage_error("%s wants a whole number, not \"%s\"", option, s);
 	return v;
 }
@@ -244,13 +238,10 @@ cli_transfer(const char *mode)
 char **
 cli_split(char *s, int *n)
 {
-	char **v = calloc(strlen(s) / 2 + 2, sizeof(*v));
+	char **v = wsync_split(s, n);
 
 	if (v == NULL)
 		cli_die(EX_SOFTWARE, "out of memory");
-	*n = 0;
-	for (char *tok = strtok(s, ","); tok != NULL; tok = strtok(NULL, ","))
-		v[(*n)++] = tok;
 	return v;
 }
 

@@ -15,14 +15,20 @@ void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "PROG: message" on stderr and exits with code. */
 _Noreturn void cli_die(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Signals a program catches beyond SIGINT and SIGTERM (flags of cli_catch_signals). */
+enum {
+	CLI_SIGNAL_HUP = 1,             /* SIGHUP sets the flag cli_reload_flag gives */
+	CLI_SIGNAL_PIPE_IGNORE = 2,     /* SIGPIPE is ignored: a write to a gone reader fails */
+};
 /*
- * Turns SIGINT and SIGTERM into an interruption the library sees (a wait
- * returns early, temporary files are removed): cli_die_err then exits
- * 128 + the signal's number.
+ * Installs the handlers a program needs: SIGINT and SIGTERM set the stop flag
+ * it returns (to the signal's number), so that the library's waits return
+ * early and clean up; cli_die_err then exits 128 + that number. No handler
+ * restarts a call. flags: CLI_SIGNAL_* or 0.
  */
-void cli_catch_interrupts(void);
-/* The flag the signal handler sets (the signal's number), for the library's stop fields. */
-volatile sig_atomic_t *cli_interrupt_flag(void);
+volatile sig_atomic_t *cli_catch_signals(int flags);
+/* The flag SIGHUP sets (with CLI_SIGNAL_HUP), for the hub's reload field. */
+volatile sig_atomic_t *cli_reload_flag(void);
 /* Exits 128 + the signal's number, with a message, when a signal was caught. */
 void cli_exit_if_interrupted(void);
 /* Prints the library error on stderr and exits with its code (or as interrupted). */
@@ -31,21 +37,20 @@ _Noreturn void cli_die_err(const wsync_err_t *err);
 _Noreturn void cli_usage_error(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 /*
- * Reports the option getopt_long just refused (called with opterr = 0 and a
- * ':' in the option string, c being what it returned) and exits 64.
+ * Refuses the option getopt_long just refused, the same way in every program
+ * (call it with opterr = 0 and a ':' leading the option string, c being what
+ * getopt_long returned): "option '-t' needs a value", "unknown option
+ * '--bogus'", "option '--help' takes no value" or "unknown option '-x'",
+ * then "Try 'PROG --help'.", and exits 64.
  */
 _Noreturn void cli_bad_option(char *const *argv, int c);
-/* Parses SEC (seconds, a decimal >= 0) into *ms; -1 when it is not one. */
-int cli_parse_seconds(const char *sec, int *ms);
-/* Parses a whole decimal number into *v; -1 when it is not one. */
-int cli_parse_number(const char *s, uint64_t *v);
 /* Parses SEC (seconds, a decimal >= 0) as milliseconds; exits 64 naming option if bad. */
 int cli_seconds(const char *option, const char *sec);
 /* Parses a whole number for option; exits 64 if bad. */
 uint64_t cli_number(const char *option, const char *s);
 /* Parses a --transfer MODE (auto, link, copy, socket); exits 64 if bad. */
 int cli_transfer(const char *mode);
-/* Splits s in place at commas into a NULL-terminated array (caller frees the array). */
+/* wsync_split, dying when out of memory. */
 char **cli_split(char *s, int *n);
 /*
  * CURVE keys, the same in every client: --key FILE (its secret certificate)

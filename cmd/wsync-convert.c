@@ -49,26 +49,6 @@ s_kind(const char *name, int *kind)
 	return 0;
 }
 
-/*
- * Dies on what getopt_long refused. arg is the argument it consumed, or "-"
- * when it stopped inside a cluster of short options.
- */
-static _Noreturn void
-s_bad_option(const char *arg)
-{
-	int n = (int)strcspn(arg, "=");
-
-	if (strncmp(arg, "--", 2) != 0 && optopt != 0 && strchr("lmt", optopt) != NULL)
-		cli_usage_error("option -%c needs an argument", optopt);
-	if (strncmp(arg, "--", 2) != 0)
-		cli_usage_error("unknown option -%c", optopt);
-	if (optopt == 0)
-		cli_usage_error("unknown option %.*s", n, arg);
-	if (strchr("lmt", optopt) != NULL)
-		cli_usage_error("option %s needs an argument", arg);
-	cli_usage_error("option %.*s takes no argument", n, arg);
-}
-
 static void
 s_parse_args(int argc, char **argv, struct args *a)
 {
@@ -80,12 +60,11 @@ s_parse_args(int argc, char **argv, struct args *a)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
 	};
-	int c, at;
+	int c;
 
 	*a = (struct args){ .layout = LAYOUT_TREE, .to = -1 };
 	opterr = 0;
-	while ((at = optind, c = getopt_long(argc, argv, "hl:m:t:V", longopts,
-	    NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hl:m:t:V", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			fputs(s_usage, stdout);
@@ -113,7 +92,7 @@ s_parse_args(int argc, char **argv, struct args *a)
 		case 'V':
 			cli_version();
 		default:
-			s_bad_option(optind > at ? argv[optind - 1] : "-");
+			cli_bad_option(argv, c);
 		}
 	}
 	if (argc - optind != 2)

@@ -67,6 +67,7 @@ main(int argc, char **argv)
 	uint64_t version = 0, if_newer = 0;
 	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
 	int64_t deadline;
+	volatile sig_atomic_t *stop;
 	wsync_client_t *client;
 	wsync_head_t got;
 	wsync_err_t err;
@@ -109,19 +110,20 @@ main(int argc, char **argv)
 		out = defout;
 	}
 
-	cli_catch_interrupts();
+	stop = cli_catch_signals(0);
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
 	    .key = key, .hub_key = hub_key,
 	    .models = &model, .nmodels = 1, .transfer = transfer, .progress = cli_progress,
+	    .stop = stop,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);
 	if (have_if_newer) {
 		wsync_head_t head;
 		int64_t left = deadline - wsync_now_ms();
-		if (wsync_client_heads(client, &model, 1, NULL, NULL, &head,
-		    left > 0 ? (int)left : 0, &err) < 0)
+		if (wsync_client_heads(client, &(wsync_heads_ask_t){ .models = &model, .n = 1 },
+		    &head, NULL, left > 0 ? (int)left : 0, &err) < 0)
 			cli_die_err(&err);
 		if (head.version == 0)
 			cli_die(EX_NOINPUT, "model \"%s\" has no version", model);
@@ -131,8 +133,8 @@ main(int argc, char **argv)
 		}
 	}
 	int64_t left = deadline - wsync_now_ms();
-	if (wsync_client_pull(client, model, version, NULL, out, &got,
-	    left > 0 ? (int)left : 0, &err) < 0)
+	if (wsync_client_pull(client, &(wsync_fetch_t){ .model = model, .version = version },
+	    out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
 	if (strcmp(out, "-") != 0)

@@ -1,7 +1,6 @@
 /* wsync-serve - the hub: keeps numbered versions of models, announces them, serves them. */
 #include <getopt.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +14,6 @@ static const char s_usage[] =
     "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
     "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
     "           --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n";
-
-static volatile int s_stop, s_reload;
 
 static void
 s_help(void)
@@ -51,15 +48,6 @@ s_help(void)
 	    "70 internal error, 74 store error, 77 permission denied. See wsync-serve(1).\n",
 	    s_usage);
 	exit(0);
-}
-
-static void
-s_on_signal(int sig)
-{
-	if (sig == SIGHUP)
-		s_reload = 1;
-	else
-		s_stop = 1;
 }
 
 /* A count option's value, from min to max; what wants says it counts. */
@@ -98,8 +86,8 @@ main(int argc, char **argv)
 	const char *endpoints[S_MAX_ENDPOINTS], *allow_push[S_MAX_LISTS], *allow_pull[S_MAX_LISTS];
 	char fallback[512];
 	wsync_hub_opts_t ho = { .keep = 3, .log = cli_log_kv, .allow_push = allow_push,
-	    .allow_pull = allow_pull, .reload = &s_reload };
-	struct sigaction sa;
+	    .allow_pull = allow_pull, .reload = cli_reload_flag() };
+	volatile sig_atomic_t *stop;
 	wsync_hub_t *hub;
 	wsync_err_t err;
 	int c;
@@ -148,18 +136,10 @@ main(int argc, char **argv)
 	}
 	ho.endpoints = endpoints;
 
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = s_on_signal;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	sa.sa_handler = SIG_IGN;
-	sigaction(SIGPIPE, &sa, NULL);
-
+	stop = cli_catch_signals(CLI_SIGNAL_HUP | CLI_SIGNAL_PIPE_IGNORE);
 	if ((hub = wsync_hub_new(&ho, &err)) == NULL)
 		cli_die_err(&err);
-	if (wsync_hub_run(hub, &s_stop, &err) < 0) {
+	if (wsync_hub_run(hub, stop, &err) < 0) {
 		wsync_hub_destroy(&hub);
 		cli_die_err(&err);
 	}

@@ -61,7 +61,7 @@ s_help(void)
 	exit(0);
 }
 
-static volatile int s_stop;
+static volatile sig_atomic_t *s_stop;    /* cli_catch_signals's flag */
 
 struct s_hook {
 	const char *cmd;
@@ -120,7 +120,7 @@ s_run_hook(const struct s_hook *h, wsync_update_t *u)
 				close(pidfd);
 			return -1;
 		}
-		if (s_stop && !forwarded++)
+		if (*s_stop && !forwarded++)
 			kill(pid, SIGTERM);
 		/* Without a pidfd (old kernels), poll(NULL, 0, ms) just paces the beat. */
 		if (poll(pidfd >= 0 ? &p : NULL, pidfd >= 0 ? 1 : 0,
@@ -161,13 +161,6 @@ s_apply(void *arg, wsync_update_t *u)
 	return 0;
 }
 
-static void
-s_on_signal(int sig)
-{
-	(void)sig;
-	s_stop = 1;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -194,11 +187,10 @@ main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	wsync_watch_opts_t w = { .apply = s_apply, .log = cli_log_msg, .stop = &s_stop };
+	wsync_watch_opts_t w = { .apply = s_apply, .log = cli_log_msg };
 	struct s_hook hook = { 0 };
 	char worker[WSYNC_MAX_ID + 1], host[100] = "localhost", **models = NULL, **paths;
 	const char *out = NULL;
-	struct sigaction sa = { .sa_handler = s_on_signal };
 	struct stat st;
 	int nmodels = 0, c, is_dir;
 	wsync_err_t err;
@@ -269,9 +261,7 @@ main(int argc, char **argv)
 	w.paths = (const char *const *)paths;
 	w.nmodels = nmodels;
 	w.arg = &hook;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	w.stop = s_stop = cli_catch_signals(CLI_SIGNAL_PIPE_IGNORE);
 	if (wsync_watch_run(&w, &err) < 0)
 		cli_die_err(&err);
 	for (int i = 0; i < nmodels; i++)

@@ -39,7 +39,7 @@ s_poll_ms(const wsync_hub_t *h)
 }
 
 int
-wsync_hub_run(wsync_hub_t *h, volatile int *stop, wsync_err_t *err)
+wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 {
 	zmq_pollitem_t items[1 + WSYNC_AUTH_ITEMS] = { { h->router, 0, ZMQ_POLLIN, 0 } };
 	int nitems = 1 + wsync_auth_items(h->auth, &items[1]);

@@ -12,6 +12,7 @@
  *
  * Only keys without a password are read: a trainer signs unattended.
  */
+#include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,8 +199,12 @@ wsync_signkey_public(const wsync_signkey_t *key, wsync_verifykey_t *pub)
 void
 wsync_keyid_hex(const uint8_t *id, char *hex)
 {
-	for (int i = 0; i < WSYNC_KEYID; i++)
-		snprintf(hex + 2 * i, 3, "%02X", id[WSYNC_KEYID - 1 - i]);
+	uint64_t v = 0;
+
+	/* As minisign prints it: the little-endian number, without leading zeros. */
+	for (int i = WSYNC_KEYID - 1; i >= 0; i--)
+		v = v << 8 | id[i];
+	snprintf(hex, 2 * WSYNC_KEYID + 1, "%" PRIX64, v);
 }
 
 /* "untrusted comment: comment\n" and the base64 of bin, into text (size bytes). */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "net_int.h"
 
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
@@ -23,7 +24,7 @@ struct s_watch {
 	uint64_t *failed;       /* per model: the last version whose apply failed */
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
-	const char **how;       /* per model: how that version came (link, copy, socket) */
+	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
 	char endpoint[512];
 	char store[64];         /* the store id the applied versions come from */
@@ -58,16 +59,15 @@ static int
 s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
+	/* A version of any size may take long to fetch: only silence is bounded. */
 	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
 	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
-	    .timeout_ms = timeout_ms, .transfer = o->transfer, .key = o->key,
-	    .hub_key = o->hub_key };
+	    .timeout_ms = timeout_ms, .transfer = o->transfer, .idle_ms = S_CALL_MS,
+	    .key = o->key, .hub_key = o->hub_key };
 	int zero = 0;
 
 	if ((w->client = wsync_client_new(&co, err)) == NULL)
 		return -1;
-	/* A version of any size may take long to fetch: only silence is bounded. */
-	w->client->idle_ms = S_CALL_MS;
 	w->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB);
 	if (w->sub == NULL) {
 		wsync_client_destroy(&w->client);
@@ -75,15 +75,16 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 		    zmq_strerror(errno));
 	}
 	zmq_setsockopt(w->sub, ZMQ_LINGER, &zero, sizeof(zero));
-	if (wsync_curve_client(w->sub, &w->client->curve, err) < 0) {
+	if (wsync_curve_client(w->sub, wsync_client_curve(w->client), err) < 0) {
 		s_disconnect(w);
 		return -1;
 	}
 	for (int i = 0; i < o->nmodels; i++)
 		zmq_setsockopt(w->sub, ZMQ_SUBSCRIBE, o->models[i], strlen(o->models[i]));
 	/* Announcements only cut latency: without them, heartbeats still find the head. */
-	if (zmq_connect(w->sub, w->client->pub) < 0)
-		s_log(w, "cannot subscribe at %s: %s", w->client->pub, zmq_strerror(errno));
+	if (zmq_connect(w->sub, wsync_client_pub(w->client)) < 0)
+		s_log(w, "cannot subscribe at %s: %s", wsync_client_pub(w->client),
+		    zmq_strerror(errno));
 	return 0;
 }
 
@@ -118,12 +119,13 @@ s_drop_temps(struct s_watch *w)
 static void
 s_failed(struct s_watch *w, int i, uint64_t v, const char *reason)
 {
+	const wsync_report_t r = { .worker = w->o->worker, .model = w->o->models[i],
+	    .version = v, .reason = reason[0] ? reason : "not applied" };
 	wsync_err_t rerr;
 
 	w->failed[i] = v;
 	s_log(w, "%s version %" PRIu64 " not applied: %s", w->o->models[i], v, reason);
-	if (wsync_client_report(w->client, w->o->worker, w->o->models[i], v,
-	    reason[0] ? reason : "not applied", S_CALL_MS, &rerr) < 0)
+	if (wsync_client_report(w->client, &r, S_CALL_MS, &rerr) < 0)
 		s_log(w, "cannot report %s version %" PRIu64 ": %s", w->o->models[i], v, rerr.msg);
 }
 
@@ -152,12 +154,13 @@ static void
 s_beat(void *ctx)
 {
 	struct s_watch *w = ctx;
+	const wsync_heads_ask_t a = { .models = w->o->models, .n = w->o->nmodels,
+	    .worker = w->o->worker, .applied = w->applied };
 	wsync_head_t *heads = calloc((size_t)w->o->nmodels, sizeof(*heads));
 	wsync_err_t ignored;
 
 	if (heads != NULL)
-		wsync_client_heads(w->client, w->o->models, w->o->nmodels, w->o->worker,
-		    w->applied, heads, S_CALL_MS, &ignored);
+		wsync_client_heads(w->client, &a, heads, NULL, S_CALL_MS, &ignored);
 	free(heads);
 }
 
@@ -167,10 +170,8 @@ s_beat(void *ctx)
  * too, and it takes the new store's head.
  */
 static void
-s_store_changed(struct s_watch *w)
+s_store_changed(struct s_watch *w, const char *now)
 {
-	const char *now = w->client->heads_store;
-
 	if (w->store[0] == '\0' || strcmp(w->store, now) == 0) {
 		snprintf(w->store, sizeof(w->store), "%s", now);
 		return;
@@ -193,29 +194,31 @@ static int
 s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
+	const wsync_heads_ask_t a = { .models = o->models, .n = o->nmodels,
+	    .worker = o->worker, .applied = w->applied };
+	wsync_heads_from_t from;
 	int moved = 0;
 
 	if (only >= 0)
 		w->heads[only] = *announced;
 	else {
-		if (wsync_client_heads(w->client, o->models, o->nmodels, o->worker, w->applied,
-		    w->heads, S_CALL_MS, err) < 0)
+		if (wsync_client_heads(w->client, &a, w->heads, &from, S_CALL_MS, err) < 0)
 			return -1;
 		w->last_heads = wsync_now_ms();
 		/* A restarted hub behind the same endpoint: hello again, subscribe anew. */
-		if (w->client->heads_hub[0] != '\0' &&
-		    strcmp(w->client->heads_hub, w->client->hub) != 0)
+		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->client)) != 0)
 			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
-			    w->client->heads_hub, w->client->hub);
-		s_store_changed(w);
+			    from.hub, wsync_client_hub(w->client));
+		s_store_changed(w, from.store);
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
+		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
+		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i] };
 		wsync_head_t got;
 		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
 			continue;
-		if (wsync_client_fetch_temp(w->client, o->models[i], v, &w->heads[i], o->worker,
-		    o->paths[i], &w->tmp[i], &got, S_CALL_MS, err) < 0) {
+		if (wsync_client_fetch_temp(w->client, &f, &w->tmp[i], &got, S_CALL_MS, err) < 0) {
 			s_drop_temps(w);
 			/* A version retired while we fetched it: the next round finds the newer one. */
 			if (err->code == EX_NOINPUT)
@@ -251,8 +254,10 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		wsync_update_t u = { .model = o->models[i], .version = w->heads[i].version,
-		    .path = o->paths[i], .beat_ms = (int)w->client->heartbeat_ms, .beat = s_beat,
-		    .beat_ctx = w };
+		    .path = o->paths[i], .beat_ms = (int)wsync_client_heartbeat_ms(w->client),
+		    .beat = s_beat, .beat_ctx = w };
+		wsync_report_t r = { .worker = o->worker, .model = o->models[i],
+		    .transfer = w->how[i] };
 		wsync_err_t rerr;
 
 		if (w->tmp[i] == NULL)
@@ -264,9 +269,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			s_failed(w, i, u.version, u.reason);
 			continue;
 		}
-		w->applied[i] = u.version;
-		if (wsync_client_report_how(w->client, o->worker, o->models[i], u.version, NULL,
-		    w->how[i], S_CALL_MS, &rerr) < 0)
+		w->applied[i] = r.version = u.version;
+		if (wsync_client_report(w->client, &r, S_CALL_MS, &rerr) < 0)
 			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
 	}
@@ -391,11 +395,13 @@ s_run(struct s_watch *w, wsync_err_t *err)
 					s_log(w, "waiting for a hub at %s", w->endpoint);
 				continue;
 			}
-			s_log(w, "connected to hub %s at %s", w->client->hub, w->client->endpoint);
+			s_log(w, "connected to hub %s at %s", wsync_client_hub(w->client),
+			    wsync_client_endpoint(w->client));
 			waiting_said = 0;
 		}
 		/* Announcements never replace the heartbeat round: one is due every beat. */
-		if (only >= 0 && wsync_now_ms() - w->last_heads >= w->client->heartbeat_ms)
+		if (only >= 0 && wsync_now_ms() - w->last_heads >=
+		    wsync_client_heartbeat_ms(w->client))
 			only = -1;
 		if (s_update(w, only, &announced, err) < 0) {
 			if (*o->stop)
@@ -424,7 +430,8 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			if (all)
 				return 0;
 		}
-		if (s_wait_announcement(w, (int)w->client->heartbeat_ms, &only, &announced) != 2)
+		if (s_wait_announcement(w, (int)wsync_client_heartbeat_ms(w->client), &only,
+		    &announced) != 2)
 			only = -1;
 	}
 	return 0;

@@ -251,7 +251,7 @@ int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t 
  */
 int wsync_lease_open(const char *path);
 
-/* ---- clients: push, pull, wait, status (wsync(7) describes the protocol) ---- */
+/* ---- clients: the connection (client.c; wsync(7) describes the protocol) ---- */
 
 typedef struct wsync_client wsync_client_t;
 
@@ -268,12 +268,13 @@ enum {
 };
 /* The mode a name (auto, link, copy, socket) stands for; -1 for anything else. */
 int wsync_transfer_parse(const char *name);
-/* The name of a mode. */
+/* The name of a mode ("?" out of range); static. */
 const char *wsync_transfer_name(int mode);
 
 /*
  * Who a client is; every pointer is borrowed for the call to wsync_client_new
- * only, except progress_arg, passed to progress until wsync_client_destroy.
+ * only, except progress_arg, passed to progress, and stop, read, until
+ * wsync_client_destroy.
  */
 typedef struct wsync_client_opts {
 	const char *endpoint;           /* NULL: wsync_endpoint_resolve(NULL) */
@@ -287,6 +288,9 @@ typedef struct wsync_client_opts {
 	void *progress_arg;
 	int transfer;                   /* WSYNC_TRANSFER_*: how versions travel */
 	volatile sig_atomic_t *stop;    /* may be NULL; set non-zero (a signal) to abandon */
+	/* > 0: a fetch over the socket may take any time while data keeps coming, at
+	 * most this long apart (its timeout then bounds only what precedes the data). */
+	int idle_ms;
 	/* CURVE: this client's secret certificate and the hub's public one (NULL:
 	 * $WSYNC_KEY and $WSYNC_HUB_KEY, else none). Both or neither. */
 	const char *key;
@@ -302,105 +306,45 @@ typedef struct wsync_head {
 	uint64_t mtime;                 /* the store file's mtime (ns) once verified; 0: unknown */
 } wsync_head_t;
 
-/* One file of a push: model and path (or "-") in; version and content out. */
-typedef struct wsync_push_item {
-	const char *model;
-	const char *path;
-	uint64_t version;
-	uint64_t content;
-} wsync_push_item_t;
-
 /* Connects and says hello; 69 (EX_UNAVAILABLE) when no hub answers within timeout_ms. */
 wsync_client_t *wsync_client_new(const wsync_client_opts_t *opts, wsync_err_t *err);
-/* How the last pull or fetch of this client travelled: "link", "copy" or "socket". */
-const char *wsync_client_transfer(const wsync_client_t *client);
-/* Closes the connection and sets *client to NULL. */
+/* Closes the connection (aborting the next slot, if any) and sets *client to NULL. */
 void wsync_client_destroy(wsync_client_t **client);
 /* The endpoint in use; borrowed. */
 const char *wsync_client_endpoint(const wsync_client_t *client);
 /* Drops the socket (and anything queued on it), connects anew and says hello again. */
 int wsync_client_reconnect(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
-/*
- * The head of each of n models, as seen by worker (NULL: any client). With
- * worker and applied (n versions, 0 for none) it is that worker's heartbeat.
- */
-int wsync_client_heads(wsync_client_t *client, const char *const *models, int n,
-    const char *worker, const uint64_t *applied, wsync_head_t *heads, int timeout_ms,
-    wsync_err_t *err);
-/*
- * Fetches version (0: the head) of model, verifies every hash and the content
- * id, and writes it to path atomically ("-": stdout, only after verifying).
- */
-int wsync_client_pull(wsync_client_t *client, const char *model, uint64_t version,
-    const char *worker, const char *path, wsync_head_t *got, int timeout_ms,
-    wsync_err_t *err);
-/*
- * Checks every input (65 before anything is sent), uploads them, and commits
- * them together as the next version of each model; workers (NULL: all) are
- * the only ones it is announced to. Fills each item's version and content.
- */
-int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
-    const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
-/*
- * Slots (this host only): asks the hub for writable files in its store for
- * the next versions of n models, of sizes[i] bytes each (taken from retired
- * versions' files when the hub recycles them). Sets *upload and paths[i]
- * (malloc'd). The caller writes each whole .wsync file into its path, then
- * commits or aborts; the hub drops a slot left untouched for 60 s.
- * workers: as for wsync_client_push.
- */
-int wsync_client_slot(wsync_client_t *client, const char *const *models,
-    const uint64_t *sizes, int n, const char *const *workers, int nworkers,
-    int timeout_ms, uint64_t *upload, char **paths, wsync_err_t *err);
-/*
- * Commits upload (a slot, or a push's upload) and sets the n items' version
- * and content, n being the upload's number of files and items[i].model the
- * models in their order. trust: the hub takes the declared hashes without
- * reading the data (slots only; the writer answers for them).
- */
-int wsync_client_commit(wsync_client_t *client, uint64_t upload, int trust,
-    wsync_push_item_t *items, int n, int timeout_ms, wsync_err_t *err);
-/* Whom a wait waits for: mode "all", "count" (count workers) or "ids" (the nids ids). */
-typedef struct wsync_wait {
-	const char *mode;
-	unsigned count;
-	const char *const *ids;
-	int nids;
-} wsync_wait_t;
-/* A slot to ask for: n models of sizes[i] bytes, for workers (NULL: all). */
-typedef struct wsync_slot_ask {
+
+/* Whose heads a heads request asks for; every pointer borrowed for the call. */
+typedef struct wsync_heads_ask {
 	const char *const *models;
-	const uint64_t *sizes;
 	int n;
-	const char *const *workers;
-	int nworkers;
-} wsync_slot_ask_t;
+	const char *worker;             /* NULL: as any client sees them */
+	const uint64_t *applied;        /* with worker: n versions applied (0: none), a heartbeat */
+} wsync_heads_ask_t;
+/* Who answered a heads request (the reply's hub and store fields). */
+typedef struct wsync_heads_from {
+	char hub[256];                  /* the hub's identity; empty when not given */
+	char store[64];                 /* its store id; empty when not given */
+} wsync_heads_from_t;
 /*
- * wsync_client_commit, then, when wait is not NULL, wsync_client_wait for each
- * model, all within timeout_ms; *missing as for wsync_client_wait (the items
- * hold the versions committed all the same). An upload of one file commits
- * and waits in one request. next (may be NULL) asks for a slot right after the
- * commit, without waiting for it: the next wsync_client_slot for exactly those
- * models, sizes and workers, within 30 s, gets it; another aborts it, and so
- * does wsync_client_destroy.
+ * The head of each of ask->n models into heads (n of them); from (may be NULL)
+ * says who answered, so that a watcher notices a restarted hub or another store.
  */
-int wsync_client_commit_wait(wsync_client_t *client, uint64_t upload, int trust,
-    wsync_push_item_t *items, int n, const wsync_wait_t *wait, const wsync_slot_ask_t *next,
-    int timeout_ms, char **missing, wsync_err_t *err);
-/* Drops an upload (a slot) that will not be committed. */
-int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
+int wsync_client_heads(wsync_client_t *client, const wsync_heads_ask_t *ask,
+    wsync_head_t *heads, wsync_heads_from_t *from, int timeout_ms, wsync_err_t *err);
+
+/* What a worker tells the hub of a version; every pointer borrowed for the call. */
+typedef struct wsync_report {
+	const char *worker;
+	const char *model;
+	uint64_t version;
+	const char *reason;             /* NULL: applied (wire: ack); else why not (wire: fail) */
+	int transfer;                   /* WSYNC_TRANSFER_*: how it came; AUTO: not said */
+} wsync_report_t;
+/* Tells the hub a worker applied or failed to apply a version. */
+int wsync_client_report(wsync_client_t *client, const wsync_report_t *report, int timeout_ms,
     wsync_err_t *err);
-/*
- * Waits until workers have applied version of model (or newer): mode "all",
- * "count" (count workers) or "ids" (those n ids). On timeout: 75 and
- * *missing a malloc'd text, one line per missing worker (caller frees).
- */
-int wsync_client_wait(wsync_client_t *client, const char *model, uint64_t version,
-    const char *mode, unsigned count, const char *const *ids, int nids, int timeout_ms,
-    char **missing, wsync_err_t *err);
-/* Tells the hub a worker applied (reason NULL) or failed to apply (reason) a version. */
-int wsync_client_report(wsync_client_t *client, const char *worker, const char *model,
-    uint64_t version, const char *reason, int timeout_ms, wsync_err_t *err);
 /* Tells the hub a worker leaves. */
 int wsync_client_bye(wsync_client_t *client, const char *worker, int timeout_ms,
     wsync_err_t *err);
@@ -410,7 +354,240 @@ char *wsync_client_status_json(wsync_client_t *client, int timeout_ms, wsync_err
 /* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
 int wsync_id_check(const char *s);
 
-/* ---- the watcher's loop (wsync-watch) ---- */
+/* ---- clients: fetching (client_fetch.c) ---- */
+
+/* Which version a fetch or pull asks for; every pointer borrowed for the call. */
+typedef struct wsync_fetch {
+	const char *model;
+	uint64_t version;               /* 0: the head */
+	const char *worker;             /* NULL: the head as any client sees it */
+} wsync_fetch_t;
+/*
+ * Fetches f's version, verifies every hash and the content id, and writes it
+ * to path atomically ("-": stdout, only after verifying); got describes it.
+ */
+int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char *path,
+    wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+/* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY or SOCKET. */
+int wsync_client_transfer(const wsync_client_t *client);
+
+/* ---- clients: uploading (client_upload.c) ---- */
+
+/* One file of a push: model and path (or "-") in; version and content out. */
+typedef struct wsync_push_item {
+	const char *model;
+	const char *path;
+	uint64_t version;
+	uint64_t content;
+} wsync_push_item_t;
+
+/*
+ * Checks every input (65 before anything is sent), uploads them, and commits
+ * them together as the next version of each model; workers (NULL: all) are
+ * the only ones it is announced to. Fills each item's version and content.
+ */
+int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
+    const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
+/* Drops an upload (a slot) that will not be committed. */
+int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
+    wsync_err_t *err);
+
+/* ---- clients: committing and waiting (client_commit.c) ---- */
+
+/* Whom a wait waits for (wire: the mode field, by these names). */
+typedef enum wsync_wait_mode {
+	WSYNC_WAIT_ALL,                 /* all of them */
+	WSYNC_WAIT_COUNT,               /* count workers */
+	WSYNC_WAIT_IDS                  /* the nids workers named */
+} wsync_wait_mode_t;
+/* The mode a name (all, count, ids) stands for; -1 for anything else. */
+int wsync_wait_parse(const char *name);
+/* The name of a mode ("?" out of range); static. */
+const char *wsync_wait_name(int mode);
+/* Whom a wait waits for; ids borrowed for the call. */
+typedef struct wsync_wait {
+	wsync_wait_mode_t mode;
+	unsigned count;                 /* WSYNC_WAIT_COUNT */
+	const char *const *ids;         /* WSYNC_WAIT_IDS */
+	int nids;
+} wsync_wait_t;
+/*
+ * A slot to ask for: n models of sizes[i] bytes, for workers (NULL: all).
+ * Every pointer borrowed for the call.
+ */
+typedef struct wsync_slot_ask {
+	const char *const *models;
+	const uint64_t *sizes;
+	int n;
+	const char *const *workers;
+	int nworkers;
+} wsync_slot_ask_t;
+/* An upload to commit; every pointer borrowed for the call. */
+typedef struct wsync_commit {
+	uint64_t upload;                /* a slot, or a push's upload */
+	/* The upload's n files in their order: model in; version and content out. */
+	wsync_push_item_t *items;
+	int n;
+	/* The hub takes the declared hashes without reading the data (slots only;
+	 * the writer answers for them). */
+	int trust;
+	const wsync_wait_t *wait;       /* NULL: no wait */
+	/* NULL, or the next slot: one asked for right after the commit, without
+	 * waiting for it. The next wsync_client_slot for exactly those models, sizes
+	 * and workers, within 30 s, gets it; another aborts it, and so does
+	 * wsync_client_destroy. */
+	const wsync_slot_ask_t *next;
+} wsync_commit_t;
+/*
+ * Commits cm->upload and sets its items' version and content; then, with
+ * cm->wait, waits for each model as wsync_client_wait, all within timeout_ms
+ * (an upload of one file commits and waits in one request). On a wait that
+ * timed out, *missing as for wsync_client_wait (missing may be NULL without
+ * cm->wait), and the items hold the versions committed all the same.
+ */
+int wsync_client_commit(wsync_client_t *client, const wsync_commit_t *cm, int timeout_ms,
+    char **missing, wsync_err_t *err);
+/*
+ * Waits until the workers w names have applied version of model (or newer).
+ * On timeout: 75 and *missing a malloc'd text, one line per missing worker
+ * (caller frees).
+ */
+int wsync_client_wait(wsync_client_t *client, const char *model, uint64_t version,
+    const wsync_wait_t *w, int timeout_ms, char **missing, wsync_err_t *err);
+
+/* ---- clients: slots (client_slot.c) ---- */
+
+/*
+ * Slots (this host only): asks the hub for writable files in its store for
+ * the next versions of a->n models, of a->sizes[i] bytes each (spares, when
+ * the hub recycles). Sets *upload and paths[i] (malloc'd). The caller writes
+ * each whole .wsync file into its path, then commits or aborts; the hub drops
+ * a slot left untouched for 60 s.
+ */
+int wsync_client_slot(wsync_client_t *client, const wsync_slot_ask_t *a, int timeout_ms,
+    uint64_t *upload, char **paths, wsync_err_t *err);
+
+/* ---- pushes and the batch line protocol (batch.c; wsync-push) ---- */
+
+/* Models one push names at most. */
+#define WSYNC_PUSH_MAX_MODELS 64
+
+/* Parses a whole decimal number into *v; -1 when it is not one. */
+int wsync_parse_number(const char *s, uint64_t *v);
+/* Parses SEC (seconds, a decimal from 0 to a year) into *ms; -1 when it is not one. */
+int wsync_parse_seconds(const char *sec, int *ms);
+/*
+ * Splits s in place at commas into a NULL-terminated array of its n parts
+ * (caller frees the array; the parts are s's); NULL when out of memory.
+ */
+char **wsync_split(char *s, int *n);
+
+/*
+ * The options of a push request, as codes: the short option's letter where
+ * there is one. A program's getopt_long table can use them as its values.
+ */
+enum {
+	WSYNC_PUSH_OPT_MODEL = 'm',     /* -m MODEL[=FILE] (--slot: MODEL=SIZE) */
+	WSYNC_PUSH_OPT_TIMEOUT = 't',   /* -t SEC */
+	WSYNC_PUSH_OPT_WAIT = 'w',      /* -w all|N|ID,... */
+	WSYNC_PUSH_OPT_WORKERS = 'W',   /* -W ID,... */
+	WSYNC_PUSH_OPT_WAIT_FOR = 300,  /* --wait-for VERSION */
+	WSYNC_PUSH_OPT_SLOT,            /* --slot (a batch request only) */
+	WSYNC_PUSH_OPT_COMMIT,          /* --commit UPLOAD (a batch request only) */
+	WSYNC_PUSH_OPT_ABORT,           /* --abort UPLOAD (a batch request only) */
+	WSYNC_PUSH_OPT_TRUST,           /* --trust-hashes (with --commit) */
+	WSYNC_PUSH_OPT_NEXT_SLOT,       /* --next-slot (with --commit) */
+};
+
+/* What a request asks for: a push, or (batch only) a slot, its commit or its abort. */
+typedef enum wsync_push_verb {
+	WSYNC_PUSH_VERB_PUSH, WSYNC_PUSH_VERB_SLOT, WSYNC_PUSH_VERB_COMMIT, WSYNC_PUSH_VERB_ABORT
+} wsync_push_verb_t;
+
+/*
+ * One push request, from a command line or from a line of wsync-push --batch.
+ * Its strings are borrowed from the words it was parsed from; wait_ids and
+ * targets are its own (wsync_push_req_free frees them).
+ */
+typedef struct wsync_push_req {
+	wsync_push_verb_t verb;
+	uint64_t upload;                /* COMMIT, ABORT: the slot's upload */
+	int trust;                      /* COMMIT: --trust-hashes */
+	int next_slot;                  /* COMMIT: --next-slot */
+	wsync_push_item_t items[WSYNC_PUSH_MAX_MODELS];
+	const char *models[WSYNC_PUSH_MAX_MODELS];
+	uint64_t sizes[WSYNC_PUSH_MAX_MODELS];  /* SLOT: -m MODEL=SIZE */
+	int n;
+	int with_files;                 /* how many -m came as MODEL=FILE */
+	int waits;                      /* -w or --wait-for given */
+	wsync_wait_mode_t wait_mode;
+	unsigned wait_count;
+	char **wait_ids, **targets;     /* -w ID,... and -W ID,...; NULL when not given */
+	int nwait_ids, ntargets;
+	uint64_t wait_for;              /* --wait-for: no push, a wait for this version */
+	int timeout_ms;                 /* -t; 30 s when not given */
+} wsync_push_req_t;
+
+/* Sets r to an empty push request (no models, a 30 s timeout). */
+void wsync_push_req_init(wsync_push_req_t *r);
+/* Frees what r owns (wait_ids, targets); r stays valid and empty of them. */
+void wsync_push_req_free(wsync_push_req_t *r);
+/*
+ * Applies one option (a WSYNC_PUSH_OPT_* code) to r; value (NULL for a flag)
+ * is borrowed and may be cut in place (-m MODEL=FILE). as_written is the
+ * option as the user wrote it, for the message. 0, or -1 with a usage error
+ * in why.
+ */
+int wsync_push_req_option(wsync_push_req_t *r, int opt, const char *as_written, char *value,
+    char *why, size_t size);
+/*
+ * Checks r once all its options are applied, with the n operands (files)
+ * given beside them (borrowed): a push takes one file, or none with
+ * -m MODEL=FILE or --wait-for; a slot, commit or abort none. in_batch: a
+ * request line, where "-" cannot be a file (stdin carries the requests).
+ * 0, or -1 with a usage error in why.
+ */
+int wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batch,
+    char *why, size_t size);
+/*
+ * Pushes r's files (a WSYNC_PUSH_VERB_PUSH request) and fills its items'
+ * versions; with --wait-for, pushes nothing and takes that version.
+ */
+int wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t *err);
+/* The wait r asks for (-w), its ids borrowed from r. */
+wsync_wait_t wsync_push_req_wait_of(const wsync_push_req_t *r);
+/*
+ * Waits as r asks (-w) for its items' versions, all within deadline_ms (a
+ * wsync_now_ms time); nothing to do without -w. On timeout: 75 and *missing
+ * as for wsync_client_wait (caller frees); NULL otherwise.
+ */
+int wsync_push_req_wait(wsync_client_t *client, wsync_push_req_t *r, int64_t deadline_ms,
+    char **missing, wsync_err_t *err);
+
+/*
+ * The batch line protocol (wsync-push(1) BATCH): one request a line, its
+ * words split at blanks; a word that starts with a double quote runs to the
+ * closing one, inside which \" is a quote and \\ a backslash. Parses line
+ * (cut and unquoted in place; r borrows from it until the next parse) into r.
+ * 1 for a line of no words; 0; or -1 with a usage error in why.
+ */
+int wsync_batch_parse(char *line, wsync_push_req_t *r, char *why, size_t size);
+
+/* A batch coprocess's session: its client and the slots it has open. */
+typedef struct wsync_batch wsync_batch_t;
+/* A session on client (borrowed until wsync_batch_destroy); NULL with err. */
+wsync_batch_t *wsync_batch_new(wsync_client_t *client, wsync_err_t *err);
+/*
+ * Serves one request line (cut in place) and sets *answer (caller frees) to
+ * its answer without the newline: "ok MODEL VERSION...", "ok", "slot UPLOAD
+ * PATH..." or "error CODE MESSAGE"; *answer is NULL for a line of no words.
+ * -1 (errno ENOMEM) only when no answer could be made.
+ */
+int wsync_batch_serve(wsync_batch_t *batch, char *line, char **answer);
+/* Aborts the slots still open, frees the session and sets *batch to NULL. */
+void wsync_batch_destroy(wsync_batch_t **batch);
+
+/* ---- the watcher's loop (watch.c, wsync-watch) ---- */
 
 /* One model's new version, in place, handed to the apply callback. */
 typedef struct wsync_update {
@@ -452,7 +629,7 @@ typedef struct wsync_watch_opts {
 	wsync_apply_fn apply;
 	void *arg;
 	void (*log)(void *arg, const char *line);  /* what a person should know; may be NULL */
-	volatile int *stop;             /* set non-zero (from a signal handler) to return 0 */
+	volatile sig_atomic_t *stop;    /* set non-zero (from a signal handler) to return 0 */
 	const char *key;                /* as in wsync_client_opts_t */
 	const char *hub_key;
 } wsync_watch_opts_t;
@@ -494,13 +671,13 @@ typedef struct wsync_hub_opts {
 	const char *const *allow_pull;
 	int nallow_pull;
 	int insecure;                   /* serve non-loopback tcp without keys */
-	volatile int *reload;           /* set non-zero (SIGHUP) to reread the allow lists */
+	volatile sig_atomic_t *reload;  /* set non-zero (SIGHUP) to reread the allow lists */
 } wsync_hub_opts_t;
 
 /* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
 wsync_hub_t *wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err);
 /* Serves until *stop becomes non-zero (set it from a signal handler); then aborts uploads. */
-int wsync_hub_run(wsync_hub_t *hub, volatile int *stop, wsync_err_t *err);
+int wsync_hub_run(wsync_hub_t *hub, volatile sig_atomic_t *stop, wsync_err_t *err);
 /* Closes the sockets and files and sets *hub to NULL. */
 void wsync_hub_destroy(wsync_hub_t **hub);
 

@@ -80,14 +80,34 @@ Try 'wsync-convert --help'."
 
 @test "an unknown option is a usage error" {
 	run -64 wsync-convert --bogus a.safetensors a.wsync
-	assert_output "wsync-convert: unknown option --bogus
+	assert_output "wsync-convert: unknown option '--bogus'
 Try 'wsync-convert --help'."
 }
 
 @test "an option without its argument is a usage error" {
 	run -64 wsync-convert a.safetensors a.wsync --layout
-	assert_output "wsync-convert: option --layout needs an argument
+	assert_output "wsync-convert: option '--layout' needs a value
 Try 'wsync-convert --help'."
+}
+
+@test "every program refuses a bad option in the same words" {
+	local prog
+	for prog in wsync-convert wsync-inspect wsync-keygen wsync-pull wsync-push wsync-serve wsync-watch; do
+		run -64 "$prog" --bogus=1
+		assert_output "$prog: unknown option '--bogus'
+Try '$prog --help'."
+		run -64 "$prog" --help=1
+		assert_output "$prog: option '--help' takes no value
+Try '$prog --help'."
+		run -64 "$prog" -Z
+		assert_output "$prog: unknown option '-Z'
+Try '$prog --help'."
+	done
+	for prog in wsync-convert wsync-pull wsync-push wsync-watch; do
+		run -64 "$prog" -m
+		assert_output "$prog: option '-m' needs a value
+Try '$prog --help'."
+	done
 }
 
 @test "an unknown layout is a usage error" {

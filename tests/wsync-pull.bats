@@ -280,3 +280,58 @@ PYEOF
 	[[ ${stderr##*$'\n'} =~ $(s_progress_done wsync-pull "8.0 MiB") ]] ||
 	    fail "pull, last line: ${stderr##*$'\n'}"
 }
+
+# The size of the first temporary file beside $1, or nothing when there is none.
+temp_size() {
+	local t
+	for t in "$1".tmp.*; do
+		[ -e "$t" ] && stat -c %s "$t"
+		return 0
+	done
+}
+
+# 0 once a temporary file beside $1 holds more than $2 bytes (and less than $3).
+temp_grew_past() {
+	local n
+	n=$(temp_size "$1")
+	[ -n "$n" ] && ((n > $2 && n < $3))
+}
+
+@test "SIGINT stops a local copy of a large version early: exit 130, no file left" {
+	local free_kib size pid status seen
+	free_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+	((free_kib > 7 * 1024 * 1024)) || skip "needs 7 GiB of free memory, has $((free_kib / 1048576)) GiB"
+	[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || skip "needs a tmpfs at /dev/shm"
+	# A sparse 2 GiB input: zeros that take no room until written.
+	"$PY" - <<'PYEOF'
+import json, struct
+n = 2 << 30
+h = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]}}).encode()
+h += b" " * (-len(h) % 8)
+with open("big.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    f.truncate(8 + len(h) + n)
+PYEOF
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	CLEANUP+=("$STORE" "$STORE.src.wsync")
+	wsync-convert -m big big.safetensors "$STORE.src.wsync"
+	start_hub
+	run -0 wsync-push -t 120 -m big "$STORE.src.wsync"
+	assert_output 1
+	size=$(stat -c %s "$STORE/big/1.wsync")
+	wsync-pull -t 120 --transfer copy -m big -o out.wsync 2>pull.err &
+	pid=$!
+	PIDS+=("$pid")
+	# Under way: a temporary file holding some bytes, not yet all of them.
+	WAIT_S=30 wait_until temp_grew_past out.wsync 0 "$size"
+	seen=$(temp_size out.wsync)
+	WAIT_S=30 wait_until temp_grew_past out.wsync "$seen" "$size"
+	kill -INT "$pid"
+	status=0
+	wait "$pid" || status=$?
+	assert_equal "$status" 130
+	run -0 cat pull.err
+	assert_output "wsync-pull: interrupted by signal 2"
+	run -0 ls -a
+	refute_output --partial "out.wsync"
+}

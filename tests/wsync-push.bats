@@ -168,6 +168,37 @@ ok policy 4"
 	assert_equal "$(content_of w1.wsync)" "$(content_of v3.wsync)"
 }
 
+@test "wsync-push --batch pushes a file whose name holds a blank, quoted" {
+	make_versions 1
+	cp v1.wsync "my v1.wsync"
+	start_hub
+	run -0 wsync-push --batch <<-'EOF'
+	-m policy "my v1.wsync"
+	-m policy my v1.wsync
+	EOF
+	assert_output "ok policy 1
+error 64 one file per push; for several models use -m MODEL=FILE"
+	run -0 wsync-pull -m policy -o got.wsync
+	assert_equal "$(content_of got.wsync)" "$(content_of v1.wsync)"
+}
+
+@test "wsync-push --batch pushes a file whose name holds a quote and a backslash, escaped" {
+	make_versions 2
+	cp v1.wsync 'say "hi" \.wsync'
+	cp v2.wsync 'it"s.wsync'
+	start_hub
+	run -0 wsync-push --batch <<-'EOF'
+	-m "policy=say \"hi\" \\.wsync"
+	-m policy it"s.wsync
+	-m policy "v2.wsync
+	EOF
+	assert_output 'ok policy 1
+ok policy 2
+error 64 a quoted word has no closing quote'
+	run -0 wsync-pull -m policy -v 1 -o got.wsync
+	assert_equal "$(content_of got.wsync)" "$(content_of v1.wsync)"
+}
+
 @test "wsync-push --batch reports a timed-out wait with its missing workers and goes on" {
 	make_versions 2
 	start_hub

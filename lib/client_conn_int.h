@@ -1,0 +1,158 @@
+/* client_conn_int.h - the client's state and the helpers its files (client*.c) share. */
+#ifndef WSYNC_CLIENT_CONN_INT_H
+#define WSYNC_CLIENT_CONN_INT_H
+
+#include <limits.h>
+#include <string.h>
+
+#include "client_int.h"
+#include "net_int.h"
+
+/* Bytes a transfer handles at a time: pages allocated ahead, or copied or written at once. */
+#define WSYNC_CLIENT_STRIDE (32u << 20)
+/* What an upload's end that got no answer adds: it may have been committed all the same. */
+#define WSYNC_MAYBE_COMMITTED "; the version may still have been committed (see " \
+    "wsync-inspect --hub)"
+
+/*
+ * The next slot: one asked for ahead of need, with a commit (client_slot.c).
+ * Its begin's request id, what it was asked for, and its reply's bytes once
+ * they came.
+ */
+struct wsync_next_slot {
+	uint64_t id;                    /* 0: none */
+	char key[1024];                 /* its models, sizes and workers */
+	int64_t at;                     /* when it was asked for (monotonic ms) */
+	char *reply;                    /* NULL until its reply came */
+	size_t len;
+};
+
+struct wsync_client {
+	void *sock;
+	void *mon;                      /* the socket's handshake failures */
+	wsync_curve_t curve;
+	char endpoint[512];
+	char pub[512];                  /* the hub's PUB endpoint, as this client reaches it */
+	char hub[256];                  /* the hub's identity, from hello */
+	char role[16];
+	char worker[WSYNC_MAX_ID + 1];
+	char **models;
+	int nmodels;
+	uint64_t next_id;
+	uint32_t chunk;
+	uint32_t window;
+	uint32_t heartbeat_ms;
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
+	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
+	int store_here;                 /* the hub's store is visible here (same store id) */
+	char store[PATH_MAX];           /* the hub's store directory, from hello */
+	int travelled;                  /* WSYNC_TRANSFER_*: how the last fetch travelled */
+	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
+	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
+	struct wsync_next_slot next_slot;
+};
+
+/* Milliseconds left until deadline (monotonic ms), never negative. */
+static inline int
+wsync_ms_left(int64_t deadline)
+{
+	int64_t left = deadline - wsync_now_ms();
+
+	return left > 0 ? (int)left : 0;
+}
+
+/* The index of name in the n names (the enum value it stands for); -1 when absent. */
+static inline int
+wsync_name_index(const char *const *names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(name, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* The name of enum value i of the n names; "?" out of range. */
+static inline const char *
+wsync_name_of(const char *const *names, int n, int i)
+{
+	return i >= 0 && i < n ? names[i] : "?";
+}
+
+/* ---- the connection (client.c) ---- */
+
+/* Starts request op with nfields more fields in e (the caller frees it); returns its id. */
+uint64_t wsync_client_request(wsync_client_t *c, wsync_enc_t *e, const char *op,
+    size_t nfields);
+/* Sends the request e, then data (may be NULL), without blocking; 69 when it cannot. */
+int wsync_client_send(wsync_client_t *c, const wsync_enc_t *e, const void *data, size_t dlen,
+    wsync_err_t *err);
+/* Frees a reply received by wsync_client_recv, wsync_client_await or wsync_client_call. */
+void wsync_client_release(wsync_msg_t *m, wsync_parts_t *p);
+/*
+ * Receives the next reply before deadline (monotonic ms). Returns 0 with the
+ * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
+ * and nothing to free: a malformed reply (*id 0) or a refusal (*id its id),
+ * which keep_refusal leaves in m and p for the caller to read and free.
+ */
+int wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
+    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
+/*
+ * Receives the reply to request id before deadline; replies to other requests
+ * are dropped. 0 with it in m and p (the caller frees both), 1 on timeout, -1
+ * with err; a refusal of id is 2 when keep_refusal, with err, and m and p.
+ */
+int wsync_client_await(wsync_client_t *c, uint64_t id, int64_t deadline, wsync_msg_t *m,
+    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
+/*
+ * Sends request e (freed) with data and waits timeout_ms for its reply: 0 with
+ * it in m and p (the caller frees both); -1 with err, 75 on timeout naming what.
+ */
+int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data,
+    size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
+    wsync_err_t *err);
+
+/* ---- fetching (client_fetch.c) ---- */
+
+/*
+ * Copies size bytes of in to out inside the kernel, a stride at a time, with
+ * progress; stops at the stop flag or deadline (0: none).
+ */
+int wsync_client_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size,
+    int64_t deadline, wsync_err_t *err);
+/* The error (64) for a transfer mode asked for that needs the hub's store visible here. */
+int wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err);
+
+/* ---- uploading (client_upload.c) ---- */
+
+/* Packs what begin and put declare: the files (models and sizes), pusher, target workers. */
+void wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files);
+/* Aborts upload, waiting 1 s at most, for a caller that has an error to report already. */
+void wsync_client_abort_quietly(wsync_client_t *c, uint64_t upload);
+
+/* ---- committing and waiting (client_commit.c) ---- */
+
+/* Reads the versions a commit or put reply gives into items; 76 without them. */
+int wsync_client_versions(wsync_client_t *c, const wsync_msg_t *m, wsync_push_item_t *items,
+    int n, wsync_err_t *err);
+
+/* ---- slots (client_slot.c) ---- */
+
+/*
+ * Opens for writing the n slot files a begin's reply names, in fds (and
+ * copies their paths into paths[i], malloc'd, when paths is not NULL). 0; 1
+ * when they cannot be written from here (another user, a read-only mount); -1
+ * with err.
+ */
+int wsync_client_slot_files(wsync_client_t *c, const wsync_msg_t *m, const uint64_t *sizes,
+    int n, int *fds, char **paths, wsync_err_t *err);
+/* A reply with request id came (frames p): kept when it is the next slot's. */
+void wsync_client_next_seen(wsync_client_t *c, uint64_t id, wsync_parts_t *p);
+/* Asks for slot a as the next slot, without waiting; forgotten if it cannot be asked. */
+void wsync_client_next_ask(wsync_client_t *c, const wsync_slot_ask_t *a);
+/* Forgets the next slot (its reply, if kept); the hub drops it with the connection. */
+void wsync_client_next_forget(wsync_client_t *c);
+/* Aborts the next slot once its reply came (within timeout_ms), and forgets it. */
+void wsync_client_next_drop(wsync_client_t *c, int timeout_ms);
+
+#endif

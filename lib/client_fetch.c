@@ -1,0 +1,462 @@
+/* client_fetch.c - fetching a version: gets, or a link or copy from the store; verify; pull. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_conn_int.h"
+#include "io_int.h"
+#include "tempfile_int.h"
+
+static int
+s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_ms,
+    wsync_err_t *err)
+{
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	uint64_t id = wsync_client_request(c, &e, "stat", f->worker ? 3 : 2);
+	int rc;
+
+	wsync_enc_kv_str(&e, "model", f->model);
+	wsync_enc_kv_u64(&e, "version", f->version);
+	if (f->worker != NULL)
+		wsync_enc_kv_str(&e, "worker", f->worker);
+	if (wsync_client_call(c, &e, id, NULL, 0, timeout_ms, "stat", &m, &p, err) < 0)
+		return -1;
+	rc = wsync_head_decode(m.root, h);
+	wsync_client_release(&m, &p);
+	if (rc < 0 || h->version == 0)
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a stat reply without version, size "
+		    "or content", c->endpoint);
+	return 0;
+}
+
+/*
+ * Gets bytes [0, h->size) of a version into fd with up to window gets in
+ * flight, writing each chunk at its offset as it arrives.
+ */
+static int
+s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
+    int fd, int64_t deadline, wsync_err_t *err)
+{
+	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0;
+	unsigned inflight = 0;
+
+	while (done < h->size) {
+		wsync_msg_t m;
+		wsync_parts_t p = { .n = 0 };
+		uint64_t id = 0, off, len;
+		unsigned at;
+		int rc;
+
+		while (inflight < c->window && next_off < h->size) {
+			wsync_enc_t e;
+			uint64_t n = h->size - next_off < c->chunk ? h->size - next_off : c->chunk;
+			ids[inflight] = wsync_client_request(c, &e, "get", worker != NULL ? 5 : 4);
+			offs[inflight] = next_off;
+			if (worker != NULL)
+				wsync_enc_kv_str(&e, "worker", worker);
+			wsync_enc_kv_str(&e, "model", model);
+			wsync_enc_kv_u64(&e, "version", h->version);
+			wsync_enc_kv_u64(&e, "off", next_off);
+			wsync_enc_kv_u64(&e, "len", n);
+			rc = wsync_client_send(c, &e, NULL, 0, err);
+			wsync_enc_free(&e);
+			if (rc < 0)
+				return -1;
+			inflight++;
+			next_off += n;
+		}
+		/*
+		 * While the chunks are on their way, give the file its pages: fresh
+		 * pages cost far less allocated in bulk than faulted in by each write.
+		 */
+		if (allocated < next_off + WSYNC_CLIENT_STRIDE && allocated < h->size) {
+			uint64_t end = next_off + 2 * WSYNC_CLIENT_STRIDE;
+			if (end > h->size)
+				end = h->size;
+			if (fallocate(fd, 0, (off_t)allocated, (off_t)(end - allocated)) < 0 &&
+			    errno != EOPNOTSUPP)
+				return wsync_err_set(err, EX_IOERR, "%s version %" PRIu64 ": cannot "
+				    "allocate %" PRIu64 " bytes: %s", model, h->version, h->size,
+				    strerror(errno));
+			allocated = end;
+		}
+		rc = wsync_client_recv(c, deadline, &id, &m, &p, 0, err);
+		if (rc == 1)
+			return wsync_err_set(err, EX_TEMPFAIL, "%s version %" PRIu64 ": not all "
+			    "data came from %s within the timeout", model, h->version, c->endpoint);
+		for (at = 0; at < inflight && ids[at] != id; at++)
+			;
+		if (rc < 0) {
+			if (at < inflight || id == 0)
+				return -1;
+			continue;
+		}
+		if (at == inflight) {
+			wsync_client_release(&m, &p);
+			continue;
+		}
+		if (wsync_msg_u64(&m, "off", &off) < 0 || wsync_msg_u64(&m, "len", &len) < 0 ||
+		    off != offs[at] || p.n != 3 || wsync_part_size(&p, 2) != len ||
+		    len == 0 || off + len > h->size) {
+			wsync_client_release(&m, &p);
+			return wsync_err_set(err, EX_PROTOCOL, "%s: a get reply that does not "
+			    "match its request", c->endpoint);
+		}
+		if (pwrite(fd, wsync_part_data(&p, 2), len, (off_t)off) != (ssize_t)len) {
+			wsync_client_release(&m, &p);
+			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
+		}
+		done += len;
+		wsync_client_release(&m, &p);
+		if (c->progress != NULL)
+			c->progress(c->progress_arg, done, h->size);
+		/* A watcher bounds the silence, not the whole of a large transfer. */
+		if (c->idle_ms > 0)
+			deadline = wsync_now_ms() + c->idle_ms;
+		ids[at] = ids[inflight - 1];
+		offs[at] = offs[inflight - 1];
+		inflight--;
+	}
+	return 0;
+}
+
+/* Where version of model lives in the hub's store (wsync-serve(1), FILES). */
+static int
+s_store_path(const wsync_client_t *c, const char *model, uint64_t version, char *buf,
+    size_t size, wsync_err_t *err)
+{
+	if (snprintf(buf, size, "%s/%s/%" PRIu64 ".wsync", c->store, model, version) >= (int)size)
+		return wsync_err_set(err, EX_USAGE, "%s: path too long", c->store);
+	return 0;
+}
+
+static int
+s_retired(const char *model, uint64_t version, wsync_err_t *err)
+{
+	return wsync_err_set(err, EX_NOINPUT, "%s version %" PRIu64 " was retired before it "
+	    "could be read", model, version);
+}
+
+/* Opens a version's file in the hub's store, read-only; 66 when it is retired. */
+static int
+s_store_open(const wsync_client_t *c, const char *model, uint64_t version, wsync_err_t *err)
+{
+	char src[PATH_MAX];
+	int fd;
+
+	if (s_store_path(c, model, version, src, sizeof(src), err) < 0)
+		return -1;
+	/* Leased: a hub that recycles retired files leaves it alone while it is read. */
+	if ((fd = wsync_lease_open(src)) < 0)
+		return errno == ENOENT || errno == EAGAIN ? s_retired(model, version, err) :
+		    wsync_err_set(err, EX_IOERR, "%s: %s", src, strerror(errno));
+	return fd;
+}
+
+int
+wsync_client_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size,
+    int64_t deadline, wsync_err_t *err)
+{
+	uint64_t done = 0;
+	int range = 1;
+
+	while (done < size) {
+		if (c->stop != NULL && *c->stop)
+			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
+		if (deadline != 0 && wsync_ms_left(deadline) == 0)
+			return wsync_err_set(err, EX_TEMPFAIL, "copy: not done within the timeout");
+		size_t want = size - done > WSYNC_CLIENT_STRIDE ? WSYNC_CLIENT_STRIDE :
+		    (size_t)(size - done);
+		off_t ioff = (off_t)done, ooff = (off_t)done;
+		ssize_t n;
+		if (range) {
+			n = copy_file_range(in, &ioff, out, &ooff, want, 0);
+			/* Across file systems (or where it is missing): sendfile does the same. */
+			if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == EOPNOTSUPP ||
+			    errno == ENOSYS)) {
+				range = 0;
+				continue;
+			}
+		} else if (lseek(out, ooff, SEEK_SET) < 0)
+			n = -1;
+		else
+			n = sendfile(out, in, &ioff, want);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wsync_err_set(err, n < 0 ? EX_IOERR : EX_DATAERR, "copy: %s",
+			    n < 0 ? strerror(errno) : "the store's file is shorter than announced");
+		done += (uint64_t)n;
+		if (c->progress != NULL)
+			c->progress(c->progress_arg, done, size);
+	}
+	return 0;
+}
+
+/*
+ * 1 when fd is the store's file just as the hub verified it: the hub gave its
+ * modification time then, and nothing has written to it since.
+ */
+static int
+s_unchanged(int fd, const wsync_head_t *got)
+{
+	struct stat st;
+
+	return got->mtime != 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == got->size &&
+	    (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec ==
+	    got->mtime;
+}
+
+/*
+ * Checks that fd holds version got of model: every hash (unless hashes is 0),
+ * the content id, the stamp.
+ */
+static int
+s_verify_fd(int fd, const char *model, const wsync_head_t *got, int hashes,
+    wsync_err_t *err)
+{
+	wsync_file_t *f = wsync_file_open_fd(fd, model, err);
+	int rc = -1;
+
+	if (f == NULL || (hashes && wsync_file_verify(f, NULL, NULL, err) < 0))
+		goto out;
+	if (wsync_file_content_id(f) != got->content || wsync_file_version(f) != got->version) {
+		wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": received content "
+		    "%016" PRIx64 " version %" PRIu64 ", the hub announced %016" PRIx64, model,
+		    got->version, wsync_file_content_id(f), wsync_file_version(f), got->content);
+		goto out;
+	}
+	rc = 0;
+out:
+	wsync_file_close(&f);
+	return rc;
+}
+
+int
+wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
+{
+	return wsync_err_set(err, EX_USAGE, "--transfer %s: the hub's store is not visible "
+	    "from here (another host, user or mount namespace); use socket or auto",
+	    wsync_transfer_name(c->transfer));
+}
+
+/*
+ * Puts version got of model into a new file beside path, in buf, open as *fd:
+ * a hard link to the store's file when the mode allows and the file systems
+ * agree, else a kernel copy of it. 1 when it was linked. On failure buf names
+ * the file made (the caller removes it) or is empty.
+ */
+static int
+s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got,
+    const char *path, char *buf, size_t size, int *fd, wsync_err_t *err)
+{
+	char src[PATH_MAX];
+	int in;
+
+	buf[0] = '\0';
+	if (s_store_path(c, model, got->version, src, sizeof(src), err) < 0)
+		return -1;
+	if (c->transfer != WSYNC_TRANSFER_COPY) {
+		if (wsync_temp_link(src, path, buf, size) == 0) {
+			c->travelled = WSYNC_TRANSFER_LINK;
+			if ((*fd = open(buf, O_RDONLY | O_CLOEXEC)) < 0) {
+				wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+				unlink(buf);
+				buf[0] = '\0';
+				return -1;
+			}
+			return 1;
+		}
+		int e = errno;
+		buf[0] = '\0';
+		if (e == ENOENT && access(src, F_OK) < 0)
+			return s_retired(model, got->version, err);
+		if (c->transfer == WSYNC_TRANSFER_LINK && e == EXDEV)
+			return wsync_err_set(err, EX_USAGE, "--transfer link: cannot link %s to %s: "
+			    "%s (--transfer copy works across file systems)", src, path,
+			    strerror(e));
+		if (c->transfer == WSYNC_TRANSFER_LINK)
+			return wsync_err_set(err, EX_IOERR, "cannot link %s to %s: %s", src, path,
+			    strerror(e));
+	}
+	if ((*fd = wsync_temp_open(path, buf, size, err)) < 0)
+		return -1;
+	c->travelled = WSYNC_TRANSFER_COPY;
+	if ((in = s_store_open(c, model, got->version, err)) < 0)
+		return -1;
+	if (wsync_client_copy_fd(c, in, *fd, got->size, 0, err) < 0) {
+		close(in);
+		return -1;
+	}
+	close(in);
+	return 0;
+}
+
+int
+wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
+    wsync_head_t *got, int timeout_ms, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	const char *model = f->what.model, *path = f->beside;
+	char buf[PATH_MAX];
+	int fd = -1, linked = 0;
+
+	*tmp = NULL;
+	buf[0] = '\0';
+	if (!c->store_here && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
+	    WSYNC_TRANSFER_SOCKET)
+		return wsync_client_not_visible(c, err);
+	if (f->known != NULL)
+		*got = *f->known;
+	else if (s_stat(c, &f->what, got, timeout_ms, err) < 0)
+		return -1;
+	if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
+		if ((linked = s_fetch_from_store(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
+			goto fail;
+	} else {
+		c->travelled = WSYNC_TRANSFER_SOCKET;
+		if ((fd = wsync_temp_open(path, buf, sizeof(buf), err)) < 0)
+			return -1;
+		if (ftruncate(fd, (off_t)got->size) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+			goto fail;
+		}
+		if (s_get_all(c, model, got, f->what.worker, fd, deadline, err) < 0)
+			goto fail;
+	}
+	/*
+	 * A link is the store's own file: its mode is the store's, and it is on
+	 * disk already. Untouched since the hub verified and stamped it (the size
+	 * and modification time the hub gave), it is that version, whole: a name
+	 * in the store is never given to another file, and a retired one is only
+	 * rewritten once no one links it. Nothing to read again.
+	 */
+	if (!(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
+		goto fail;
+	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
+		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+		goto fail;
+	}
+	if (close(fd) < 0) {
+		fd = -1;
+		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
+		goto fail;
+	}
+	if ((*tmp = strdup(buf)) == NULL) {
+		unlink(buf);
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	}
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (buf[0] != '\0')
+		unlink(buf);
+	return -1;
+}
+
+/* Copies all of fd (from its start) to stdout. */
+static int
+s_copy_out(int fd, wsync_err_t *err)
+{
+	char buf[1 << 16];
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		if (wsync_write_all(STDOUT_FILENO, buf, (size_t)n) < 0)
+			return wsync_err_set(err, EX_IOERR, "stdout: %s", strerror(errno));
+	return n < 0 ? wsync_err_set(err, EX_IOERR, "read: %s", strerror(errno)) : 0;
+}
+
+/* Pull to stdout from a store visible here: the store's file itself, verified, then copied. */
+static int
+s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got,
+    int64_t deadline, wsync_err_t *err)
+{
+	const char *model = f->model;
+	int fd, rc;
+
+	for (;;) {
+		if (s_stat(c, f, got, wsync_ms_left(deadline), err) < 0)
+			return -1;
+		if ((fd = s_store_open(c, model, got->version, err)) >= 0)
+			break;
+		/* Retired between stat and open: the newer head, within the same bound. */
+		if (f->version != 0 || err->code != EX_NOINPUT || wsync_ms_left(deadline) == 0)
+			return -1;
+	}
+	c->travelled = WSYNC_TRANSFER_COPY;
+	rc = s_verify_fd(fd, model, got, !s_unchanged(fd, got), err);
+	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
+		rc = wsync_err_set(err, EX_IOERR, "%s: %s", model, strerror(errno));
+	if (rc == 0)
+		rc = s_copy_out(fd, err);
+	close(fd);
+	return rc;
+}
+
+int
+wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
+    wsync_head_t *got, int timeout_ms, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	const char *td = getenv("TMPDIR");
+	wsync_fetch_temp_t into = { .what = *f, .known = NULL, .beside = path };
+	char dir[PATH_MAX], *tmp = NULL;
+	int rc, fd;
+
+	/* Standard output gets nothing until the whole version is verified. */
+	if (strcmp(path, "-") == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
+		return s_pull_store_stdout(c, f, got, deadline, err);
+	if (strcmp(path, "-") == 0) {
+		snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
+		into.beside = dir;
+	}
+	/*
+	 * The head can be retired while it is fetched (the hub keeps the last N):
+	 * then the newer head is fetched instead, within the same bound.
+	 */
+	for (;;) {
+		got->version = 0;
+		rc = wsync_client_fetch_temp(c, &into, &tmp, got, wsync_ms_left(deadline), err);
+		if (rc == 0 || f->version != 0 || err->code != EX_NOINPUT || got->version == 0 ||
+		    wsync_ms_left(deadline) == 0)
+			break;
+	}
+	if (rc < 0)
+		return -1;
+	if (into.beside == path) {
+		if ((rc = rename(tmp, path)) < 0)
+			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,
+			    strerror(errno));
+		/* Also when path was a link to the same file already: rename left tmp. */
+		unlink(tmp);
+		free(tmp);
+		return rc;
+	}
+	fd = open(tmp, O_RDONLY | O_CLOEXEC);
+	unlink(tmp);
+	free(tmp);
+	if (fd < 0)
+		return wsync_err_set(err, EX_IOERR, "temporary file: %s", strerror(errno));
+	rc = s_copy_out(fd, err);
+	close(fd);
+	return rc;
+}
+
+
+int
+wsync_client_transfer(const wsync_client_t *c)
+{
+	return c->travelled;
+}
