@@ -30,7 +30,7 @@ wsync_pace_arrived(wsync_pace_t *p, uint64_t len, int64_t asked_ms, int64_t now_
 		return;
 	/* A slower link counts at once; a faster one is believed a step at a time. */
 	p->rate = p->rate == 0 || sample < p->rate ? sample : (3 * p->rate + sample) / 4;
-	want = p->rate * p->idle_ms / 8;
+	want = p->rate * p->idle_ms / 32;
 	if (want > 2.0 * (double)p->chunk)
 		want = 2.0 * (double)p->chunk;
 	if (want > (double)p->max)

@@ -2,10 +2,12 @@
  * pace_int.h - how much a fetch asks for at a time. ZeroMQ hands a reply over
  * only whole, so a fetch that takes a reply's arrival as its sign of progress
  * must ask for replies that arrive well within its bound on silence, at the
- * rate they arrive: the pace measures that rate and sizes each get to an
- * eighth of the bound, from a small first one up to the hub's chunk. A slow
- * link then slows a transfer down and never looks dead; a fast one gets the
- * hub's chunk after a few replies.
+ * rate they arrive: the pace measures that rate and sizes each get to what
+ * arrives in a thirty-second of the bound, from a small first one up to the
+ * hub's chunk. A slow link then slows a transfer down and never looks dead,
+ * and a reply on its way still arrives in time when the link's share falls
+ * 16-fold (15 more watchers starting to fetch from the same hub); a fast link
+ * gets the hub's chunk after a few replies.
  */
 #ifndef WSYNC_PACE_INT_H
 #define WSYNC_PACE_INT_H
