@@ -100,9 +100,10 @@ check: all
 # the delta test makes its deltas with bench/delta.
 check-build: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta
 
-# The crash tests need the hooks: the test build.
+# The crash tests need the hooks: the test build. bench/hosts-fanout (the
+# fanout test) makes its model with bench/mkmodel.
 check-long:
-	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all
+	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all $(TEST_BUILD)/bench/mkmodel
 	@scripts/deps check-or-install long
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run long
 
