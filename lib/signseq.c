@@ -22,9 +22,11 @@ s_read(const char *path, uint64_t *last, wsync_err_t *err)
 	if (f == NULL)
 		return errno == ENOENT ? 0 : wsync_err_set(err, EX_IOERR, "%s: %s", path,
 		    strerror(errno));
+	/* An empty file leaves text as it was: never look for its end then. */
 	ok = fgets(text, sizeof(text), f) != NULL;
 	fclose(f);
-	text[strcspn(text, "\n")] = '\0';
+	if (ok)
+		text[strcspn(text, "\n")] = '\0';
 	if (!ok || wsync_parse_number(text, last) < 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: not a sequence number (one decimal "
 		    "number a line)", path);

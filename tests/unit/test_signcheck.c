@@ -49,6 +49,16 @@ s_push(const char *const *models, const int *which, int n, uint64_t seq, const c
 	}
 }
 
+/* Leaves the stack below the caller full of non-NUL bytes, as a long run before would. */
+__attribute__((noinline)) static void
+s_dirty_stack(void)
+{
+	volatile char junk[16384];
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = 'x';
+}
+
 static void
 test_counter(void)
 {
@@ -65,6 +75,14 @@ test_counter(void)
 	ok(wsync_signseq_next(key, 0, &seq, &err) == 0 && seq == 51, "goes on from the given one");
 	ok(wsync_signseq_next(s_path("none.key"), 0, &seq, &err) < 0 && err.code == EX_NOINPUT,
 	    "a missing key file is 66");
+	/* An empty KEY.seq (a crash of an editor, a "touch"): read nothing, refused. */
+	FILE *f = fopen(s_path("k.key.seq"), "w");
+	if (f != NULL)
+		fclose(f);
+	s_dirty_stack();
+	ok(wsync_signseq_next(key, 0, &seq, &err) < 0 && err.code == EX_DATAERR &&
+	    strstr(err.msg, "not a sequence number") != NULL,
+	    "an empty KEY.seq is refused as not a sequence number (65)");
 }
 
 static void
