@@ -15,9 +15,13 @@
 #include <string.h>
 #include <sysexits.h>
 
+#include "mpcheck_int.h"
 #include "wsync.h"
 
 #define S_FORMAT 1                      /* the "manifest" field */
+/* Bounds on a manifest's msgpack: map, models array, model maps; their objects. */
+#define S_DEPTH 3
+#define S_OBJECTS (16 + 9 * WSYNC_MAX_SIGNED)
 
 static void
 s_str(msgpack_packer *pk, const char *s)
@@ -169,11 +173,22 @@ wsync_manifest_decode(const void *buf, size_t len, wsync_manifest_t *m, wsync_er
 {
 	msgpack_unpacked u;
 	unsigned char *again = NULL;
+	char why[160];
 	size_t off = 0, n = 0;
 	int rc = -1;
 
 	memset(m, 0, sizeof(*m));
 	msgpack_unpacked_init(&u);
+	/*
+	 * Bounded first, as every decoder of untrusted msgpack here: a manifest is
+	 * read unchecked too (wsync-inspect, the output in place), and msgpack-c
+	 * allocates a container's declared entries before it reads them.
+	 */
+	if (wsync_msgpack_check(buf, len, &n, S_DEPTH, S_OBJECTS, why, sizeof(why)) < 0) {
+		wsync_err_set(err, EX_DATAERR, "manifest: not a wsync manifest (%s)", why);
+		goto out;
+	}
+	n = 0;
 	if (msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len ||
 	    s_fields(&u.data, m) < 0) {
 		wsync_err_set(err, EX_DATAERR, "manifest: not a wsync manifest (msgpack map of "

@@ -295,6 +295,20 @@ test_manifest_encoding(void)
 		    "shortest forms)") == 0, "a non-canonical encoding is refused: %s", err.msg);
 		free(long_form);
 	}
+	/* Its models as an array that declares 2^32-1 entries: bounded before unpacking. */
+	{
+		unsigned char *huge = malloc(len + 5);
+		size_t at = len - 1;
+		while (at > 0 && memcmp(buf + at, "\xa6models", 7) != 0)
+			at--;
+		memcpy(huge, buf, at + 7);
+		memcpy(huge + at + 7, "\xdd\xff\xff\xff\xff", 5);
+		ok(at > 0 && wsync_manifest_decode(huge, at + 12, &back, &err) < 0 &&
+		    strstr(err.msg, "declares 4294967295 objects") != NULL,
+		    "a container declaring more than its bytes hold is refused unallocated: %s",
+		    err.msg);
+		free(huge);
+	}
 	free(buf);
 	memcpy(models[1].model, "a", 2);
 	ok(wsync_manifest_encode(&m, &buf, &len, &err) < 0 &&
