@@ -215,6 +215,18 @@ cli_seconds(const char *option, const char *sec)
 	return ms;
 }
 
+int
+cli_age_seconds(const char *option, const char *sec)
+{
+	char *end;
+	double v = strtod(sec, &end);
+
+	/* An age may be longer than the 24 days a timeout's milliseconds allow. */
+	if (end == sec || *end != '\0' || !(v >= 0) || v > 86400.0 * 365)
+		cli_usage_error("%s wants seconds (like 2.5), not \"%s\"", option, sec);
+	return (int)v + (v > (int)v);
+}
+
 uint64_t
 cli_number(const char *option, const char *s)
 {

@@ -46,6 +46,8 @@ _Noreturn void cli_usage_error(const char *fmt, ...)
 _Noreturn void cli_bad_option(char *const *argv, int c);
 /* Parses SEC (seconds, a decimal >= 0) as milliseconds; exits 64 naming option if bad. */
 int cli_seconds(const char *option, const char *sec);
+/* Parses SEC (seconds, up to a year) as whole seconds, rounded up; exits 64 naming option if bad. */
+int cli_age_seconds(const char *option, const char *sec);
 /* Parses a whole number for option; exits 64 if bad. */
 uint64_t cli_number(const char *option, const char *s);
 /* Parses a --transfer MODE (auto, link, copy, socket); exits 64 if bad. */

@@ -86,7 +86,7 @@ main(int argc, char **argv)
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
 	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
-	int max_age_ms = 0, nkeys;
+	int max_age_s = 0, nkeys;
 	const wsync_verifykey_t *keys;
 	int64_t deadline;
 	volatile sig_atomic_t *stop;
@@ -118,7 +118,7 @@ main(int argc, char **argv)
 		case OPT_TRANSFER: transfer = cli_transfer(optarg); break;
 		case OPT_PROGRESS: cli_progress_force(); break;
 		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
-		case OPT_MAX_AGE: max_age_ms = cli_seconds("--max-age", optarg); break;
+		case OPT_MAX_AGE: max_age_s = cli_age_seconds("--max-age", optarg); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -127,7 +127,7 @@ main(int argc, char **argv)
 	if (model == NULL)
 		cli_usage_error("no model given (-m MODEL)");
 	keys = cli_verify_keys(&nkeys);
-	if (max_age_ms > 0 && nkeys == 0)
+	if (max_age_s > 0 && nkeys == 0)
 		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
 	if (wsync_model_id_check(model) < 0)
 		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
@@ -164,8 +164,8 @@ main(int argc, char **argv)
 	    .keys = keys, .nkeys = nkeys }, out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
-	if (max_age_ms > 0 && strcmp(out, "-") != 0)
-		s_check_age(out, model, got.version, max_age_ms / 1000);
+	if (max_age_s > 0 && strcmp(out, "-") != 0)
+		s_check_age(out, model, got.version, max_age_s);
 	if (strcmp(out, "-") != 0)
 		printf("%" PRIu64 "\n", got.version);
 	wsync_client_destroy(&client);

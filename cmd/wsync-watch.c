@@ -341,7 +341,7 @@ main(int argc, char **argv)
 			hook.ack_timeout_ms = cli_seconds("--ack-timeout", optarg);
 			break;
 		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
-		case OPT_MAX_AGE: w.max_age_s = cli_seconds("--max-age", optarg) / 1000; break;
+		case OPT_MAX_AGE: w.max_age_s = cli_age_seconds("--max-age", optarg); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;

@@ -1,6 +1,7 @@
 /* batch.c - push requests and wsync-push's batch line protocol: quoting, options, open slots. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,8 @@ wsync_parse_seconds(const char *sec, int *ms)
 	char *end;
 	double v = strtod(sec, &end);
 
-	if (end == sec || *end != '\0' || !(v >= 0) || v > 86400.0 * 365)
+	/* Its milliseconds must fit an int: a larger value used to wrap negative. */
+	if (end == sec || *end != '\0' || !(v >= 0) || v > INT_MAX / 1000.0)
 		return -1;
 	*ms = (int)(v * 1000 + 0.5);
 	return 0;

@@ -489,7 +489,7 @@ int wsync_client_slot(wsync_client_t *client, const wsync_slot_ask_t *a, int tim
 
 /* Parses a whole decimal number into *v; -1 when it is not one. */
 int wsync_parse_number(const char *s, uint64_t *v);
-/* Parses SEC (seconds, a decimal from 0 to a year) into *ms; -1 when it is not one. */
+/* Parses SEC (seconds, a decimal from 0 to 2147483, 24 days) into *ms; -1 when it is not one. */
 int wsync_parse_seconds(const char *sec, int *ms);
 /*
  * Splits s in place at commas into a NULL-terminated array of its n parts

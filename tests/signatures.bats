@@ -230,6 +230,13 @@ error 65 --seq 7 is not above 7, the last sequence number signed with key.key (k
 	assert_output "7"
 }
 
+@test "wsync-pull and wsync-watch take a --max-age of 30 days, refused without --verify-key" {
+	run -64 wsync-pull -q --max-age 2592000 -m policy -o p.wsync
+	assert_line --index 0 "wsync-pull: --max-age goes with --verify-key: only a signed version has an age"
+	run -64 wsync-watch -q --max-age 2592000 -m policy -o p.wsync
+	assert_line --index 0 "wsync-watch: --max-age goes with --verify-key: only a signed version has an age"
+}
+
 @test "wsync-pull --max-age warns when the signed version is older" {
 	make_versions 1
 	start_hub

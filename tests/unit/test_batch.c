@@ -124,6 +124,7 @@ test_errors(void)
 	refused("-m .hidden v", "bad model id \".hidden\": use 1 to 64 of A-Z a-z 0-9 . _ - (not "
 	    "starting with '.')");
 	refused("-m policy v -t soon", "--timeout wants seconds (like 2.5), not \"soon\"");
+	refused("-m policy v -t 2200000", "--timeout wants seconds (like 2.5), not \"2200000\"");
 	refused("-m policy v -w 99999999", "--wait wants all, a number of workers or worker ids, "
 	    "not \"99999999\"");
 	refused("-e ipc:///elsewhere -m policy v",
