@@ -131,6 +131,7 @@ static int
 s_signer(const wsync_file_t *f, struct s_signer *s)
 {
 	const wsync_verifykey_t *keys;
+	struct tm *tm;
 	time_t t;
 	int nkeys;
 
@@ -147,8 +148,11 @@ s_signer(const wsync_file_t *f, struct s_signer *s)
 	if (wsync_manifest_of(f, &s->m) < 0)
 		return -1;
 	wsync_keyid_hex(s->m.key, s->key);
+	/* The manifest is not checked yet: a time past any calendar (gmtime NULL) is shown raw. */
 	t = (time_t)s->m.time;
-	strftime(s->when, sizeof(s->when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+	if ((tm = s->m.time <= INT64_MAX ? gmtime(&t) : NULL) == NULL ||
+	    strftime(s->when, sizeof(s->when), "%Y-%m-%dT%H:%M:%SZ", tm) == 0)
+		snprintf(s->when, sizeof(s->when), "%" PRIu64 " s", s->m.time);
 	return 0;
 }
 

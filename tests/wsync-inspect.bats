@@ -215,3 +215,23 @@ Try 'wsync-inspect --help'."
 	run -0 wsync-inspect --version
 	assert_output "wsync-inspect 0.1.0"
 }
+
+@test "a manifest whose time no calendar holds is shown, not a crash" {
+	# A canonical manifest (shortest forms, fields in order) signed at 2^62 s,
+	# carried in the meta of a safetensors file converted to .wsync.
+	"$PY" - <<-'PYEOF'
+	import base64, json, struct, msgpack
+	m = msgpack.packb({"manifest": 1, "seq": 1, "time": 1 << 62, "key": bytes(8),
+	    "models": [{"model": "policy", "content": 0, "digest": bytes(32),
+	    "meta": bytes(32)}]}, use_bin_type=True)
+	head = json.dumps({"__metadata__": {"wsync.manifest": base64.b64encode(m).decode()},
+	    "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+	open("far.safetensors", "wb").write(struct.pack("<Q", len(head)) + head + bytes(4))
+	PYEOF
+	wsync-convert -m policy far.safetensors far.wsync
+	run -0 wsync-inspect far.wsync
+	assert_line "signed    key 0 seq 1 at 4611686018427387904 s, 1 model"
+	run -0 wsync-inspect --json far.wsync
+	run -0 jq -r .signed.at <<<"$output"
+	assert_output "4611686018427387904 s"
+}
