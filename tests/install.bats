@@ -50,6 +50,7 @@ setup() {
 /usr/lib/python3/dist-packages/wsync/programs.py
 /usr/lib/python3/dist-packages/wsync/publisher.py
 /usr/lib/python3/dist-packages/wsync/py.typed
+/usr/lib/python3/dist-packages/wsync/signing.py
 /usr/lib/python3/dist-packages/wsync/slots.py
 /usr/lib/python3/dist-packages/wsync/tensors.py
 /usr/lib/python3/dist-packages/wsync/watch.py

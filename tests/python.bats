@@ -34,6 +34,11 @@ s_need() {
 	s_pytest test_publish_watch.py 6
 }
 
+@test "a signed Publisher's versions are taken by verifying workers (test_signed_publish.py)" {
+	s_need pytest
+	s_pytest test_signed_publish.py 7
+}
+
 @test "3 torch workers hold the trainer's bf16 module at every version (test_torch_publish_watch.py)" {
 	s_need pytest
 	s_need torch

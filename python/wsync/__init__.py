@@ -21,6 +21,9 @@ numpy, and torch only for torch tensors.
     version = pull("policy", "policy.wsync")
     tensors, meta = read("policy.wsync", framework="torch")
 
+Publisher(model, sign_key="trainer.key") signs every publish (wsync-push
+--sign-key); watch and pull take verify_key= to apply only what it signed.
+
 Every dtype of wsync travels, bf16 and fp8 included, without ml_dtypes
 (module wsync.tensors says how). A failure raises a WsyncError whose status
 is the exit status of wsync(7): TimedOut (75), HubUnavailable (69),

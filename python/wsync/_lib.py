@@ -69,7 +69,10 @@ def lib() -> ctypes.CDLL:
             ("file_tensor", ctypes.POINTER(Tensor), [P, ctypes.c_size_t]),
             ("file_meta_count", ctypes.c_size_t, [P]),
             ("file_meta", ctypes.POINTER(Meta), [P, ctypes.c_size_t]),
-            ("file_verify", i, [P, P, P, E])]:
+            ("file_verify", i, [P, P, P, E]),
+            ("signkey_load", P, [s, E]), ("signkey_destroy", None, [ctypes.POINTER(P)]),
+            ("signseq_next", i, [s, u64, ctypes.POINTER(u64), E]),
+            ("sign_trees", i, [ctypes.POINTER(P), i, P, u64, P, E])]:
         f = getattr(so, "wsync_" + name)
         f.restype, f.argtypes = res, args
     _lib = so

@@ -3,6 +3,7 @@ import subprocess
 from typing import Iterable, List, Optional, Sequence, Union
 
 from .errors import InternalError, error
+from .signing import check_seq
 
 Wait = Union[str, int, Sequence[str]]
 
@@ -18,6 +19,12 @@ def client_args(endpoint: Optional[str] = None, key: Optional[str] = None,
     if hub_key:
         args += ["--hub-key", hub_key]
     return args
+
+
+def verify_args(verify_key: Union[str, Sequence[str], None]) -> List[str]:
+    """--verify-key for each public key file given (one, or several)."""
+    keys = [verify_key] if isinstance(verify_key, str) else list(verify_key or [])
+    return [a for k in keys for a in ("--verify-key", k)]
 
 
 def wait_arg(wait: Wait) -> str:
@@ -37,12 +44,21 @@ def run(args: Iterable[str], data: Optional[bytes] = None) -> bytes:
 
 def push(model: str, path: str, wait: Optional[Wait] = None, timeout: float = 30,
          endpoint: Optional[str] = None, workers: Optional[Sequence[str]] = None,
-         key: Optional[str] = None, hub_key: Optional[str] = None) -> int:
+         key: Optional[str] = None, hub_key: Optional[str] = None,
+         sign_key: Optional[str] = None, seq: Optional[int] = None) -> int:
     """Publishes the file at path (.wsync or safetensors) as model's next version
     and returns its number; with wait ("all", N, or worker ids), once those
     workers applied it (TimedOut, 75, after timeout seconds: published, but
-    late workers, named in the message). workers: only these get it."""
+    late workers, named in the message). workers: only these get it.
+    sign_key: sign it with this secret key (wsync-push --sign-key), under seq
+    (above the last number signed with the key, else DataError, 65) or the
+    counter's next beside the key."""
+    check_seq(seq, sign_key is not None)
     args = ["wsync-push"] + client_args(endpoint, key, hub_key) + ["-t", str(timeout)]
+    if sign_key is not None:
+        args += ["--sign-key", sign_key]
+    if seq is not None:
+        args += ["--seq", str(seq)]
     if wait is not None:
         args += ["-w", wait_arg(wait)]
     if workers:
@@ -52,14 +68,17 @@ def push(model: str, path: str, wait: Optional[Wait] = None, timeout: float = 30
 
 def pull(model: str, path: str, version: Optional[int] = None, timeout: float = 30,
          endpoint: Optional[str] = None, key: Optional[str] = None,
-         hub_key: Optional[str] = None) -> int:
+         hub_key: Optional[str] = None,
+         verify_key: Union[str, Sequence[str], None] = None) -> int:
     """Fetches model's newest version (or version) into path, verified and
-    replaced atomically; returns its number."""
+    replaced atomically; returns its number. verify_key: a public key file (or
+    several): take only a version signed with one of them, else
+    PermissionDenied (77) naming why it was refused."""
     args = ["wsync-pull"] + client_args(endpoint, key, hub_key) + \
         ["-t", str(timeout), "-m", model, "-o", path]
     if version is not None:
         args += ["-v", str(version)]
-    return int(run(args))
+    return int(run(args + verify_args(verify_key)))
 
 
 def send_line(proc: "subprocess.Popen[str]", line: str) -> None:

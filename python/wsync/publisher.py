@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _lib, slots
+from . import _lib, signing, slots
 from .errors import InternalError, UsageError, WsyncError, error
 from .programs import Wait, client_args, send_line, wait_arg
 
@@ -35,11 +35,21 @@ class Publisher:
     a .wsync file in a private directory (default /dev/shm) and pushes that.
     The tensors must not change while publish copies them: the hub trusts the
     hashes taken as they are copied.
+
+    With sign_key (a secret key file: `wsync-keygen --sign NAME` makes
+    NAME.key and NAME.pub), every publish is signed before it is written: one
+    manifest of all its models (a SHA-256 digest of each one's tensors, its
+    content id, its meta) and a sequence number, checked by workers run with
+    --verify-key NAME.pub (wsync-push(1), "Signed pushes"). The number is
+    publish's seq (such as the trainer's step), which must be above the last
+    one signed with the key, else DataError (65); or the counter's next, kept
+    in NAME.key.seq beside the key.
     """
 
     def __init__(self, model: Union[str, Sequence[str]], endpoint: Optional[str] = None,
                  directory: Optional[str] = None, workers: Optional[Sequence[str]] = None,
-                 key: Optional[str] = None, hub_key: Optional[str] = None) -> None:
+                 key: Optional[str] = None, hub_key: Optional[str] = None,
+                 sign_key: Optional[str] = None) -> None:
         self.models: List[str] = [model] if isinstance(model, str) else list(model)
         if not self.models or len(set(self.models)) != len(self.models):
             raise UsageError(64, "Publisher wants one model id or several different ones")
@@ -49,7 +59,14 @@ class Publisher:
                                  "(not starting with '.')")
         self.workers = f" -W {','.join(workers)}" if workers else ""
         self.args = ["wsync-push", "--batch"] + client_args(endpoint, key, hub_key)
-        self._start()
+        # Signed here, not by the coprocess: the trees are written into slots.
+        self.sign_key = signing.SignKey(sign_key) if sign_key is not None else None
+        self.seq: Optional[int] = None      # of the last signed publish
+        try:
+            self._start()
+        except BaseException:
+            self._close_key()
+            raise
         if directory is None and os.path.isdir("/dev/shm"):
             directory = "/dev/shm"
         self.parent: Optional[str] = directory
@@ -122,13 +139,15 @@ class Publisher:
 
     def publish(self, state_dict: Any, meta: Optional[Mapping[str, Any]] = None,
                 wait: Optional[Wait] = None, timeout: float = 30,
-                dtypes: Optional[Mapping[str, Any]] = None) -> Any:
+                dtypes: Optional[Mapping[str, Any]] = None, seq: Optional[int] = None) -> Any:
         """Publishes a state_dict as the model's next version and returns its number;
         for a publisher of several models, {model: state_dict} committed together,
         returning {model: version}. wait: "all", N, or worker ids: returns once those
         workers applied it, else raises TimedOut (75) after timeout seconds naming
         each late worker and its last failure. dtypes: {name: wsync dtype} for raw
-        bits ({model: {name: dtype}} for several models)."""
+        bits ({model: {name: dtype}} for several models). seq: the sequence number
+        of a signed publish (see Publisher), 1 or more; it is kept in self.seq."""
+        signing.check_seq(seq, self.sign_key is not None)
         parts = self._by_model(state_dict)
         many = len(self.models) > 1
         wait_opt = f" -w {wait_arg(wait)}" if wait is not None else ""
@@ -137,6 +156,8 @@ class Publisher:
             for m, sd in parts.items():
                 d = (dtypes or {}).get(m) if many else dtypes
                 trees.append(_lib.Tree(sd, m, meta, d))
+            if self.sign_key is not None:
+                self.seq = self.sign_key.sign(trees, seq)
             slot = None
             if self.slots:
                 sizes = [t.size() for t in trees]
@@ -166,9 +187,14 @@ class Publisher:
         if not self.proc.stdin.closed:
             self.proc.stdin.close()
         self.proc.wait()
+        self._close_key()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+    def _close_key(self) -> None:
+        if self.sign_key is not None:
+            self.sign_key.close()
 
     def __enter__(self) -> "Publisher":
         return self

@@ -4,7 +4,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import files, tensors
 from .errors import InternalError, WsyncError, error
-from .programs import client_args, send_line
+from .programs import client_args, send_line, verify_args
 
 
 class Update:
@@ -127,7 +127,7 @@ def watch(model: Union[str, Sequence[str]], path: str, worker: Optional[str] = N
           endpoint: Optional[str] = None, framework: str = "numpy",
           ack_timeout: float = 60, transfer: Optional[str] = None, keep: Optional[int] = None,
           key: Optional[str] = None, hub_key: Optional[str] = None,
-          once: bool = False) -> Watcher:
+          once: bool = False, verify_key: Union[str, Sequence[str], None] = None) -> Watcher:
     """Follows model (or several, path then a directory: path/MODEL.wsync): the
     current version at once, then every newer one, each an Update to apply and
     then ack() (or fail(reason)) within ack_timeout seconds, else the hub is
@@ -137,6 +137,10 @@ def watch(model: Union[str, Sequence[str]], path: str, worker: Optional[str] = N
             for update in updates:
                 module.load_state_dict(update.tensors)
                 update.ack()
+
+    verify_key: a public key file (or several, for a key rotation): only
+    versions signed with one of them are yielded; any other is refused, and
+    the hub told why (wsync-watch --verify-key).
 
     Raises the WsyncError of wsync-watch's exit status when it stops on its own
     (69 no hub within its timeout, 75 too far behind...)."""
@@ -153,4 +157,5 @@ def watch(model: Union[str, Sequence[str]], path: str, worker: Optional[str] = N
         args += ["--keep", str(keep)]
     if once:
         args.append("--once")
+    args += verify_args(verify_key)
     return Watcher(args, framework)
