@@ -283,6 +283,7 @@ struct s_out {
 	uint64_t off;
 	size_t len;
 	int error;                   /* errno of the first failed write */
+	int skeleton;                /* into dst, tensor data and hashes left out */
 	char *buf;                   /* S_OUT_BUF bytes, for a descriptor */
 };
 
@@ -330,10 +331,12 @@ s_out_write(void *data, const char *buf, size_t len)
  * hash_at (a msgpack uint64: big-endian), written as 0 before.
  */
 static void
-s_out_data(struct s_out *o, const struct wsync_tree_tensor *t, uint64_t hash_at)
+s_out_data(struct s_out *o, struct wsync_tree_tensor *t, uint64_t hash_at)
 {
 	uint64_t h;
 
+	t->at = o->off;
+	t->hash_at = hash_at;
 	if (o->fd >= 0) {
 		s_out_write(o, t->data, t->nbytes);
 		return;
@@ -341,6 +344,10 @@ s_out_data(struct s_out *o, const struct wsync_tree_tensor *t, uint64_t hash_at)
 	if (o->dst != NULL) {
 		if (t->nbytes > o->size - o->off) {
 			o->error = ENOSPC;
+			return;
+		}
+		if (o->skeleton) {
+			o->off += t->nbytes;
 			return;
 		}
 		h = wsync_copy_hash(o->dst + o->off, t->data, t->nbytes);
@@ -367,7 +374,7 @@ s_bin_header(uint64_t len)
 }
 
 static void
-s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor *t)
+s_pack_tensor(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t)
 {
 	static const char zeros[WSYNC_ALIGN];
 	uint64_t hash_at;
@@ -397,7 +404,7 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tenso
 
 /* Packs tensors [lo, hi), which share their first depth keys, as one map. */
 static void
-s_pack_level(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor *t,
+s_pack_level(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t,
     size_t lo, size_t hi, int depth)
 {
 	size_t groups = 0;
@@ -487,6 +494,21 @@ wsync_tree_write_into(wsync_tree_t *tree, void *dst, uint64_t size, wsync_err_t 
 		return -1;
 	if (need != size)
 		return wsync_err_set(err, EX_USAGE, "model %s: the document is %llu bytes, "
+		    "the memory for it %llu", tree->model, (unsigned long long)need,
+		    (unsigned long long)size);
+	return s_write(tree, &o, err);
+}
+
+int
+wsync_tree_write_skeleton(wsync_tree_t *tree, void *dst, uint64_t size, wsync_err_t *err)
+{
+	struct s_out o = { .fd = -1, .dst = dst, .size = size, .skeleton = 1 };
+	uint64_t need;
+
+	if (wsync_tree_size(tree, &need, err) < 0)
+		return -1;
+	if (need != size)
+		return wsync_err_set(err, EX_SOFTWARE, "model %s: the document is %llu bytes, "
 		    "the memory for it %llu", tree->model, (unsigned long long)need,
 		    (unsigned long long)size);
 	return s_write(tree, &o, err);

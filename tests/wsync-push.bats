@@ -116,7 +116,7 @@ PYEOF
 	assert_output "2"
 }
 
-@test "a large bad .wsync handed over through the store is refused by the hub, 65" {
+@test "a large bad .wsync handed over through the store is refused as it is written, 65" {
 	make_big 6
 	wsync-convert -m policy big.safetensors big.wsync
 	local off
@@ -124,7 +124,7 @@ PYEOF
 	printf '\377' | dd of=big.wsync bs=1 seek="$off" conv=notrunc status=none
 	start_hub
 	run -65 wsync-push -m policy big.wsync
-	assert_output 'wsync-push: model "policy": tensor w: data does not match its hash'
+	assert_output 'wsync-push: big.wsync: tensor w: data does not match its hash'
 	run -0 grep -c "event=begin.*transfer=copy" hub.log
 	run -0 wsync-inspect --hub --json
 	assert_equal "$(jq '.models | length' <<<"$output")" 0
