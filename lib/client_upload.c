@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -99,25 +98,18 @@ out:
 	return rc;
 }
 
-/* Maps a slot file of size bytes and writes the document of src into it. */
+/* Writes the document of src into a slot file of size bytes. */
 static int
 s_write_slot(wsync_client_t *c, int fd, wsync_source_t *src, uint64_t size, wsync_err_t *err)
 {
 	struct stat st;
-	unsigned char *map;
-	int rc;
 
-	/* Fresh pages cost less allocated at once than faulted in; a recycled file has them. */
+	/* Fresh pages cost less allocated at once; a recycled file has them already. */
 	if (fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 < size &&
 	    fallocate(fd, 0, 0, (off_t)size) < 0 && errno != EOPNOTSUPP)
 		return wsync_err_set(err, EX_IOERR, "%s/.uploads: cannot allocate %" PRIu64
 		    " bytes: %s", c->store, size, strerror(errno));
-	if ((map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
-		return wsync_err_set(err, EX_IOERR, "%s/.uploads: cannot map an upload file: %s",
-		    c->store, strerror(errno));
-	rc = wsync_source_write_into(src, map, size, c->progress, c->progress_arg, c->stop, err);
-	munmap(map, size);
-	return rc;
+	return wsync_source_write_fd(src, fd, size, c->progress, c->progress_arg, c->stop, err);
 }
 
 /*

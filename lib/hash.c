@@ -113,7 +113,7 @@ struct s_behind {
 	const unsigned char *src;
 	size_t n;
 	atomic_size_t copied;           /* bytes of src copied so far */
-	XXH3_state_t *state;            /* the hash, continued */
+	uint64_t hash;
 };
 
 /*
@@ -125,8 +125,10 @@ static void *
 s_hash_behind(void *arg)
 {
 	struct s_behind *b = arg;
+	XXH3_state_t state;
 	size_t done = 0;
 
+	XXH3_64bits_reset(&state);
 	for (unsigned spins = 0; done < b->n; spins++) {
 		size_t ready = atomic_load_explicit(&b->copied, memory_order_acquire);
 		if (ready == done) {
@@ -137,9 +139,10 @@ s_hash_behind(void *arg)
 				_mm_pause();
 			continue;
 		}
-		wsync_hash_update(b->state, b->src + done, ready - done);
+		wsync_hash_update(&state, b->src + done, ready - done);
 		done = ready;
 	}
+	b->hash = XXH3_64bits_digest(&state);
 	return NULL;
 }
 
@@ -189,15 +192,13 @@ s_tell_hasher(void *arg, const unsigned char *chunk, size_t len, size_t copied)
 
 /*
  * wsync_copy_hash for large n: this thread copies with streaming stores while
- * another hashes the source just behind it into state, so the whole costs
- * about one copy instead of a copy plus a hash. -1 (nothing done) when no
- * thread can start.
+ * another hashes the source just behind it, so the whole costs about one copy
+ * instead of a copy plus a hash. -1 (nothing done) when no thread can start.
  */
 static int
-s_copy_hash_pipelined(unsigned char *d, const unsigned char *s, size_t n,
-    XXH3_state_t *state)
+s_copy_hash_pipelined(unsigned char *d, const unsigned char *s, size_t n, uint64_t *hash)
 {
-	struct s_behind b = { .src = s, .n = n, .state = state };
+	struct s_behind b = { .src = s, .n = n };
 	pthread_t hasher;
 	cpu_set_t cpus;
 
@@ -209,51 +210,43 @@ s_copy_hash_pipelined(unsigned char *d, const unsigned char *s, size_t n,
 		return -1;
 	s_stream_chunks(d, s, n, s_tell_hasher, &b);
 	pthread_join(hasher, NULL);
+	*hash = b.hash;
 	return 0;
 }
 #endif
 
-void
-wsync_copy_hash_update(XXH3_state_t *state, void *dst, const void *src, size_t n)
+uint64_t
+wsync_copy_hash(void *dst, const void *src, size_t n)
 {
 	unsigned char *d = dst;
 	const unsigned char *s = src;
+	XXH3_state_t state;
 
 	if (n < S_STREAM_MIN) {
 		if (n > 0)
 			memcpy(d, s, n);
-		wsync_hash_update(state, d, n);
-		return;
+		return wsync_hash(d, n);
 	}
 #ifdef __SSE2__
-	if (n >= S_PIPE_MIN && s_copy_hash_pipelined(d, s, n, state) == 0)
-		return;
+	uint64_t hash;
+
+	if (n >= S_PIPE_MIN && s_copy_hash_pipelined(d, s, n, &hash) == 0)
+		return hash;
+#endif
+	XXH3_64bits_reset(&state);
+#ifdef __SSE2__
 	/*
 	 * The destination is not in the cache after streaming stores, so the
 	 * chunk is hashed from the source, which is: the same bytes, unless the
 	 * caller changes the source during the call.
 	 */
-	s_stream_chunks(d, s, n, s_hash_chunk, state);
+	s_stream_chunks(d, s, n, s_hash_chunk, &state);
 #else
 	for (size_t off = 0, c; off < n; off += c) {
 		c = n - off < S_CHUNK ? n - off : S_CHUNK;
 		memcpy(d + off, s + off, c);
-		wsync_hash_update(state, d + off, c);
+		wsync_hash_update(&state, d + off, c);
 	}
 #endif
-}
-
-uint64_t
-wsync_copy_hash(void *dst, const void *src, size_t n)
-{
-	XXH3_state_t state;
-
-	if (n < S_STREAM_MIN) {
-		if (n > 0)
-			memcpy(dst, src, n);
-		return wsync_hash(dst, n);
-	}
-	XXH3_64bits_reset(&state);
-	wsync_copy_hash_update(&state, dst, src, n);
 	return XXH3_64bits_digest(&state);
 }

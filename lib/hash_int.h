@@ -10,11 +10,6 @@
 
 /* XXH3_64bits_update, through libxxhash's AVX2 variant when the CPU has it. */
 void wsync_hash_update(XXH3_state_t *state, const void *data, size_t len);
-/*
- * wsync_copy_hash continued: copies n bytes from src to dst and adds them to
- * state, so a tensor can be copied piece by piece, its pages let go behind.
- */
-void wsync_copy_hash_update(XXH3_state_t *state, void *dst, const void *src, size_t n);
 
 /* Bytes of the longest tensor descriptor wsync_tensor_describe writes. */
 #define WSYNC_DESCRIBE_MAX (WSYNC_MAX_PATH + 1 + 8 + 1 + 1 + 8 * WSYNC_MAX_DIMS)

@@ -88,20 +88,6 @@ wsync_pages_populate(const void *p, size_t len)
 #endif
 }
 
-void
-wsync_pages_populate_write(void *p, size_t len)
-{
-#ifdef MADV_POPULATE_WRITE
-	uintptr_t start, end;
-
-	if (s_inner_pages(p, len, &start, &end))
-		madvise((void *)start, end - start, MADV_POPULATE_WRITE);
-#else
-	(void)p;
-	(void)len;
-#endif
-}
-
 int
 wsync_write_atomic(const char *path, wsync_write_fn write_fn, wsync_tree_t *tree,
     wsync_err_t *err)

@@ -17,8 +17,6 @@ int wsync_write_all(int fd, const void *buf, size_t len);
 void wsync_pages_release(const void *p, size_t len);
 /* Maps in the pages of [p, p + len) at once, cheaper than a fault per page. */
 void wsync_pages_populate(const void *p, size_t len);
-/* The same for writing: a shared file mapping's pages mapped writable at once. */
-void wsync_pages_populate_write(void *p, size_t len);
 
 /* Writes something to a descriptor; the shape of both tree writers. */
 typedef int (*wsync_write_fn)(wsync_tree_t *tree, int fd, const char *name,

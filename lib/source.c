@@ -1,4 +1,4 @@
-/* source.c - a push's input converted while it is written: laid out first, each tensor copied and hashed once. */
+/* source.c - a push's input converted while it is written, each tensor read and hashed once. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -17,12 +17,12 @@
 #include "tree_int.h"
 
 /*
- * Bytes copied between two lets-go of pages: at least wsync_copy_hash's
- * threshold for its second thread, small beside the 64 MiB a push may hold.
+ * Bytes moved at a time: read from the input into one buffer, hashed there
+ * while they are in the cache, written to the output. Through a buffer and
+ * descriptors, neither file is mapped: mapping 1 GiB in 4 KiB pages and
+ * unmapping it costs about as much as copying it.
  */
-#define S_WINDOW (16u << 20)
-/* Bytes read from a pipe at a time, hashed while they are in the cache. */
-#define S_PIPE_READ (1u << 20)
+#define S_PIECE (256u << 10)
 /* The longest safetensors header read from a pipe (the parser's limit too). */
 #define S_MAX_HEAD (100u << 20)
 
@@ -34,9 +34,11 @@ struct wsync_source {
 	uint64_t pipe_at;               /* bytes of stdin read so far */
 	int verbatim;                   /* the input is the document, as it is */
 	int shared;                     /* the input's data is in shared file mappings */
+	int fd;                         /* the input file, read at offsets; -1: memory */
+	unsigned char *buf;             /* S_PIECE bytes */
 	wsync_tree_t *tree;             /* otherwise, the document's tree */
 	uint64_t size;                  /* the document's, once laid out */
-	unsigned char *doc;             /* for reads: the skeleton with hashes, or all */
+	int doc;                        /* for reads: a file of the skeleton with hashes, or all */
 	int spooled;                    /* doc holds the whole document */
 	size_t cursor;                  /* for reads: the tensor read last */
 	XXH3_state_t state;             /* for reads of a .wsync: the hash of that tensor */
@@ -47,11 +49,15 @@ s_alloc(const char *name, wsync_err_t *err)
 {
 	wsync_source_t *src = calloc(1, sizeof(*src));
 
-	if (src == NULL || (src->name = strdup(name)) == NULL) {
+	if (src == NULL || (src->name = strdup(name)) == NULL ||
+	    (src->buf = malloc(S_PIECE)) == NULL) {
+		if (src != NULL)
+			free(src->name);
 		free(src);
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
+	src->fd = src->doc = -1;
 	return src;
 }
 
@@ -98,11 +104,13 @@ wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int
 }
 
 /*
- * Reads exactly len bytes of stdin into buf: 0, or -1 with err (a short
- * stream is 65); *got (may be NULL) says how many came.
+ * Reads exactly len bytes into buf: of stdin, in order, when off is -1, else
+ * of fd at off. 0, or -1 with err (a short input is 65); *got (may be NULL)
+ * says how many came.
  */
 static int
-s_pipe_read(wsync_source_t *src, void *buf, size_t len, size_t *gotp, wsync_err_t *err)
+s_read(wsync_source_t *src, int fd, void *buf, size_t len, int64_t off, size_t *gotp,
+    wsync_err_t *err)
 {
 	size_t got = 0, ignored;
 
@@ -110,7 +118,8 @@ s_pipe_read(wsync_source_t *src, void *buf, size_t len, size_t *gotp, wsync_err_
 		gotp = &ignored;
 	*gotp = 0;
 	while (got < len) {
-		ssize_t n = read(STDIN_FILENO, (char *)buf + got, len - got);
+		ssize_t n = off < 0 ? read(STDIN_FILENO, (char *)buf + got, len - got) :
+		    pread(fd, (char *)buf + got, len - got, (off_t)(off + (int64_t)got));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -118,12 +127,28 @@ s_pipe_read(wsync_source_t *src, void *buf, size_t len, size_t *gotp, wsync_err_
 			    strerror(errno));
 		if (n == 0)
 			return wsync_err_set(err, EX_DATAERR, "%s: truncated: ended after %llu bytes",
-			    src->name, (unsigned long long)(src->pipe_at + got));
+			    src->name, (unsigned long long)((off < 0 ? (int64_t)src->pipe_at : off) +
+			    (int64_t)got));
 		got += (size_t)n;
 		*gotp = got;
 	}
-	src->pipe_at += len;
+	if (off < 0)
+		src->pipe_at += len;
 	return 0;
+}
+
+/* Reads the next len bytes of stdin into buf (see s_read). */
+static int
+s_pipe_read(wsync_source_t *src, void *buf, size_t len, size_t *gotp, wsync_err_t *err)
+{
+	return s_read(src, -1, buf, len, -1, gotp, err);
+}
+
+/* Reads len bytes at off of fd into buf (see s_read). */
+static int
+s_pread(wsync_source_t *src, int fd, void *buf, size_t len, uint64_t off, wsync_err_t *err)
+{
+	return s_read(src, fd, buf, len, (int64_t)off, NULL, err);
 }
 
 /* Reads the rest of a piped .wsync after its first have bytes, into src->head. */
@@ -223,7 +248,13 @@ wsync_source_open(const char *path, const char *model, wsync_err_t *err)
 			return src;
 	} else if ((src->in = wsync_input_open(path, err)) == NULL)
 		goto fail;
-	src->shared = src->in->mem == WSYNC_MEM_MMAP;
+	/* The same file, read at offsets; a file of another size since is read as mapped. */
+	if ((src->shared = src->in->mem == WSYNC_MEM_MMAP) &&
+	    (src->fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
+	    (fstat(src->fd, &st) < 0 || (uint64_t)st.st_size != wsync_file_size(src->in))) {
+		close(src->fd);
+		src->fd = -1;
+	}
 	if (wsync_file_kind(src->in) == WSYNC_KIND_WSYNC &&
 	    strcmp(wsync_file_model(src->in), model) == 0) {
 		src->verbatim = 1;
@@ -268,8 +299,11 @@ wsync_source_destroy(wsync_source_t **srcp)
 
 	if (src == NULL)
 		return;
-	if (src->doc != NULL)
-		munmap(src->doc, src->size);
+	if (src->doc >= 0)
+		close(src->doc);
+	if (src->fd >= 0)
+		close(src->fd);
+	free(src->buf);
 	wsync_tree_destroy(&src->tree);
 	wsync_file_close(&src->in);
 	free(src->head);
@@ -311,29 +345,21 @@ s_input_order(const wsync_tree_t *tree, wsync_err_t *err)
 	return order;
 }
 
-/* Copies and hashes a pipe's tensor t into dst, a read at a time; *h its hash. */
+/* Writes len bytes of buf at off of the output file fd. */
 static int
-s_pipe_tensor(wsync_source_t *src, const struct wsync_tree_tensor *t, unsigned char *dst,
-    XXH3_state_t *state, wsync_err_t *err)
+s_pwrite(const wsync_source_t *src, int fd, const void *buf, size_t len, uint64_t off,
+    wsync_err_t *err)
 {
-	unsigned char skip[4096];
+	size_t done = 0;
 
-	if (t->tag < src->pipe_at)
-		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: its data overlaps another's "
-		    "(a stream is read once)", src->name, t->path);
-	while (src->pipe_at < t->tag) {
-		size_t n = t->tag - src->pipe_at < sizeof(skip) ? (size_t)(t->tag - src->pipe_at) :
-		    sizeof(skip);
-		if (s_pipe_read(src, skip, n, NULL, err) < 0)
-			return -1;
-	}
-	for (uint64_t off = 0; off < t->nbytes; off += S_PIPE_READ) {
-		size_t n = t->nbytes - off < S_PIPE_READ ? (size_t)(t->nbytes - off) : S_PIPE_READ;
-		wsync_pages_populate_write(dst + off, n);
-		if (s_pipe_read(src, dst + off, n, NULL, err) < 0)
-			return -1;
-		wsync_hash_update(state, dst + off, n);
-		wsync_pages_release(dst + off, n);
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot write the document: %s",
+			    src->name, n < 0 ? strerror(errno) : "no progress");
+		done += (size_t)n;
 	}
 	return 0;
 }
@@ -346,105 +372,172 @@ s_input_release(const wsync_source_t *src, const void *p, size_t n)
 		wsync_pages_release(p, n);
 }
 
-/* Copies and hashes a tensor t in memory into dst, a window at a time. */
-static void
-s_map_tensor(const wsync_source_t *src, const struct wsync_tree_tensor *t,
-    unsigned char *dst, XXH3_state_t *state)
+/*
+ * Bytes [off, off + n) of tensor t's data into buf: read from the pipe (in
+ * order), from the input file at its offset, or copied from memory.
+ */
+static int
+s_piece(wsync_source_t *src, const struct wsync_tree_tensor *t, uint64_t off, void *buf,
+    size_t n, wsync_err_t *err)
 {
-	const unsigned char *p = t->data;
+	const unsigned char *p = (const unsigned char *)t->data + off;
 
-	for (uint64_t off = 0; off < t->nbytes; off += S_WINDOW) {
-		size_t n = t->nbytes - off < S_WINDOW ? (size_t)(t->nbytes - off) : S_WINDOW;
-		/* A fault a page costs more than mapping a window at once. */
-		if (src->shared)
-			wsync_pages_populate(p + off, n);
-		wsync_pages_populate_write(dst + off, n);
-		wsync_copy_hash_update(state, dst + off, p + off, n);
-		s_input_release(src, p + off, n);
-		wsync_pages_release(dst + off, n);
-	}
+	if (src->pipe)
+		return s_pipe_read(src, buf, n, NULL, err);
+	if (src->fd >= 0)
+		return s_pread(src, src->fd, buf, n, (uint64_t)(p -
+		    (const unsigned char *)wsync_file_bytes(src->in)), err);
+	memcpy(buf, p, n);
+	s_input_release(src, p, n);
+	return 0;
 }
 
-/* A .wsync input as it is: bytes between tensors copied, tensors copied and checked. */
+/* Skips a pipe to tensor t's data, which must not be behind. */
 static int
-s_write_verbatim(wsync_source_t *src, unsigned char *dst, wsync_source_progress_fn progress,
-    void *arg, volatile sig_atomic_t *stop, wsync_err_t *err)
+s_pipe_skip(wsync_source_t *src, const struct wsync_tree_tensor *t, wsync_err_t *err)
 {
-	const unsigned char *base = wsync_file_bytes(src->in);
-	uint64_t at = 0;
+	if (t->tag < src->pipe_at)
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: its data overlaps another's "
+		    "(a stream is read once)", src->name, t->path);
+	while (src->pipe_at < t->tag) {
+		size_t n = t->tag - src->pipe_at < S_PIECE ? (size_t)(t->tag - src->pipe_at) :
+		    S_PIECE;
+		if (s_pipe_read(src, src->buf, n, NULL, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/*
+ * Writes tensor t's data at its place in fd (only when data), hashed on
+ * the way, then its hash.
+ */
+static int
+s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int data,
+    wsync_err_t *err)
+{
+	unsigned char be[8];
 	XXH3_state_t state;
 
-	for (size_t i = 0; i <= wsync_file_count(src->in); i++) {
-		const wsync_tensor_t *t = wsync_file_tensor(src->in, i);
-		uint64_t to = t != NULL ? t->offset : src->size;
-		struct wsync_tree_tensor piece;
-
-		if (stop != NULL && *stop)
-			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
-		memcpy(dst + at, base + at, to - at);
-		if (t == NULL)
-			break;
-		if (t->offset < at)
-			return wsync_err_set(err, EX_SOFTWARE, "%s: tensor %s: out of order",
-			    src->name, t->path);
-		piece = (struct wsync_tree_tensor){ .data = t->data, .nbytes = t->nbytes };
-		XXH3_64bits_reset(&state);
-		s_map_tensor(src, &piece, dst + t->offset, &state);
-		if (XXH3_64bits_digest(&state) != t->hash)
-			return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data does not match its "
-			    "hash", src->name, t->path);
-		at = t->offset + t->nbytes;
-		if (progress != NULL)
-			progress(arg, at, src->size);
+	XXH3_64bits_reset(&state);
+	for (uint64_t off = 0; off < t->nbytes; off += S_PIECE) {
+		size_t n = t->nbytes - off < S_PIECE ? (size_t)(t->nbytes - off) : S_PIECE;
+		if (s_piece(src, t, off, src->buf, n, err) < 0)
+			return -1;
+		wsync_hash_update(&state, src->buf, n);
+		if (data && s_pwrite(src, fd, src->buf, n, t->at + off, err) < 0)
+			return -1;
 	}
-	wsync_pages_release(dst, src->size);
+	s_put_be64(be, XXH3_64bits_digest(&state));
+	return s_pwrite(src, fd, be, sizeof(be), t->hash_at, err);
+}
+
+/*
+ * Where the span of [off, end) that starts at off ends, in *to: 1 when it
+ * is data of the tensor at [at, at + nbytes) (have: there is one), 0 when it
+ * is bytes before it.
+ */
+static int
+s_span(int have, uint64_t at, uint64_t nbytes, uint64_t off, uint64_t end, uint64_t *to)
+{
+	if (!have || off < at) {
+		*to = !have || at > end ? end : at;
+		return 0;
+	}
+	*to = at + nbytes > end ? end : at + nbytes;
+	return 1;
+}
+
+/*
+ * Bytes [off, off + len) of a .wsync input as it is into out, each tensor
+ * hashed as its bytes pass, so a bad one is refused (65, naming the file) by
+ * the read of its last byte, in the same pass. Reads go front to back.
+ */
+static int
+s_fill_verbatim(wsync_source_t *src, uint64_t off, unsigned char *out, size_t len,
+    wsync_err_t *err)
+{
+	const unsigned char *base = wsync_file_bytes(src->in);
+	uint64_t end = off + len;
+
+	if (src->fd >= 0) {
+		if (s_pread(src, src->fd, out, len, off, err) < 0)
+			return -1;
+	} else {
+		memcpy(out, base + off, len);
+		s_input_release(src, base + off, len);
+	}
+	while (off < end) {
+		const wsync_tensor_t *t = wsync_file_tensor(src->in, src->cursor);
+		uint64_t to;
+		if (t != NULL && off >= t->offset + t->nbytes) {
+			src->cursor++;
+			continue;
+		}
+		if (s_span(t != NULL, t != NULL ? t->offset : 0, t != NULL ? t->nbytes : 0, off,
+		    end, &to)) {
+			if (off == t->offset)
+				XXH3_64bits_reset(&src->state);
+			wsync_hash_update(&src->state, out, (size_t)(to - off));
+			if (to == t->offset + t->nbytes && XXH3_64bits_digest(&src->state) != t->hash)
+				return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data does not match "
+				    "its hash", src->name, t->path);
+		}
+		out += to - off;
+		off = to;
+	}
 	return 0;
 }
 
 int
-wsync_source_write_into(wsync_source_t *src, unsigned char *dst, uint64_t size,
+wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
     wsync_source_progress_fn progress, void *arg, volatile sig_atomic_t *stop,
     wsync_err_t *err)
 {
-	struct wsync_tree_tensor **order;
+	struct wsync_tree_tensor **order = NULL;
 	uint64_t done = 0;
-	XXH3_state_t state;
 	int rc = -1;
 
 	if (size != wsync_source_size(src, err))
 		return wsync_err_set(err, EX_SOFTWARE, "%s: the document is %llu bytes, the file "
 		    "for it %llu", src->name, (unsigned long long)src->size,
 		    (unsigned long long)size);
-	if (src->verbatim)
-		return s_write_verbatim(src, dst, progress, arg, stop, err);
-	if (wsync_tree_write_skeleton(src->tree, dst, size, err) < 0 ||
+	if (src->verbatim) {
+		src->cursor = 0;
+		for (uint64_t off = 0; off < size; off += S_PIECE) {
+			size_t n = size - off < S_PIECE ? (size_t)(size - off) : S_PIECE;
+			if (stop != NULL && *stop)
+				return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
+			if (s_fill_verbatim(src, off, src->buf, n, err) < 0 ||
+			    s_pwrite(src, fd, src->buf, n, off, err) < 0)
+				return -1;
+			if (progress != NULL)
+				progress(arg, off + n, size);
+		}
+		return 0;
+	}
+	if (wsync_tree_write_skeleton(src->tree, fd, err) < 0 ||
 	    (order = s_input_order(src->tree, err)) == NULL)
 		return -1;
 	for (size_t i = 0; i < src->tree->n; i++) {
-		struct wsync_tree_tensor *t = order[i];
 		if (stop != NULL && *stop) {
 			wsync_err_set(err, EX_TEMPFAIL, "interrupted");
 			goto out;
 		}
-		XXH3_64bits_reset(&state);
-		if (src->pipe) {
-			if (s_pipe_tensor(src, t, dst + t->at, &state, err) < 0)
-				goto out;
-		} else
-			s_map_tensor(src, t, dst + t->at, &state);
-		s_put_be64(dst + t->hash_at, XXH3_64bits_digest(&state));
-		done += t->nbytes;
+		if ((src->pipe && s_pipe_skip(src, order[i], err) < 0) ||
+		    s_tensor_out(src, order[i], fd, 1, err) < 0)
+			goto out;
+		done += order[i]->nbytes;
 		if (progress != NULL)
 			progress(arg, done, size);
 	}
 	/* A writer that stops before the end would get SIGPIPE: the stream is read whole. */
-	for (unsigned char rest[4096]; src->pipe; ) {
-		ssize_t n = read(STDIN_FILENO, rest, sizeof(rest));
+	while (src->pipe) {
+		ssize_t n = read(STDIN_FILENO, src->buf, S_PIECE);
 		if (n == 0 || (n < 0 && errno != EINTR))
 			break;
 	}
 	src->pipe = 0;
-	wsync_pages_release(dst, size);
 	rc = 0;
 out:
 	free(order);
@@ -459,74 +552,20 @@ out:
 static int
 s_prepare_reads(wsync_source_t *src, wsync_err_t *err)
 {
-	int fd = memfd_create("wsync-push", MFD_CLOEXEC);
-	XXH3_state_t state;
-
-	if (fd < 0)
+	if ((src->doc = memfd_create("wsync-push", MFD_CLOEXEC)) < 0)
 		return wsync_err_set(err, EX_SOFTWARE, "memfd_create: %s", strerror(errno));
-	if (ftruncate(fd, (off_t)src->size) < 0 || (src->doc = mmap(NULL, src->size,
-	    PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
-		src->doc = NULL;
-		close(fd);
+	if (ftruncate(src->doc, (off_t)src->size) < 0)
 		return wsync_err_set(err, EX_SOFTWARE, "%s: cannot make room for the document: %s",
 		    src->name, strerror(errno));
-	}
-	close(fd);
 	if (src->pipe) {
 		src->spooled = 1;
-		return wsync_source_write_into(src, src->doc, src->size, NULL, NULL, NULL, err);
+		return wsync_source_write_fd(src, src->doc, src->size, NULL, NULL, NULL, err);
 	}
-	if (wsync_tree_write_skeleton(src->tree, src->doc, src->size, err) < 0)
+	if (wsync_tree_write_skeleton(src->tree, src->doc, err) < 0)
 		return -1;
-	for (size_t i = 0; i < src->tree->n; i++) {
-		const struct wsync_tree_tensor *t = &src->tree->t[i];
-		const unsigned char *p = t->data;
-		XXH3_64bits_reset(&state);
-		for (uint64_t off = 0; off < t->nbytes; off += S_WINDOW) {
-			size_t n = t->nbytes - off < S_WINDOW ? (size_t)(t->nbytes - off) : S_WINDOW;
-			wsync_hash_update(&state, p + off, n);
-			s_input_release(src, p + off, n);
-		}
-		s_put_be64(src->doc + t->hash_at, XXH3_64bits_digest(&state));
-	}
-	return 0;
-}
-
-/*
- * A read of a .wsync input as it is: each tensor hashed as its bytes pass,
- * so a bad one is refused (65, naming the file) by the read of its last
- * byte, the same pass, before the commit.
- */
-static int
-s_read_verbatim(wsync_source_t *src, uint64_t off, unsigned char *out, size_t len,
-    wsync_err_t *err)
-{
-	const unsigned char *base = wsync_file_bytes(src->in);
-	uint64_t end = off + len;
-
-	while (off < end) {
-		const wsync_tensor_t *t = wsync_file_tensor(src->in, src->cursor);
-		uint64_t to;
-		if (t != NULL && off >= t->offset + t->nbytes) {
-			src->cursor++;
-			continue;
-		}
-		if (t == NULL || off < t->offset) {
-			to = t == NULL || t->offset > end ? end : t->offset;
-			memcpy(out, base + off, (size_t)(to - off));
-		} else {
-			if (off == t->offset)
-				XXH3_64bits_reset(&src->state);
-			to = t->offset + t->nbytes > end ? end : t->offset + t->nbytes;
-			wsync_copy_hash_update(&src->state, out, base + off, (size_t)(to - off));
-			if (to == t->offset + t->nbytes && XXH3_64bits_digest(&src->state) != t->hash)
-				return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data does not match "
-				    "its hash", src->name, t->path);
-		}
-		s_input_release(src, base + off, (size_t)(to - off));
-		out += to - off;
-		off = to;
-	}
+	for (size_t i = 0; i < src->tree->n; i++)
+		if (s_tensor_out(src, &src->tree->t[i], src->doc, 0, err) < 0)
+			return -1;
 	return 0;
 }
 
@@ -543,14 +582,11 @@ wsync_source_read(wsync_source_t *src, uint64_t off, void *buf, size_t len,
 		return wsync_err_set(err, EX_SOFTWARE, "%s: a read past the document's end",
 		    src->name);
 	if (src->verbatim)
-		return s_read_verbatim(src, off, buf, len, err);
-	if (src->doc == NULL && s_prepare_reads(src, err) < 0)
+		return s_fill_verbatim(src, off, buf, len, err);
+	if (src->doc < 0 && s_prepare_reads(src, err) < 0)
 		return -1;
-	if (src->spooled) {
-		memcpy(buf, src->doc + off, len);
-		wsync_pages_release(src->doc + off, len);
-		return 0;
-	}
+	if (src->spooled)
+		return s_pread(src, src->doc, buf, len, off, err);
 	/* Tensors are in document order: a cursor follows reads front to back. */
 	while (off < end) {
 		const struct wsync_tree_tensor *t = src->cursor < src->tree->n ?
@@ -560,16 +596,12 @@ wsync_source_read(wsync_source_t *src, uint64_t off, void *buf, size_t len,
 			src->cursor++;
 			continue;
 		}
-		if (t == NULL || off < t->at) {
-			to = t == NULL || t->at > end ? end : t->at;
-			memcpy(out, src->doc + off, (size_t)(to - off));
-			wsync_pages_release(src->doc + off, (size_t)(to - off));
-		} else {
-			to = t->at + t->nbytes > end ? end : t->at + t->nbytes;
-			memcpy(out, (const unsigned char *)t->data + (off - t->at), (size_t)(to - off));
-			s_input_release(src, (const unsigned char *)t->data + (off - t->at),
-			    (size_t)(to - off));
-		}
+		if (!s_span(t != NULL, t != NULL ? t->at : 0, t != NULL ? t->nbytes : 0, off, end,
+		    &to)) {
+			if (s_pread(src, src->doc, out, (size_t)(to - off), off, err) < 0)
+				return -1;
+		} else if (s_piece(src, t, off - t->at, out, (size_t)(to - off), err) < 0)
+			return -1;
 		out += to - off;
 		off = to;
 	}

@@ -7,10 +7,10 @@
 
 /*
  * The .wsync document a push sends for one model, laid out before a byte of
- * tensor data is read, then written in one pass: each tensor copied and
- * hashed at once, read in the order its input holds it (a pipe is read
- * once, front to back), the pages behind let go, so a push of any size holds
- * a few windows of it. Either an input opened whole (wsync_source_open) or
+ * tensor data is read, then written in one pass: each tensor read a piece at
+ * a time, in the order its input holds it (a pipe is read once, front to
+ * back), hashed while the piece is in the cache and written out, so a push
+ * of any size holds a few hundred KiB of it. Either an input opened whole (wsync_source_open) or
  * tensors declared one by one (wsync_source_new, wsync_source_add: a
  * directory of files feeds it so).
  */
@@ -44,13 +44,14 @@ int wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype,
 /* The document's size in bytes; lays it out on first call (0 with err: it cannot be). */
 uint64_t wsync_source_size(wsync_source_t *src, wsync_err_t *err);
 /*
- * Writes the document into dst (a shared mapping of a file of exactly
- * wsync_source_size bytes, whose pages are let go behind), every tensor
- * copied and hashed in one pass; a .wsync input's declared hashes are checked
- * on the way (65 naming the tensor). So the hashes in dst are those of the
- * bytes written there: a commit may trust them. Stops at *stop (may be NULL).
+ * Writes the document into fd, a file of exactly wsync_source_size bytes
+ * (whose pages exist already or are allocated), at its offsets: the skeleton
+ * first, then each tensor read, hashed in the cache and written a piece at a
+ * time, then its hash; a .wsync input's declared hashes are checked on the
+ * way (65 naming the tensor). So the hashes written are those of the bytes
+ * written: a commit may trust them. Stops at *stop (may be NULL).
  */
-int wsync_source_write_into(wsync_source_t *src, unsigned char *dst, uint64_t size,
+int wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
     wsync_source_progress_fn progress, void *arg, volatile sig_atomic_t *stop,
     wsync_err_t *err);
 /*

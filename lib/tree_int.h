@@ -39,12 +39,11 @@ struct wsync_tree {
 int wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err);
 
 /*
- * Writes the document into dst (exactly wsync_tree_size bytes) but for the
- * tensors' data, left as it is, and their hashes, 0: a streaming writer puts
- * them in afterwards, in any order, at each tensor's at and hash_at (which this
- * and wsync_tree_size set).
+ * Writes the document to fd, a file, at its offsets, but for the tensors'
+ * data, left as it is, and their hashes, 0: a streaming writer writes them
+ * afterwards, in any order, at each tensor's at and hash_at (which this and
+ * wsync_tree_size set).
  */
-int wsync_tree_write_skeleton(wsync_tree_t *tree, void *dst, uint64_t size,
-    wsync_err_t *err);
+int wsync_tree_write_skeleton(wsync_tree_t *tree, int fd, wsync_err_t *err);
 
 #endif

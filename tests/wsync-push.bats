@@ -104,6 +104,59 @@ PYEOF
 	run -0 wsync-inspect diff big.safetensors back.wsync
 }
 
+# Three tensors, 10 MiB, stored in another order than a .wsync file's (sorted keys).
+make_unordered() {
+	"$PY" - <<'PYEOF'
+import json, struct
+import numpy as np
+parts = [("z.w", np.arange(1 << 20, dtype="<f4")), ("a.w", np.arange(1 << 19, dtype="<f8")),
+         ("a.b", np.arange(1 << 20, dtype="<i2"))]
+head, raw = {}, b""
+for name, a in parts:
+    head[name] = {"dtype": {"float32": "F32", "float64": "F64", "int16": "I16"}[a.dtype.name],
+                  "shape": list(a.shape), "data_offsets": [len(raw), len(raw) + a.nbytes]}
+    raw += a.tobytes()
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open("m.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PYEOF
+}
+
+@test "a safetensors file or stream is pushed, handed over or sent, as the same .wsync" {
+	make_unordered
+	start_hub
+	run -0 wsync-push -m policy m.safetensors
+	assert_output 1
+	wsync-pull -m policy -o 1.wsync
+	run -0 wsync-inspect diff m.safetensors 1.wsync
+	run -0 bash -c 'cat m.safetensors | wsync-push -m policy -'
+	assert_output 2
+	run -0 wsync-push --transfer socket -m policy m.safetensors
+	assert_output 3
+	run -0 bash -c 'cat m.safetensors | wsync-push --transfer socket -m policy -'
+	assert_output 4
+	for v in 2 3 4; do
+		wsync-pull -m policy -v "$v" -o "$v.wsync"
+		assert_equal "$(content_of "$v.wsync")" "$(content_of 1.wsync)"
+		run -0 cmp <(tail -c +200 1.wsync) <(tail -c +200 "$v.wsync")
+	done
+	run -0 grep -c "event=begin.*transfer=copy" hub.log
+	assert_output 2
+}
+
+@test "a safetensors stream cut short is refused with 65 and nothing is committed" {
+	make_unordered
+	start_hub
+	run -65 bash -c 'head -c 5000000 m.safetensors | wsync-push -m policy -'
+	assert_output "wsync-push: stdin: truncated: ended after 5000000 bytes"
+	run -65 bash -c 'head -c 5000000 m.safetensors | wsync-push --transfer socket -m policy -'
+	assert_output "wsync-push: stdin: truncated: ended after 5000000 bytes"
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq '.models | length' <<<"$output")" 0
+	run -0 find "$STORE/.uploads" -type f -name 'upload.*'
+	assert_output ""
+}
+
 @test "wsync-push --progress on a terminal shows the upload's bytes, rate and ETA" {
 	make_big 12
 	start_hub
