@@ -246,7 +246,8 @@ _wsync() {
 		--if-newer --transfer -t --timeout -q --quiet --progress --key --hub-key -h --help
 		-V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
+		--once --max-lag --keep --recycle --transfer -t --timeout -q --quiet --log-format --key
+		--hub-key
 		-h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;

@@ -26,6 +26,8 @@ struct s_watch {
 	char **tmp;             /* per model: a fetched version not yet in place */
 	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
+	int *own;               /* per model: the output is a file this watcher wrote */
+	wsync_recycle_t *spares;        /* per model: replaced outputs, with --recycle */
 	char endpoint[512];
 	char store[64];         /* the store id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
@@ -214,7 +216,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
-		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i] };
+		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i],
+		    .recycle = o->recycle ? &w->spares[i] : NULL };
 		wsync_head_t got;
 		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
 			continue;
@@ -237,7 +240,13 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	if (!moved)
 		return 0;
 	for (int i = 0; i < o->nmodels; i++) {
-		int rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
+		int rc;
+		/* The file being replaced, when this watcher wrote it, is the next one's spare. */
+		if (o->recycle && w->tmp[i] != NULL && w->own[i])
+			wsync_recycle_keep(&w->spares[i], o->paths[i]);
+		rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
+		if (rc == 0 && w->tmp[i] != NULL)
+			w->own[i] = w->how[i] == WSYNC_TRANSFER_SOCKET;
 		/* A link to the file the output already is: rename leaves the temporary name. */
 		if (rc == 0 && w->tmp[i] != NULL)
 			unlink(w->tmp[i]);
@@ -450,8 +459,10 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.tmp = calloc(n, sizeof(*w.tmp));
 	w.how = calloc(n, sizeof(*w.how));
 	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
+	w.own = calloc(n, sizeof(*w.own));
+	w.spares = calloc(n, sizeof(*w.spares));
 	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
-	    w.how == NULL || w.leases == NULL) {
+	    w.how == NULL || w.leases == NULL || w.own == NULL || w.spares == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -477,5 +488,9 @@ out:
 		if (w.leases[i] >= 0)
 			close(w.leases[i]);
 	free(w.leases);
+	for (size_t i = 0; w.spares != NULL && i < n; i++)
+		wsync_recycle_clear(&w.spares[i]);
+	free(w.spares);
+	free(w.own);
 	return rc;
 }
