@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "keys_int.h"
-#include "recycle_int.h"
+#include "watch_recycle_int.h"
 #include "wsync.h"
 
 /* The hub's identity, from hello; borrowed until the client is destroyed or reconnects. */

@@ -250,7 +250,8 @@ wsync_source_open(const char *path, const char *model, wsync_err_t *err)
 		goto fail;
 	/* The same file, read at offsets; a file of another size since is read as mapped. */
 	if ((src->shared = src->in->mem == WSYNC_MEM_MMAP) &&
-	    (src->fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
+	    (src->fd = strcmp(path, "-") == 0 ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) :
+	    open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
 	    (fstat(src->fd, &st) < 0 || (uint64_t)st.st_size != wsync_file_size(src->in))) {
 		close(src->fd);
 		src->fd = -1;
@@ -269,7 +270,7 @@ wsync_source_open(const char *path, const char *model, wsync_err_t *err)
 		goto fail;
 	for (size_t i = 0; i < wsync_file_meta_count(src->in); i++) {
 		const wsync_meta_t *m = wsync_file_meta(src->in, i);
-		if (wsync_tree_set_meta(src->tree, m->key, m->value, err) < 0)
+		if (wsync_source_meta(src, m->key, m->value, err) < 0)
 			goto fail;
 	}
 	for (size_t i = 0; i < wsync_file_count(src->in); i++) {

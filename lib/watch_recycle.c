@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "recycle_int.h"
+#include "watch_recycle_int.h"
 #include "tempfile_int.h"
 
 /* Forgets spare i (its name freed, the file left alone). */

@@ -135,13 +135,15 @@ PYEOF
 	assert_output 3
 	run -0 bash -c 'cat m.safetensors | wsync-push --transfer socket -m policy -'
 	assert_output 4
-	for v in 2 3 4; do
+	run -0 bash -c 'wsync-push -m policy - <m.safetensors'
+	assert_output 5
+	for v in 2 3 4 5; do
 		wsync-pull -m policy -v "$v" -o "$v.wsync"
 		assert_equal "$(content_of "$v.wsync")" "$(content_of 1.wsync)"
 		run -0 cmp <(tail -c +200 1.wsync) <(tail -c +200 "$v.wsync")
 	done
 	run -0 grep -c "event=begin.*transfer=copy" hub.log
-	assert_output 2
+	assert_output 3
 }
 
 @test "a safetensors stream cut short is refused with 65 and nothing is committed" {

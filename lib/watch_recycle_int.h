@@ -1,6 +1,6 @@
-/* recycle_int.h - a watcher's replaced outputs, rewritten with the next version (see watch_recycle.c). */
-#ifndef WSYNC_RECYCLE_INT_H
-#define WSYNC_RECYCLE_INT_H
+/* watch_recycle_int.h - a watcher's replaced outputs, kept for the next version. */
+#ifndef WSYNC_WATCH_RECYCLE_INT_H
+#define WSYNC_WATCH_RECYCLE_INT_H
 
 #include <stddef.h>
 
