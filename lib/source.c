@@ -539,6 +539,9 @@ wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
 			break;
 	}
 	src->pipe = 0;
+	/* The bytes between tensors are written too: the whole is done. */
+	if (progress != NULL)
+		progress(arg, size, size);
 	rc = 0;
 out:
 	free(order);

@@ -124,7 +124,7 @@ PYEOF
 
 @test "a safetensors file or stream is pushed, handed over or sent, as the same .wsync" {
 	make_unordered
-	start_hub
+	start_hub --keep 5
 	run -0 wsync-push -m policy m.safetensors
 	assert_output 1
 	wsync-pull -m policy -o 1.wsync
