@@ -23,6 +23,8 @@
  * unmapping it costs about as much as copying it.
  */
 #define S_PIECE (256u << 10)
+/* The pipe buffer asked for stdin. */
+#define S_PIPE_SIZE (1u << 20)
 /* The longest safetensors header read from a pipe (the parser's limit too). */
 #define S_MAX_HEAD (100u << 20)
 
@@ -191,6 +193,8 @@ s_open_pipe(wsync_source_t *src, const char *model, wsync_err_t *err)
 	uint64_t hlen;
 	size_t len, got;
 
+	/* A larger pipe lets the writer run ahead: fewer wake-ups each way (may be refused). */
+	fcntl(STDIN_FILENO, F_SETPIPE_SZ, (int)S_PIPE_SIZE);
 	if (s_pipe_read(src, first, sizeof(first), &got, err) < 0 && err->code != EX_DATAERR)
 		return -1;
 	if (got < sizeof(first) || !wsync_safetensors_sniff(first, sizeof(first))) {
