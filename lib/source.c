@@ -35,10 +35,10 @@ struct wsync_source {
 	int pipe;                       /* the tensors' data is still to read from stdin */
 	uint64_t pipe_at;               /* bytes of stdin read so far */
 	int verbatim;                   /* the input is the document, as it is */
+	wsync_tree_t *tree;             /* otherwise, the document's tree */
 	int shared;                     /* the input's data is in shared file mappings */
 	int fd;                         /* the input file, read at offsets; -1: memory */
 	unsigned char *buf;             /* S_PIECE bytes */
-	wsync_tree_t *tree;             /* otherwise, the document's tree */
 	uint64_t size;                  /* the document's, once laid out */
 	int doc;                        /* for reads: a file of the skeleton with hashes, or all */
 	int spooled;                    /* doc holds the whole document */
@@ -103,6 +103,18 @@ wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int
 {
 	return s_add(src, path, dtype, ndim, shape, data, nbytes, (uint64_t)(uintptr_t)data,
 	    err);
+}
+
+/* The input's meta, kept in the document. */
+static int
+s_copy_meta(wsync_source_t *src, wsync_err_t *err)
+{
+	for (size_t i = 0; i < wsync_file_meta_count(src->in); i++) {
+		const wsync_meta_t *m = wsync_file_meta(src->in, i);
+		if (wsync_source_meta(src, m->key, m->value, err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 /*
@@ -222,7 +234,7 @@ s_open_pipe(wsync_source_t *src, const char *model, wsync_err_t *err)
 	    (src->in = wsync_safetensors_open_head(src->head, 8 + hlen, src->name, err)) == NULL)
 		return -1;
 	src->pipe = 1;
-	if ((src->tree = wsync_tree_new(model, err)) == NULL)
+	if ((src->tree = wsync_tree_new(model, err)) == NULL || s_copy_meta(src, err) < 0)
 		return -1;
 	for (size_t i = 0; i < wsync_file_count(src->in); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(src->in, i);
@@ -270,13 +282,8 @@ wsync_source_open(const char *path, const char *model, wsync_err_t *err)
 	if (wsync_file_kind(src->in) == WSYNC_KIND_WSYNC &&
 	    wsync_file_verify(src->in, NULL, NULL, err) < 0)
 		goto fail;
-	if ((src->tree = wsync_tree_new(model, err)) == NULL)
+	if ((src->tree = wsync_tree_new(model, err)) == NULL || s_copy_meta(src, err) < 0)
 		goto fail;
-	for (size_t i = 0; i < wsync_file_meta_count(src->in); i++) {
-		const wsync_meta_t *m = wsync_file_meta(src->in, i);
-		if (wsync_source_meta(src, m->key, m->value, err) < 0)
-			goto fail;
-	}
 	for (size_t i = 0; i < wsync_file_count(src->in); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(src->in, i);
 		if (wsync_source_add(src, t->path, t->dtype, t->ndim, t->shape, t->data,

@@ -104,7 +104,7 @@ PYEOF
 	run -0 wsync-inspect diff big.safetensors back.wsync
 }
 
-# Three tensors, 10 MiB, stored in another order than a .wsync file's (sorted keys).
+# Three tensors, 10 MiB, stored in another order than a .wsync file's (sorted keys), and meta.
 make_unordered() {
 	"$PY" - <<'PYEOF'
 import json, struct
@@ -116,6 +116,7 @@ for name, a in parts:
     head[name] = {"dtype": {"float32": "F32", "float64": "F64", "int16": "I16"}[a.dtype.name],
                   "shape": list(a.shape), "data_offsets": [len(raw), len(raw) + a.nbytes]}
     raw += a.tobytes()
+head["__metadata__"] = {"step": "7", "run": "a"}
 h = json.dumps(head).encode()
 h += b" " * (-len(h) % 8)
 open("m.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + raw)
@@ -141,6 +142,7 @@ PYEOF
 		wsync-pull -m policy -v "$v" -o "$v.wsync"
 		assert_equal "$(content_of "$v.wsync")" "$(content_of 1.wsync)"
 		run -0 cmp <(tail -c +200 1.wsync) <(tail -c +200 "$v.wsync")
+		assert_equal "$(wsync-inspect --json "$v.wsync" | jq -c .meta)" '{"step":"7","run":"a"}'
 	done
 	run -0 grep -c "event=begin.*transfer=copy" hub.log
 	assert_output 3
