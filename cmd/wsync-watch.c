@@ -18,7 +18,7 @@
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
     "                   [--ack stdin] [--ack-timeout SEC]\n"
-    "                   [--max-lag N] [--keep N] [--transfer MODE] [-t SEC] [-q]\n"
+    "                   [--max-lag N] [--keep N] [--recycle] [--transfer MODE] [-t SEC] [-q]\n"
     "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
@@ -49,6 +49,8 @@ s_help(void)
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
 	    "      --keep N             hold leases on the N versions before the current one,\n"
 	    "                           so a hub that recycles leaves them to their readers\n"
+	    "      --recycle            write a version sent over the socket into a replaced\n"
+	    "                           output no reader leases (its readers must take leases)\n"
 	    "      --transfer MODE      auto (default), link (each file a hard link to the\n"
 	    "                           hub's, read-only), copy, or socket; link and copy need\n"
 	    "                           the hub's store on this host\n"
@@ -270,8 +272,8 @@ int
 main(int argc, char **argv)
 {
 	enum {
-		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
-		OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE
+		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_RECYCLE, OPT_EXEC_TIMEOUT,
+		OPT_TRANSFER, OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE
 	};
 	static const struct option opts[] = {
 		{ "ack", required_argument, NULL, OPT_ACK },
@@ -291,6 +293,7 @@ main(int argc, char **argv)
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "recycle", no_argument, NULL, OPT_RECYCLE },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
@@ -331,6 +334,7 @@ main(int argc, char **argv)
 			w.keep = (unsigned)keep;
 			break;
 		}
+		case OPT_RECYCLE: w.recycle = 1; break;
 		case OPT_TRANSFER: w.transfer = cli_transfer(optarg); break;
 		case OPT_ACK:
 			if (strcmp(optarg, "stdin") != 0)

@@ -248,7 +248,7 @@ _wsync() {
 		--if-newer --transfer -t --timeout -q --quiet --progress --verify-key --max-age
 		--key --hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--ack --ack-timeout --once --max-lag --keep --transfer -t --timeout -q --quiet --log-format
+		--ack --ack-timeout --once --max-lag --keep --recycle --transfer -t --timeout -q --quiet --log-format
 		--verify-key --max-age --key --hub-key -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json --prometheus -t --timeout --verify --verify-key
 		--key --hub-key -h --help -V --version" ;;

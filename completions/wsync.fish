@@ -172,6 +172,7 @@ complete -c wsync-watch -l ack-timeout -x -d 'Report an update failed when stdin
 complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
 complete -c wsync-watch -l keep -x -d 'Hold leases on the N versions before the current one'
+complete -c wsync-watch -l recycle -d 'Write socket versions into replaced outputs no reader leases'
 complete -c wsync-watch -l transfer -x -a 'auto link copy socket' -d 'How each version comes'
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
 complete -c wsync-watch -s q -l quiet -d 'Only errors and failed hooks on stderr'

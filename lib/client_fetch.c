@@ -335,7 +335,9 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			goto fail;
 	} else {
 		c->travelled = WSYNC_TRANSFER_SOCKET;
-		if ((fd = wsync_temp_open(path, buf, sizeof(buf), err)) < 0)
+		/* A spare's pages exist: writing it costs a copy, not fresh pages. */
+		if ((fd = f->recycle != NULL ? wsync_recycle_take(f->recycle, buf, sizeof(buf)) :
+		    -1) < 0 && (fd = wsync_temp_open(path, buf, sizeof(buf), err)) < 0)
 			return -1;
 		if (ftruncate(fd, (off_t)got->size) < 0) {
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));

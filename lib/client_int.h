@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "keys_int.h"
+#include "watch_recycle_int.h"
 #include "wsync.h"
 
 /* The hub's identity, from hello; borrowed until the client is destroyed or reconnects. */
@@ -25,6 +26,8 @@ typedef struct wsync_fetch_temp {
 	wsync_fetch_t what;
 	const wsync_head_t *known;
 	const char *beside;
+	/* NULL, or spares a version sent over the socket is written into when one is free. */
+	wsync_recycle_t *recycle;
 } wsync_fetch_temp_t;
 
 /*

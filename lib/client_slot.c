@@ -265,7 +265,7 @@ wsync_client_slot_files(wsync_client_t *c, const wsync_msg_t *m, const uint64_t 
 			    dir);
 			goto out;
 		}
-		if ((fds[i] = openat(dfd, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+		if ((fds[i] = openat(dfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC)) < 0) {
 			rc = 1;
 			goto out;
 		}

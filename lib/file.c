@@ -653,6 +653,41 @@ wsync_file_open_buffer(const void *buf, size_t len, const char *name, wsync_err_
 	return f;
 }
 
+wsync_file_t *
+wsync_input_open_buffer(const void *buf, size_t len, const char *name, wsync_err_t *err)
+{
+	wsync_file_t *f = s_new(name, err);
+
+	if (f == NULL)
+		return NULL;
+	f->base = buf;
+	f->size = len;
+	f->mem = WSYNC_MEM_BORROWED;
+	if (s_parse(f, 1, err) < 0)
+		wsync_file_close(&f);
+	return f;
+}
+
+wsync_file_t *
+wsync_safetensors_open_head(const void *head, size_t len, const char *name,
+    wsync_err_t *err)
+{
+	wsync_file_t *f = s_new(name, err);
+
+	if (f == NULL)
+		return NULL;
+	f->base = head;
+	/* The data is still to come: every offset fits, until the stream says otherwise. */
+	f->size = SIZE_MAX / 2 > len ? SIZE_MAX / 2 : len;
+	f->mem = WSYNC_MEM_BORROWED;
+	if (!wsync_safetensors_sniff(head, len)) {
+		wsync_err_set(err, EX_DATAERR, "%s: not a safetensors header", name);
+		wsync_file_close(&f);
+	} else if (wsync_safetensors_parse(f, err) < 0 || wsync_file_index(f, err) < 0)
+		wsync_file_close(&f);
+	return f;
+}
+
 /* ---- accessors ---- */
 
 const char *wsync_file_name(const wsync_file_t *f) { return f->name; }

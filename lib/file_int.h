@@ -41,5 +41,15 @@ int wsync_file_index(wsync_file_t *f, wsync_err_t *err);
 int wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err);
 /* 1 when the bytes look like a safetensors file (a header length below 4 GiB, then '{'). */
 int wsync_safetensors_sniff(const unsigned char *p, size_t len);
+/* wsync_input_open on a buffer (borrowed until closed): .wsync or safetensors. */
+wsync_file_t *wsync_input_open_buffer(const void *buf, size_t len, const char *name,
+    wsync_err_t *err);
+/*
+ * Parses a safetensors header alone, head (borrowed until closed) holding its
+ * first len bytes (8 + the JSON's length): each tensor's offset counts from
+ * the file's start; its data pointer points nowhere yet.
+ */
+wsync_file_t *wsync_safetensors_open_head(const void *head, size_t len, const char *name,
+    wsync_err_t *err);
 
 #endif

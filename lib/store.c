@@ -234,6 +234,31 @@ wsync_model_append(wsync_model_t *m, wsync_version_t *v)
 
 /* ---- retention ---- */
 
+/* Keeps a retired version for wsync_store_bury; freed at once when it cannot be kept. */
+static void
+s_grave(wsync_store_t *s, wsync_version_t *v)
+{
+	if (s->ngraves == s->graves_cap) {
+		size_t cap = s->graves_cap ? s->graves_cap * 2 : 4;
+		wsync_version_t *g = realloc(s->graves, cap * sizeof(*g));
+		if (g == NULL) {
+			wsync_version_free(v);
+			return;
+		}
+		s->graves = g;
+		s->graves_cap = cap;
+	}
+	s->graves[s->ngraves++] = *v;
+}
+
+void
+wsync_store_bury(wsync_store_t *s)
+{
+	for (size_t i = 0; i < s->ngraves; i++)
+		wsync_version_free(&s->graves[i]);
+	s->ngraves = 0;
+}
+
 void
 wsync_store_retain(wsync_store_t *s, wsync_model_t *m)
 {
@@ -259,7 +284,7 @@ wsync_store_retain(wsync_store_t *s, wsync_model_t *m)
 		    v->version) == 0)
 			unlink(path);
 		wsync_store_log(s, "event=retire model=%s version=%" PRIu64, m->id, v->version);
-		wsync_version_free(v);
+		s_grave(s, v);
 	}
 	m->nversions = kept;
 	free(retire);
@@ -572,6 +597,8 @@ wsync_store_close(wsync_store_t **sp)
 
 	if (s == NULL)
 		return;
+	wsync_store_bury(s);
+	free(s->graves);
 	for (size_t i = 0; i < s->nmodels; i++) {
 		wsync_model_t *m = s->models[i];
 		for (size_t j = 0; j < m->nversions; j++)

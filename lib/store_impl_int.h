@@ -40,6 +40,9 @@ struct wsync_store {
 	char spare[WSYNC_STORE_MAX_SPARES][32];
 	size_t nspare;
 	uint64_t spare_seq;
+	/* Retired versions whose files are closed by wsync_store_bury, after the reply. */
+	wsync_version_t *graves;
+	size_t ngraves, graves_cap;
 };
 
 /* Logs one key=value line through the store's logger. */

@@ -94,6 +94,12 @@ wsync_store_t *wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log
     void *log_arg, wsync_err_t *err);
 /* Closes every version's descriptor, frees the store and sets *store to NULL. */
 void wsync_store_close(wsync_store_t **store);
+/*
+ * Closes the files of the versions retired since the last call: the last
+ * close of a large file frees its pages, which a commit's reply need not
+ * wait for. The hub calls it after each request.
+ */
+void wsync_store_bury(wsync_store_t *store);
 /* The store's directory; borrowed. */
 const char *wsync_store_dir(const wsync_store_t *store);
 /* Number of models. */

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
+#include <unistd.h>
 
 #include "io_int.h"
 #include "tree_int.h"
@@ -283,13 +284,34 @@ struct s_out {
 	uint64_t off;
 	size_t len;
 	int error;                   /* errno of the first failed write */
+	int skeleton;                /* to fd at offsets, tensor data and hashes left out */
 	char *buf;                   /* S_OUT_BUF bytes, for a descriptor */
 };
 
+/* Writes all len bytes at off of fd; -1 with errno. */
+static int
+s_pwrite_all(int fd, const char *buf, size_t len, uint64_t off)
+{
+	while (len > 0) {
+		ssize_t n = pwrite(fd, buf, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* A skeleton written to a descriptor: the buffered bytes end at o->off. */
 static int
 s_flush(struct s_out *o)
 {
-	if (o->len > 0 && !o->error && wsync_write_all(o->fd, o->buf, o->len) < 0)
+	if (o->len > 0 && !o->error && (o->skeleton ?
+	    s_pwrite_all(o->fd, o->buf, o->len, o->off - o->len) :
+	    wsync_write_all(o->fd, o->buf, o->len)) < 0)
 		o->error = errno ? errno : EIO;
 	o->len = 0;
 	return o->error ? -1 : 0;
@@ -309,18 +331,20 @@ s_out_write(void *data, const char *buf, size_t len)
 		o->off += len;
 		return 0;
 	}
-	o->off += len;
 	if (len > S_OUT_BUF - o->len) {
 		if (s_flush(o) < 0)
 			return -1;
 		if (len >= S_OUT_BUF) {
-			if (wsync_write_all(o->fd, buf, len) < 0)
+			if ((o->skeleton ? s_pwrite_all(o->fd, buf, len, o->off) :
+			    wsync_write_all(o->fd, buf, len)) < 0)
 				o->error = errno ? errno : EIO;
+			o->off += len;
 			return o->error ? -1 : 0;
 		}
 	}
 	memcpy(o->buf + o->len, buf, len);
 	o->len += len;
+	o->off += len;
 	return 0;
 }
 
@@ -330,10 +354,17 @@ s_out_write(void *data, const char *buf, size_t len)
  * hash_at (a msgpack uint64: big-endian), written as 0 before.
  */
 static void
-s_out_data(struct s_out *o, const struct wsync_tree_tensor *t, uint64_t hash_at)
+s_out_data(struct s_out *o, struct wsync_tree_tensor *t, uint64_t hash_at)
 {
 	uint64_t h;
 
+	t->at = o->off;
+	t->hash_at = hash_at;
+	if (o->fd >= 0 && o->skeleton) {
+		s_flush(o);
+		o->off += t->nbytes;
+		return;
+	}
 	if (o->fd >= 0) {
 		s_out_write(o, t->data, t->nbytes);
 		return;
@@ -367,7 +398,7 @@ s_bin_header(uint64_t len)
 }
 
 static void
-s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor *t)
+s_pack_tensor(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t)
 {
 	static const char zeros[WSYNC_ALIGN];
 	uint64_t hash_at;
@@ -382,7 +413,8 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tenso
 		msgpack_pack_uint64(pk, t->shape[i]);
 	s_pack_str(pk, "hash");
 	/* A stream cannot go back: it hashes first. Memory patches the hash in later. */
-	msgpack_pack_fix_uint64(pk, o->fd >= 0 ? wsync_hash(t->data, t->nbytes) : 0);
+	msgpack_pack_fix_uint64(pk, o->fd >= 0 && !o->skeleton ? wsync_hash(t->data, t->nbytes) :
+	    0);
 	hash_at = o->off - 8;
 	s_pack_str(pk, "pad");
 	/* The pad bin's header (2), the "data" key (5) and the data bin's header. */
@@ -397,7 +429,7 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tenso
 
 /* Packs tensors [lo, hi), which share their first depth keys, as one map. */
 static void
-s_pack_level(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor *t,
+s_pack_level(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t,
     size_t lo, size_t hi, int depth)
 {
 	size_t groups = 0;
@@ -490,6 +522,21 @@ wsync_tree_write_into(wsync_tree_t *tree, void *dst, uint64_t size, wsync_err_t 
 		    "the memory for it %llu", tree->model, (unsigned long long)need,
 		    (unsigned long long)size);
 	return s_write(tree, &o, err);
+}
+
+int
+wsync_tree_write_skeleton(wsync_tree_t *tree, int fd, wsync_err_t *err)
+{
+	struct s_out o = { .fd = fd, .skeleton = 1 };
+	int rc;
+
+	if ((o.buf = malloc(S_OUT_BUF)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if ((rc = s_write(tree, &o, err)) < 0 && o.error)
+		wsync_err_set(err, EX_IOERR, "model %s: write failed: %s", tree->model,
+		    strerror(o.error));
+	free(o.buf);
+	return rc;
 }
 
 int

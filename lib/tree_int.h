@@ -13,6 +13,9 @@ struct wsync_tree_tensor {
 	uint64_t shape[WSYNC_MAX_DIMS];
 	const void *data;            /* borrowed */
 	uint64_t nbytes;
+	uint64_t at;                 /* where its data is in the document, once sized */
+	uint64_t hash_at;            /* where its hash (a big-endian uint64) is, too */
+	uint64_t tag;                /* its writer's own (where its data is in the input) */
 };
 
 struct wsync_tree_meta {
@@ -34,5 +37,13 @@ struct wsync_tree {
  * prefix of another (a tensor cannot be a subtree). Writers call it first.
  */
 int wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err);
+
+/*
+ * Writes the document to fd, a file, at its offsets, but for the tensors'
+ * data, left as it is, and their hashes, 0: a streaming writer writes them
+ * afterwards, in any order, at each tensor's at and hash_at (which this and
+ * wsync_tree_size set).
+ */
+int wsync_tree_write_skeleton(wsync_tree_t *tree, int fd, wsync_err_t *err);
 
 #endif

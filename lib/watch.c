@@ -31,6 +31,8 @@ struct s_watch {
 	wsync_applied_t *in_place;  /* verifying: per model, what its output holds */
 	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
 	uint64_t *aged;         /* verifying: per model, the seq last said to be too old */
+	int *own;               /* per model: the output is a file this watcher wrote */
+	wsync_recycle_t *spares;        /* per model: replaced outputs, with --recycle */
 	char endpoint[512];
 	char store[64];         /* the store id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
@@ -264,7 +266,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
-		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i] };
+		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i],
+		    .recycle = o->recycle ? &w->spares[i] : NULL };
 		wsync_head_t got;
 		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
 			continue;
@@ -289,7 +292,13 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	if (o->nverify > 0 && s_check_signed(w, err) < 0)
 		return -1;
 	for (int i = 0; i < o->nmodels; i++) {
-		int rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
+		int rc;
+		/* The file being replaced, when this watcher wrote it, is the next one's spare. */
+		if (o->recycle && w->tmp[i] != NULL && w->own[i])
+			wsync_recycle_keep(&w->spares[i], o->paths[i]);
+		rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
+		if (rc == 0 && w->tmp[i] != NULL)
+			w->own[i] = w->how[i] == WSYNC_TRANSFER_SOCKET;
 		/* A link to the file the output already is: rename leaves the temporary name. */
 		if (rc == 0 && w->tmp[i] != NULL)
 			unlink(w->tmp[i]);
@@ -509,9 +518,11 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.in_place = calloc(n, sizeof(*w.in_place));
 	w.next = calloc(n, sizeof(*w.next));
 	w.aged = calloc(n, sizeof(*w.aged));
+	w.own = calloc(n, sizeof(*w.own));
+	w.spares = calloc(n, sizeof(*w.spares));
 	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
 	    w.how == NULL || w.leases == NULL || w.in_place == NULL || w.next == NULL ||
-	    w.aged == NULL) {
+	    w.aged == NULL || w.own == NULL || w.spares == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -543,5 +554,9 @@ out:
 	free(w.in_place);
 	free(w.next);
 	free(w.aged);
+	for (size_t i = 0; w.spares != NULL && i < n; i++)
+		wsync_recycle_clear(&w.spares[i]);
+	free(w.spares);
+	free(w.own);
 	return rc;
 }

@@ -642,6 +642,14 @@ typedef struct wsync_watch_opts {
 	 * leaves them alone for readers still on them; 0: none. At most 16.
 	 */
 	unsigned keep;
+	/*
+	 * Write a version sent over the socket into a file this watcher wrote
+	 * before and a newer version replaced, once no reader holds a lease on
+	 * it and nothing else links it: its pages exist. Only for outputs whose
+	 * readers take leases (wsync(7), LEASES): one that does not may see the
+	 * file it holds rewritten.
+	 */
+	int recycle;
 	int transfer;                   /* WSYNC_TRANSFER_*: how versions come */
 	wsync_apply_fn apply;
 	void *arg;

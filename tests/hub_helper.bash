@@ -180,3 +180,31 @@ on_tty() {
 	script -qec "$cmd" /dev/null | tr '\r' '\n' | sed -e 's/\x1b\[K//g' -e '/^$/d'
 	return "${PIPESTATUS[0]}"
 }
+
+# start_reader NAME PATH [--no-lease]: tests/fixtures/lease_reader.py on PATH,
+# talked to through fifos NAME.in and NAME.out; READER_FD is the file's
+# descriptor in it, READER_PID its PID.
+start_reader() {
+	local name=$1 line
+	shift
+	mkfifo "$TMP/$name.in" "$TMP/$name.out"
+	"$PY" "$FIXTURES/lease_reader.py" "$@" <"$TMP/$name.in" >"$TMP/$name.out" &
+	READER_PID=$!
+	PIDS+=("$READER_PID")
+	exec {line}>"$TMP/$name.in"
+	eval "${name}_IN=$line"
+	exec {line}<"$TMP/$name.out"
+	eval "${name}_OUT=$line"
+	IFS= read -r -t 10 line <&"$(eval echo "\$${name}_OUT")" || fail "$name: not ready"
+	READER_FD=${line#ready }
+}
+
+# check_reader NAME: "same" or "changed", as the reader finds its mapping.
+check_reader() {
+	local in out line
+	in=$(eval echo "\$${1}_IN")
+	out=$(eval echo "\$${1}_OUT")
+	echo check >&"$in"
+	IFS= read -r -t 10 line <&"$out" || fail "$1: no answer"
+	echo "$line"
+}

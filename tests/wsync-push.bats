@@ -104,6 +104,63 @@ PYEOF
 	run -0 wsync-inspect diff big.safetensors back.wsync
 }
 
+# Three tensors, 10 MiB, stored in another order than a .wsync file's (sorted keys), and meta.
+make_unordered() {
+	"$PY" - <<'PYEOF'
+import json, struct
+import numpy as np
+parts = [("z.w", np.arange(1 << 20, dtype="<f4")), ("a.w", np.arange(1 << 19, dtype="<f8")),
+         ("a.b", np.arange(1 << 20, dtype="<i2"))]
+head, raw = {}, b""
+for name, a in parts:
+    head[name] = {"dtype": {"float32": "F32", "float64": "F64", "int16": "I16"}[a.dtype.name],
+                  "shape": list(a.shape), "data_offsets": [len(raw), len(raw) + a.nbytes]}
+    raw += a.tobytes()
+head["__metadata__"] = {"step": "7", "run": "a"}
+h = json.dumps(head).encode()
+h += b" " * (-len(h) % 8)
+open("m.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + raw)
+PYEOF
+}
+
+@test "a safetensors file or stream is pushed, handed over or sent, as the same .wsync" {
+	make_unordered
+	start_hub --keep 5
+	run -0 wsync-push -m policy m.safetensors
+	assert_output 1
+	wsync-pull -m policy -o 1.wsync
+	run -0 wsync-inspect diff m.safetensors 1.wsync
+	run -0 bash -c 'cat m.safetensors | wsync-push -m policy -'
+	assert_output 2
+	run -0 wsync-push --transfer socket -m policy m.safetensors
+	assert_output 3
+	run -0 bash -c 'cat m.safetensors | wsync-push --transfer socket -m policy -'
+	assert_output 4
+	run -0 bash -c 'wsync-push -m policy - <m.safetensors'
+	assert_output 5
+	for v in 2 3 4 5; do
+		wsync-pull -m policy -v "$v" -o "$v.wsync"
+		assert_equal "$(content_of "$v.wsync")" "$(content_of 1.wsync)"
+		run -0 cmp <(tail -c +200 1.wsync) <(tail -c +200 "$v.wsync")
+		assert_equal "$(wsync-inspect --json "$v.wsync" | jq -c .meta)" '{"step":"7","run":"a"}'
+	done
+	run -0 grep -c "event=begin.*transfer=copy" hub.log
+	assert_output 3
+}
+
+@test "a safetensors stream cut short is refused with 65 and nothing is committed" {
+	make_unordered
+	start_hub
+	run -65 bash -c 'head -c 5000000 m.safetensors | wsync-push -m policy -'
+	assert_output "wsync-push: stdin: truncated: ended after 5000000 bytes"
+	run -65 bash -c 'head -c 5000000 m.safetensors | wsync-push --transfer socket -m policy -'
+	assert_output "wsync-push: stdin: truncated: ended after 5000000 bytes"
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq '.models | length' <<<"$output")" 0
+	run -0 find "$STORE/.uploads" -type f -name 'upload.*'
+	assert_output ""
+}
+
 @test "wsync-push --progress on a terminal shows the upload's bytes, rate and ETA" {
 	make_big 12
 	start_hub
@@ -116,7 +173,7 @@ PYEOF
 	assert_output "2"
 }
 
-@test "a large bad .wsync handed over through the store is refused by the hub, 65" {
+@test "a large bad .wsync handed over through the store is refused as it is written, 65" {
 	make_big 6
 	wsync-convert -m policy big.safetensors big.wsync
 	local off
@@ -124,7 +181,7 @@ PYEOF
 	printf '\377' | dd of=big.wsync bs=1 seek="$off" conv=notrunc status=none
 	start_hub
 	run -65 wsync-push -m policy big.wsync
-	assert_output 'wsync-push: model "policy": tensor w: data does not match its hash'
+	assert_output 'wsync-push: big.wsync: tensor w: data does not match its hash'
 	run -0 grep -c "event=begin.*transfer=copy" hub.log
 	run -0 wsync-inspect --hub --json
 	assert_equal "$(jq '.models | length' <<<"$output")" 0

@@ -379,4 +379,88 @@ policy 2 $TMP/r1.wsync"
 	assert_equal "${stderr_lines[0]}" "wsync-watch: --ack stdin or -x CMD: one says when an update is applied"
 	run -64 --separate-stderr wsync-watch --ack hook -m policy -o p.wsync
 	assert_equal "${stderr_lines[0]}" 'wsync-watch: --ack wants stdin, not "hook"'
+
+@test "no tearing with --recycle: a leased, mapped output stays whole while 50 newer ones arrive" {
+	make_versions 52
+	start_hub
+	start_watcher w1 --transfer socket --recycle
+	wsync-push -m policy v1.safetensors
+	wait_until watcher_at w1 1
+	# A reader with the lease on version 1, through the watcher's output.
+	start_reader leased "$TMP/w1.wsync"
+	local leased_pid=$READER_PID leased_fd=$READER_FD
+	wsync-push -m policy v2.safetensors
+	wait_until watcher_at w1 2
+	# A reader of version 2 without the lease: the control.
+	start_reader plain "$TMP/w1.wsync" --no-lease
+	for v in $(seq 3 52); do
+		run -0 wsync-push --wait all -t 10 -m policy "v$v.safetensors"
+		assert_output "$v"
+		assert_equal "$(check_reader leased)" "same"
+	done
+	# The unleased reader's file was recycled: rewritten under it.
+	assert_equal "$(check_reader plain)" "changed"
+	# The leased file is still version 1, every hash checked.
+	run -0 wsync-inspect --verify "/proc/$leased_pid/fd/$leased_fd"
+	assert_equal "$(wsync-inspect --json "/proc/$leased_pid/fd/$leased_fd" | jq .version)" 1
+	run -0 wsync-inspect --verify "$TMP/w1.wsync"
+	assert_equal "$(wsync-inspect --json "$TMP/w1.wsync" | jq .version)" 52
+}
+
+@test "without --recycle a watcher writes every version into a new file: a reader's file never changes" {
+	make_versions 6
+	start_hub
+	start_watcher w1 --transfer socket
+	wsync-push -m policy v1.safetensors
+	wait_until watcher_at w1 1
+	start_reader plain "$TMP/w1.wsync" --no-lease
+	for v in $(seq 2 6); do
+		run -0 wsync-push --wait all -t 10 -m policy "v$v.safetensors"
+		assert_equal "$(check_reader plain)" "same"
+	done
+	assert_equal "$(wsync-inspect --json "$TMP/w1.wsync" | jq .version)" 6
+}
+
+# The watcher $1 has a descriptor open on the file whose inode is $2.
+holds_inode() {
+	local f
+	for f in /proc/"${WPID[$1]}"/fd/*; do
+		[ "$(stat -L -c %i "$f" 2>/dev/null)" = "$2" ] && return 0
+	done
+	return 1
+}
+
+@test "a watcher killed while it writes a version into a recycled file leaves its output whole" {
+	make_big 48
+	local port pub
+	port=$(free_port)
+	export WSYNC_ENDPOINT="tcp://127.0.0.2:$port"
+	start_hub
+	pub=$(sed -n 's/.*event=listen .* pub=tcp:\/\/[^ ]*:\([0-9]*\) .*/\1/p' "$TMP/hub.log")
+	# Every byte to and from the watcher 100 ms late: a version takes a while to arrive.
+	"$PY" "$FIXTURES/delayproxy.py" 100 127.0.0.2 "$port" "$pub" >"$TMP/proxy.out" 2>&1 &
+	PIDS+=("$!")
+	wait_until grep -q ready "$TMP/proxy.out"
+	start_watcher w1 -e "tcp://127.0.0.1:$port" --transfer socket --recycle
+	wsync-push -m policy big.safetensors
+	WAIT_S=30 wait_until watcher_at w1 1
+	local first
+	first=$(stat -c %i "$TMP/w1.wsync")
+	wsync-push -m policy big.safetensors
+	WAIT_S=30 wait_until watcher_at w1 2
+	wsync-push -m policy big.safetensors
+	# Version 3 goes into version 1's file, which version 2 replaced: killed meanwhile.
+	WAIT_S=30 wait_until holds_inode w1 "$first"
+	kill -KILL "${WPID[w1]}"
+	wait "${WPID[w1]}" 2>/dev/null || true
+	assert_equal "$(last_version w1)" 2
+	run -0 wsync-inspect --verify "$TMP/w1.wsync"
+	assert_equal "$(wsync-inspect --json "$TMP/w1.wsync" | jq .version)" 2
+	# Started again, it removes what was left and takes version 3, whole.
+	start_watcher w1 -e "tcp://127.0.0.1:$port" --transfer socket --recycle
+	WAIT_S=30 wait_until watcher_at w1 3
+	run -0 wsync-inspect --verify "$TMP/w1.wsync"
+	assert_equal "$(wsync-inspect --json "$TMP/w1.wsync" | jq .version)" 3
+	run -0 find "$TMP" -maxdepth 1 -name 'w1.wsync.tmp.*'
+	assert_output ""
 }

@@ -1,0 +1,77 @@
+/* source_int.h - a push's input, converted while it is written (see source.c). */
+#ifndef WSYNC_SOURCE_INT_H
+#define WSYNC_SOURCE_INT_H
+
+#include <signal.h>
+#include "wsync.h"
+
+/*
+ * The .wsync document a push sends for one model, laid out before a byte of
+ * tensor data is read, then written in one pass: each tensor read a piece at
+ * a time, in the order its input holds it (a pipe is read once, front to
+ * back), hashed while the piece is in the cache and written out, so a push
+ * of any size holds a few hundred KiB of it. Either an input opened whole (wsync_source_open) or
+ * tensors declared one by one (wsync_source_new, wsync_source_add: a
+ * directory of files feeds it so).
+ */
+typedef struct wsync_source wsync_source_t;
+
+/* Told how many bytes of how many are written; may be NULL. */
+typedef void (*wsync_source_progress_fn)(void *arg, uint64_t done, uint64_t total);
+
+/*
+ * Opens path ("-": stdin) as the document for model: a safetensors file or
+ * stream (only its header read now), or a .wsync file (sent as it is when it
+ * is of model, re-written otherwise). Caller destroys it.
+ */
+wsync_source_t *wsync_source_open(const char *path, const char *model, wsync_err_t *err);
+/*
+ * As wsync_source_open, but always a tree, for a signed push to sign before
+ * it is laid out: a .wsync input of model is re-written too, and a pipe is
+ * refused (64: its tensors would be read once, after the signature).
+ */
+wsync_source_t *wsync_source_open_tree(const char *path, const char *model,
+    wsync_err_t *err);
+/* The source's tree (borrowed): NULL for an input sent as it is. */
+wsync_tree_t *wsync_source_tree(wsync_source_t *src);
+/*
+ * An empty source for model, to declare tensors and meta in; caller destroys
+ * it. shared: the data declared is in shared file mappings, whose pages are
+ * let go once copied (never anonymous memory, whose data that would drop).
+ */
+wsync_source_t *wsync_source_new(const char *model, int shared, wsync_err_t *err);
+/* Sets a meta entry (strings copied). */
+int wsync_source_meta(wsync_source_t *src, const char *key, const char *value,
+    wsync_err_t *err);
+/*
+ * Declares a tensor, its path split at '.', its nbytes at data (borrowed
+ * until the source is destroyed, read once). Tensors are read in the order
+ * of their addresses.
+ */
+int wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int ndim,
+    const uint64_t *shape, const void *data, uint64_t nbytes, wsync_err_t *err);
+/* The document's size in bytes; lays it out on first call (0 with err: it cannot be). */
+uint64_t wsync_source_size(wsync_source_t *src, wsync_err_t *err);
+/*
+ * Writes the document into fd, a file of exactly wsync_source_size bytes
+ * (whose pages exist already or are allocated), at its offsets: the skeleton
+ * first, then each tensor read, hashed in the cache and written a piece at a
+ * time, then its hash; a .wsync input's declared hashes are checked on the
+ * way (65 naming the tensor). So the hashes written are those of the bytes
+ * written: a commit may trust them. Stops at *stop (may be NULL).
+ */
+int wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
+    wsync_source_progress_fn progress, void *arg, volatile sig_atomic_t *stop,
+    wsync_err_t *err);
+/*
+ * Copies bytes [off, off + len) of the document into buf, for a push that
+ * sends them: reads must go front to back. The first one hashes every
+ * tensor (a pipe's input is spooled then, into a file of the document's
+ * size); a .wsync input is sent as it is, for the hub to verify.
+ */
+int wsync_source_read(wsync_source_t *src, uint64_t off, void *buf, size_t len,
+    wsync_err_t *err);
+/* Frees the source and what it opened, and sets *src to NULL. */
+void wsync_source_destroy(wsync_source_t **src);
+
+#endif
