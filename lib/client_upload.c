@@ -47,14 +47,22 @@ s_source_free(struct s_source *src)
 static int
 s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *err)
 {
-	wsync_file_t *in = wsync_input_open(item->path, err);
+	wsync_file_t *in = NULL;
+	wsync_ckpt_t *ckpt = NULL;
 	wsync_tree_t *tree = NULL;
 	int fd = -1, rc = -1;
 	struct stat st;
 
 	memset(src, 0, sizeof(*src));
 	src->fd = -1;
-	if (in == NULL)
+	/* A checkpoint directory: its shards' tensors and small files, re-written (ckpt.c). */
+	if (wsync_is_dir(item->path)) {
+		if ((ckpt = wsync_ckpt_open(item->path, err)) == NULL ||
+		    (tree = wsync_ckpt_tree(ckpt, item->model, 0, err)) == NULL)
+			goto out;
+		goto write;
+	}
+	if ((in = wsync_input_open(item->path, err)) == NULL)
 		return -1;
 	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC) {
 		if (strcmp(wsync_file_model(in), item->model) == 0) {
@@ -89,6 +97,7 @@ s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *
 		    t->nbytes, err) < 0)
 			goto out;
 	}
+write:
 	if ((fd = memfd_create("wsync-push", MFD_CLOEXEC)) < 0) {
 		wsync_err_set(err, EX_SOFTWARE, "memfd_create: %s", strerror(errno));
 		goto out;
@@ -112,6 +121,7 @@ out:
 	if (fd >= 0)
 		close(fd);
 	wsync_tree_destroy(&tree);
+	wsync_ckpt_close(&ckpt);
 	wsync_file_close(&in);
 	return rc;
 }

@@ -275,9 +275,12 @@ wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err)
  * off counts every byte emitted, for the alignment arithmetic.
  */
 #define S_OUT_BUF 65536
+/* Bytes written between two lets-go of a releasing tree's source pages. */
+#define S_RELEASE_STRIDE (8u << 20)
 
 struct s_out {
 	int fd;
+	int release;                 /* the tree's release_sources */
 	unsigned char *dst;
 	uint64_t size;
 	uint64_t off;
@@ -334,6 +337,16 @@ s_out_data(struct s_out *o, const struct wsync_tree_tensor *t, uint64_t hash_at)
 {
 	uint64_t h;
 
+	if (o->fd >= 0 && o->release) {
+		/* A stride at a time, each let go once written: memory stays one stride. */
+		for (uint64_t at = 0; at < t->nbytes; at += S_RELEASE_STRIDE) {
+			size_t len = t->nbytes - at < S_RELEASE_STRIDE ? (size_t)(t->nbytes - at) :
+			    S_RELEASE_STRIDE;
+			s_out_write(o, (const char *)t->data + at, len);
+			wsync_pages_release((const char *)t->data + at, len);
+		}
+		return;
+	}
 	if (o->fd >= 0) {
 		s_out_write(o, t->data, t->nbytes);
 		return;
@@ -455,7 +468,7 @@ s_write(wsync_tree_t *tree, struct s_out *o, wsync_err_t *err)
 int
 wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name, wsync_err_t *err)
 {
-	struct s_out o = { .fd = fd };
+	struct s_out o = { .fd = fd, .release = tree->release_sources };
 	int rc;
 
 	if ((o.buf = malloc(S_OUT_BUF)) == NULL)
