@@ -1,6 +1,7 @@
 /* wsync-pull - fetch a version of a model, verified, written atomically. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,8 @@
 
 static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
-    "                  [--transfer MODE] [-t SEC] [-q|--progress] -m MODEL\n";
+    "                  [--transfer MODE] [-t SEC] [-q|--progress]\n"
+    "                  [--format wsync|safetensors] [--shard-size BYTES] -m MODEL\n";
 
 static void
 s_help(void)
@@ -24,6 +26,10 @@ s_help(void)
 	    "  -m, --model MODEL        the model to fetch\n"
 	    "  -o, --output FILE|-      where to write it (default MODEL.wsync; - is stdout,\n"
 	    "                           written only once verified, and no number is printed)\n"
+	    "      --format FORMAT      wsync (default) or safetensors: the version as a\n"
+	    "                           checkpoint directory FILE.vN (shards, index, small\n"
+	    "                           files), FILE a symlink swapped onto it\n"
+	    "      --shard-size BYTES   safetensors: tensor bytes per shard (default 2 GiB)\n"
 	    "  -v, --pull-version V     fetch version V instead of the newest\n"
 	    "      --if-newer V         exit 1 without fetching unless the newest is above V\n"
 	    "      --transfer MODE      auto (default), link (FILE becomes a hard link to the\n"
@@ -46,10 +52,11 @@ s_help(void)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS };
+	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS, OPT_FORMAT, OPT_SHARD_SIZE };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
+		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
 		{ "model", required_argument, NULL, 'm' },
@@ -57,6 +64,7 @@ main(int argc, char **argv)
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "pull-version", required_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "version", no_argument, NULL, 'V' },
@@ -66,6 +74,9 @@ main(int argc, char **argv)
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
 	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
+	int safetensors = 0;
+	wsync_ckpt_out_t ckpt = { 0 };
+	char *link = NULL, *staging = NULL;
 	int64_t deadline;
 	volatile sig_atomic_t *stop;
 	wsync_client_t *client;
@@ -95,6 +106,11 @@ main(int argc, char **argv)
 			break;
 		case OPT_TRANSFER: transfer = cli_transfer(optarg); break;
 		case OPT_PROGRESS: cli_progress_force(); break;
+		case OPT_FORMAT: safetensors = cli_format(optarg); break;
+		case OPT_SHARD_SIZE:
+			if ((ckpt.shard_size = cli_number("--shard-size", optarg)) == 0)
+				cli_usage_error("--shard-size wants 1 byte or more");
+			break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -106,8 +122,16 @@ main(int argc, char **argv)
 		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
 		    "starting with '.')", model, WSYNC_MAX_MODEL);
 	if (out == NULL) {
-		snprintf(defout, sizeof(defout), "%s.wsync", model);
+		snprintf(defout, sizeof(defout), safetensors ? "%s" : "%s.wsync", model);
 		out = defout;
+	}
+	if (!safetensors && ckpt.shard_size > 0)
+		cli_usage_error("--shard-size needs --format safetensors");
+	if (safetensors) {
+		if (strcmp(out, "-") == 0)
+			cli_usage_error("--format safetensors writes a directory, not stdout");
+		cli_ckpt_paths(out, model, &link, &staging);
+		out = staging;
 	}
 
 	stop = cli_catch_signals(0);
@@ -137,9 +161,19 @@ main(int argc, char **argv)
 	    out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	if (safetensors) {
+		char real[PATH_MAX];
+		wsync_file_t *f = wsync_file_open(staging, &err);
+		if (f == NULL || wsync_ckpt_publish(f, link, got.version, &ckpt, 0, real,
+		    sizeof(real), &err) < 0)
+			cli_die_err(&err);
+		wsync_file_close(&f);
+	}
 	if (strcmp(out, "-") != 0)
 		printf("%" PRIu64 "\n", got.version);
 	wsync_client_destroy(&client);
+	free(link);
+	free(staging);
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
 	return 0;

@@ -343,7 +343,7 @@ wsync_ckpt_publish(const wsync_file_t *f, const char *link, uint64_t version,
 			s_rmtree(tmp);
 			return -1;
 		}
-		if (rename(tmp, real) < 0) {
+		if (chmod(tmp, 0755 & ~wsync_umask()) < 0 || rename(tmp, real) < 0) {
 			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", real,
 			    strerror(errno));
 			s_rmtree(tmp);
