@@ -1,0 +1,130 @@
+#!/usr/bin/env bats
+# Checkpoint directories: pushed and converted in, written out as safetensors
+# directories swapped behind a symlink, read back by a reader that knows only
+# the safetensors spec (tests/fixtures/mkckpt.py dump).
+
+load test_helper
+load hub_helper
+
+mkckpt() {
+	"$PY" "$FIXTURES/mkckpt.py" "$@"
+}
+
+@test "a checkpoint directory pushed comes out of a watcher tensor for tensor, small files byte for byte" {
+	mkckpt make ck --layers 3 --shards 3
+	start_hub
+	run -0 wsync-push -m policy ck
+	assert_output 1
+	mkdir out
+	run -0 --separate-stderr wsync-watch --once -m policy -o out/policy --format safetensors \
+		--shard-size 40000
+	assert_output "policy 1 out/policy.v1"
+	assert_equal "$(readlink out/policy)" policy.v1
+	assert_equal "$(mkckpt dump out/policy --files)" "$(mkckpt dump ck --files)"
+	run -0 jq -r '.weight_map | [.[]] | unique | length' out/policy/model.safetensors.index.json
+	(( output > 3 ))
+}
+
+@test "wsync-pull --format safetensors writes the same directory behind a symlink" {
+	mkckpt make ck
+	start_hub
+	wsync-push -m policy ck
+	run -0 wsync-pull -m policy -o pulled --format safetensors
+	assert_output 1
+	assert_equal "$(readlink pulled)" pulled.v1
+	assert_equal "$(mkckpt dump pulled --files)" "$(mkckpt dump ck --files)"
+}
+
+@test "wsync-convert turns a directory into a .wsync file and back" {
+	mkckpt make ck --no-index
+	run -0 wsync-convert -m policy ck policy.wsync
+	run -0 wsync-inspect --verify policy.wsync
+	run -0 wsync-convert --shard-size 30000 policy.wsync back/
+	assert_equal "$(mkckpt dump back --files)" "$(mkckpt dump ck --files)"
+	run -0 jq -r .metadata.wsync_model back/model.safetensors.index.json
+	assert_output policy
+}
+
+@test "a directory whose index names a missing shard is refused, nothing pushed" {
+	mkckpt make ck --bad missing-shard
+	start_hub
+	run -65 wsync-push -m policy ck
+	assert_output "wsync-push: ck/model.safetensors.index.json: tensor model.layers.1.mlp.down_proj.weight: its shard model-00003-of-00003.safetensors is missing"
+	run -66 wsync-pull -m policy -o x.wsync
+	assert_output 'wsync-pull: model "policy" has no version'
+}
+
+@test "a shard with a tensor the index does not list is refused, nothing pushed" {
+	mkckpt make ck --bad unlisted
+	start_hub
+	run -65 wsync-push -m policy ck
+	assert_output "wsync-push: ck/model-00003-of-00003.safetensors: tensor model.extra.weight: not listed in the index model.safetensors.index.json"
+	run -66 wsync-pull -m policy -o x.wsync
+}
+
+@test "two shards holding the same tensor are refused, nothing pushed" {
+	mkckpt make ck --bad duplicate
+	start_hub
+	run -65 wsync-push -m policy ck
+	assert_output "wsync-push: ck/model-00003-of-00003.safetensors: tensor model.embed_tokens.weight: also in model-00001-of-00003.safetensors"
+	run -66 wsync-pull -m policy -o x.wsync
+}
+
+@test "an empty tensor name is refused, naming the shard" {
+	mkckpt make ck --bad empty-name
+	start_hub
+	run -65 wsync-push -m policy ck
+	assert_output "wsync-push: ck/model-00001-of-00003.safetensors: a tensor name is empty"
+	run -66 wsync-pull -m policy -o x.wsync
+}
+
+@test "a tensor name that is not UTF-8 is refused, naming the shard and the tensor" {
+	mkckpt make ck --bad non-utf8
+	start_hub
+	run -65 wsync-push -m policy ck
+	assert_output 'wsync-push: ck/model-00001-of-00003.safetensors: tensor "model.bad\xffname": the name is not UTF-8'
+	run -66 wsync-pull -m policy -o x.wsync
+}
+
+@test "a reader holding the previous directory while 10 versions arrive reads only whole versions" {
+	for ((v = 1; v <= 10; v++)); do mkckpt make "v$v" --seed "$v"; done
+	start_hub
+	wsync-push -m policy v1 >/dev/null
+	mkdir out
+	wsync-watch -m policy -o out/policy --format safetensors >watch.out 2>watch.err &
+	PIDS+=($!)
+	wait_until grep -q "^policy 1 " watch.out
+	"$PY" "$FIXTURES/ckptlease.py" out/policy stop v{1..10} >reader.out 2>&1 &
+	READER=$!
+	PIDS+=($READER)
+	for ((v = 2; v <= 10; v++)); do
+		wsync-push -m policy "v$v" >/dev/null
+		wait_until grep -q "^policy $v " watch.out
+	done
+	touch stop
+	rc=0
+	wait "$READER" || rc=$?
+	assert_equal "$rc $(cat reader.out)" "0 ok"
+	assert_equal "$(mkckpt dump out/policy --files)" "$(mkckpt dump v10 --files)"
+	# Once no reader holds them, the next swap removes every older directory (--keep 0).
+	wsync-push -m policy v1 >/dev/null
+	wait_until grep -q "^policy 11 " watch.out
+	assert_equal "$(cd out && echo policy*)" "policy policy.v11"
+}
+
+@test "--select writes only the matching tensors and the small files" {
+	mkckpt make ck --layers 4
+	start_hub
+	wsync-push -m policy ck >/dev/null
+	run -0 --separate-stderr wsync-watch --once -m policy -o sel --format safetensors \
+		--select 'model.layers.1.*' --select 'lm_head.*'
+	assert_output "policy 1 sel.v1"
+	assert_equal "$(mkckpt dump sel --files)" \
+		"$(mkckpt dump ck --files | grep -e '^model.layers.1\.' -e '^lm_head' -e '^file ')"
+}
+
+@test "--select without --format safetensors is a usage error" {
+	run -64 wsync-watch -m policy -o x.wsync --select 'a.*'
+	assert_output "wsync-watch: --select and --shard-size need --format safetensors
+Try 'wsync-watch --help'."
+}
