@@ -179,8 +179,8 @@ _wsync_optarg() {
 	local prog=$1 opt=$2 val
 	case $prog:$opt in
 	wsync-convert:-l | wsync-convert:--layout) _wsync_add tree flat ;;
-	wsync-convert:-t | wsync-convert:--to) _wsync_add wsync safetensors ;;
-	wsync-convert:-m | wsync-convert:--model) ;;
+	wsync-convert:-t | wsync-convert:--to) _wsync_add wsync safetensors dir ;;
+	wsync-convert:-m | wsync-convert:--model | wsync-convert:--shard-size) ;;
 	*:--transfer) _wsync_add auto link copy socket ;;
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint) _wsync_endpoints ;;
@@ -208,6 +208,9 @@ _wsync_optarg() {
 		_wsync_files
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
+	wsync-pull:--format | wsync-watch:--format) _wsync_add wsync safetensors ;;
+	wsync-watch:--select-from) _wsync_files ;;
+	*:--shard-size | wsync-watch:--select) ;;
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
@@ -243,14 +246,14 @@ _wsync() {
 		--wait-for --transfer -q --quiet --progress --batch --key --hub-key -h --help
 		-V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer --transfer -t --timeout -q --quiet --progress --key --hub-key -h --help
-		-V --version" ;;
+		--if-newer --transfer -t --timeout -q --quiet --progress --format --shard-size --key
+		--hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
-		-h --help -V --version" ;;
+		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --format
+		--shard-size --select --select-from --key --hub-key -h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;
-	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
+	wsync-convert) opts="-l --layout -m --model -t --to --shard-size -h --help -V --version" ;;
 	wsync-keygen) opts="-f --force -s --sign -h --help -V --version" ;;
 	*) return 0 ;;
 	esac
@@ -275,14 +278,15 @@ _wsync() {
 	for ((i = 1; i < cword; i++)); do
 		case $prog:${words[i]} in
 		wsync-convert:-l | wsync-convert:--layout | wsync-convert:-m | \
-			wsync-convert:--model | wsync-convert:-t | wsync-convert:--to) ((i++)) ;;
+			wsync-convert:--model | wsync-convert:-t | wsync-convert:--to | \
+			wsync-convert:--shard-size) ((i++)) ;;
 		wsync-convert:*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
 			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
-			*:--allow-pull) ((i++)) ;;
+			*:--allow-pull | *:--format | *:--shard-size | *:--select | *:--select-from) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

@@ -155,6 +155,8 @@ complete -c wsync-pull -l transfer -x -a 'auto link copy socket' -d 'How the ver
 complete -c wsync-pull -l progress -d 'Show the progress even off a terminal'
 complete -c wsync-pull -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
+complete -c wsync-pull -l format -x -a 'wsync safetensors' -d 'The form of the output'
+complete -c wsync-pull -l shard-size -x -d 'Safetensors: tensor bytes per shard'
 
 # wsync-watch
 complete -c wsync-watch -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -170,6 +172,10 @@ complete -c wsync-watch -l transfer -x -a 'auto link copy socket' -d 'How each v
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
 complete -c wsync-watch -s q -l quiet -d 'Only errors and failed hooks on stderr'
 complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or JSON'
+complete -c wsync-watch -l format -x -a 'wsync safetensors' -d 'The form of each version'
+complete -c wsync-watch -l shard-size -x -d 'Safetensors: tensor bytes per shard'
+complete -c wsync-watch -l select -x -d 'Safetensors: only tensors matching this glob'
+complete -c wsync-watch -l select-from -r -F -d 'Safetensors: the patterns of this file'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
@@ -188,5 +194,6 @@ complete -c wsync-keygen -n 'not string match -q -- "-*" (commandline -ct)' -a '
 # wsync-convert
 complete -c wsync-convert -s l -l layout -x -a 'tree\t"Nest keys at each dot and slash" flat\t"Keep each name as one key"' -d 'Layout of a .wsync output'
 complete -c wsync-convert -s m -l model -x -d 'Model id of a .wsync output'
-complete -c wsync-convert -s t -l to -x -a 'wsync safetensors' -d 'Output kind'
+complete -c wsync-convert -s t -l to -x -a 'wsync safetensors dir' -d 'Output kind'
+complete -c wsync-convert -l shard-size -x -d 'Directory output: tensor bytes per shard'
 complete -c wsync-convert -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'

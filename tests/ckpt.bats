@@ -128,3 +128,46 @@ mkckpt() {
 	assert_output "wsync-watch: --select and --shard-size need --format safetensors
 Try 'wsync-watch --help'."
 }
+
+# start_engine: a mock engine (python3 http.server) whose reload endpoint
+# appends each request's body to reloads.log; ENGINE_URL points at it.
+start_engine() {
+	"$PY" -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open("reloads.log", "ab") as f:
+            f.write(body + b"\n")
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"{\"success\": true}")
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+open("engine.port.tmp", "w").write(str(s.server_port))
+__import__("os").rename("engine.port.tmp", "engine.port")
+s.serve_forever()' &
+	PIDS+=($!)
+	wait_until test -e engine.port
+	export ENGINE_URL="http://127.0.0.1:$(cat engine.port)/update_weights_from_disk"
+}
+
+@test "the engine hook example points a mock engine at each version's directory" {
+	mkckpt make v1 --seed 1
+	mkckpt make v2 --seed 2
+	start_hub
+	start_engine
+	wsync-push -m policy v1 >/dev/null
+	mkdir out
+	wsync-watch -m policy -o out/policy --format safetensors \
+		-x "$ROOT/examples/engine/reload-hook.sh" >watch.out 2>watch.err &
+	PIDS+=($!)
+	wait_until grep -q "^policy 1 " watch.out
+	wsync-push -m policy v2 >/dev/null
+	wait_until grep -q "^policy 2 " watch.out
+	run -0 cat reloads.log
+	assert_output "{\"model_path\": \"out/policy.v1\", \"version\": 1}
+{\"model_path\": \"out/policy.v2\", \"version\": 2}"
+	assert_equal "$(mkckpt dump out/policy.v2 --files)" "$(mkckpt dump v2 --files)"
+}
