@@ -311,6 +311,7 @@ main(int argc, char **argv)
 		hook.out.select = (const char *const *)select;
 		hook.out.nselect = nselect;
 		hook.keep = w.keep;
+		w.select = &hook.out;
 	}
 	for (int i = 0; i < nmodels && !safetensors; i++) {
 		if (!is_dir) {

@@ -25,6 +25,12 @@ typedef struct wsync_fetch_temp {
 	wsync_fetch_t what;
 	const wsync_head_t *known;
 	const char *beside;
+	/*
+	 * With patterns: over the socket, only the headers and the selected
+	 * tensors (and the small files of a checkpoint directory) are fetched;
+	 * the rest of the temporary file stays zeros (wsync-watch --select).
+	 */
+	const wsync_ckpt_out_t *select;
 } wsync_fetch_temp_t;
 
 /*

@@ -214,7 +214,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
-		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i] };
+		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i],
+		    .select = o->select };
 		wsync_head_t got;
 		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
 			continue;
@@ -232,6 +233,10 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		}
 		w->heads[i] = got;
 		w->how[i] = wsync_client_transfer(w->client);
+		if (o->select != NULL && o->select->nselect > 0 && w->how[i] == WSYNC_TRANSFER_SOCKET)
+			s_log(w, "%s version %" PRIu64 ": fetched %" PRIu64 " of %" PRIu64 " bytes "
+			    "for the selection", o->models[i], v, wsync_client_fetched(w->client),
+			    got.size);
 		moved = 1;
 	}
 	if (!moved)

@@ -446,6 +446,8 @@ int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char
     wsync_head_t *got, int timeout_ms, wsync_err_t *err);
 /* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY or SOCKET. */
 int wsync_client_transfer(const wsync_client_t *client);
+/* Bytes the last fetch of this client asked the hub for over the socket (0: none). */
+uint64_t wsync_client_fetched(const wsync_client_t *client);
 
 /* ---- clients: uploading (client_upload.c) ---- */
 
@@ -708,6 +710,12 @@ typedef struct wsync_watch_opts {
 	volatile sig_atomic_t *stop;    /* set non-zero (from a signal handler) to return 0 */
 	const char *key;                /* as in wsync_client_opts_t */
 	const char *hub_key;
+	/*
+	 * With patterns: only the headers, the selected tensors and the small
+	 * files of a checkpoint directory come over the socket; the rest of each
+	 * file stays zeros (see wsync_ckpt_out_t). NULL: everything.
+	 */
+	const wsync_ckpt_out_t *select;
 } wsync_watch_opts_t;
 
 /* Follows the hub: initial weights at once, then every new version, latest wins. */

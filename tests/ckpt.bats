@@ -123,6 +123,23 @@ mkckpt() {
 		"$(mkckpt dump ck --files | grep -e '^model.layers.1\.' -e '^lm_head' -e '^file ')"
 }
 
+@test "--select of a quarter of the layers fetches about a quarter of the bytes, each tensor verified" {
+	mkckpt make ck --layers 8 --hidden 256 --inter 640 --shards 3
+	start_hub
+	wsync-push -m policy ck >/dev/null
+	run -0 --separate-stderr wsync-watch --once -m policy -o sel --format safetensors \
+		--transfer socket --select 'model.layers.[01].*'
+	assert_output "policy 1 sel.v1"
+	assert_equal "$(mkckpt dump sel --files)" \
+		"$(mkckpt dump ck --files | grep -e '^model.layers.[01]\.' -e '^file ')"
+	[[ $stderr =~ "policy version 1: fetched "([0-9]+)" of "([0-9]+)" bytes for the selection" ]]
+	fetched=${BASH_REMATCH[1]} size=${BASH_REMATCH[2]}
+	# The two layers' data is 2/8 of the weights; the headers and small files add little.
+	(( fetched * 100 < size * 30 && fetched * 100 > size * 24 ))
+	run -0 jq -r .metadata.wsync_content sel/model.safetensors.index.json
+	assert_output "$(wsync-inspect --json "$STORE/policy/1.wsync" | jq -r .content_id)"
+}
+
 @test "--select without --format safetensors is a usage error" {
 	run -64 wsync-watch -m policy -o x.wsync --select 'a.*'
 	assert_output "wsync-watch: --select and --shard-size need --format safetensors
