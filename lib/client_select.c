@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "client_conn_int.h"
+#include "mpcheck_int.h"
 
 /* Bytes got past what the walker needs at once: a tensor's keys, shape and pad fit. */
 #define S_AHEAD 4096
@@ -68,16 +69,6 @@ s_need(struct s_walk *w, uint64_t off, size_t n)
 	return w->buf;
 }
 
-static uint64_t
-s_be(const unsigned char *p, int n)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < n; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* What a msgpack header says: its kind, its count (map, array) or length (str, bin). */
 enum s_kind { S_SCALAR, S_STR, S_BIN, S_ARRAY, S_MAP };
 
@@ -133,7 +124,7 @@ s_head(struct s_walk *w, uint64_t *off, enum s_kind *kind, uint64_t *n)
 	}
 	if ((p = s_need(w, *off, (size_t)len)) == NULL)
 		return -1;
-	*n = s_be(p, len);
+	*n = wsync_be_uint(p, len);
 	*off += (uint64_t)len;
 	return 0;
 }
