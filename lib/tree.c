@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sysexits.h>
 
+#include "hash_int.h"
 #include "io_int.h"
 #include "tree_int.h"
 
@@ -379,6 +380,22 @@ s_bin_header(uint64_t len)
 	return len < 256 ? 2 : len < 65536 ? 3 : 5;
 }
 
+/* The tensor's hash, a stride at a time, each stride's pages let go once hashed. */
+static uint64_t
+s_hash_releasing(const struct wsync_tree_tensor *t)
+{
+	XXH3_state_t state;
+
+	XXH3_64bits_reset(&state);
+	for (uint64_t at = 0; at < t->nbytes; at += S_RELEASE_STRIDE) {
+		size_t len = t->nbytes - at < S_RELEASE_STRIDE ? (size_t)(t->nbytes - at) :
+		    S_RELEASE_STRIDE;
+		wsync_hash_update(&state, (const char *)t->data + at, len);
+		wsync_pages_release((const char *)t->data + at, len);
+	}
+	return XXH3_64bits_digest(&state);
+}
+
 static void
 s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tensor *t)
 {
@@ -395,7 +412,8 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, const struct wsync_tree_tenso
 		msgpack_pack_uint64(pk, t->shape[i]);
 	s_pack_str(pk, "hash");
 	/* A stream cannot go back: it hashes first. Memory patches the hash in later. */
-	msgpack_pack_fix_uint64(pk, o->fd >= 0 ? wsync_hash(t->data, t->nbytes) : 0);
+	msgpack_pack_fix_uint64(pk, o->fd < 0 ? 0 : o->release ? s_hash_releasing(t) :
+	    wsync_hash(t->data, t->nbytes));
 	hash_at = o->off - 8;
 	s_pack_str(pk, "pad");
 	/* The pad bin's header (2), the "data" key (5) and the data bin's header. */
