@@ -8,8 +8,8 @@
 #include "wsync.h"
 
 static const char s_usage[] =
-    "usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir]\n"
-    "                     [--shard-size BYTES] IN OUT\n";
+    "usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] "
+    "[--shard-size BYTES] IN OUT\n";
 
 static const char s_options[] =
     "\n"

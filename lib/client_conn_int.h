@@ -38,6 +38,8 @@ struct wsync_client {
 	char worker[WSYNC_MAX_ID + 1];
 	char **models;
 	int nmodels;
+	char **select;                  /* the selection told in hello; copies */
+	int nselect;
 	uint64_t next_id;
 	uint32_t chunk;
 	uint32_t window;

@@ -63,7 +63,9 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
 	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
 	    .timeout_ms = timeout_ms, .transfer = o->transfer, .idle_ms = S_CALL_MS,
-	    .key = o->key, .hub_key = o->hub_key };
+	    .key = o->key, .hub_key = o->hub_key,
+	    .select = o->select != NULL ? o->select->select : NULL,
+	    .nselect = o->select != NULL ? o->select->nselect : 0 };
 	int zero = 0;
 
 	if ((w->client = wsync_client_new(&co, err)) == NULL)

@@ -371,6 +371,9 @@ typedef struct wsync_client_opts {
 	 * $WSYNC_KEY and $WSYNC_HUB_KEY, else none). Both or neither. */
 	const char *key;
 	const char *hub_key;
+	/* A watcher's tensor selection (wsync-watch --select), told to the hub in hello. */
+	const char *const *select;
+	int nselect;
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */

@@ -140,6 +140,20 @@ mkckpt() {
 	assert_output "$(wsync-inspect --json "$STORE/policy/1.wsync" | jq -r .content_id)"
 }
 
+@test "the hub shows a watcher's selection in wsync-inspect --hub" {
+	mkckpt make ck
+	start_hub
+	wsync-push -m policy ck >/dev/null
+	wsync-watch --id rank3 -m policy -o sel --format safetensors --select 'model.layers.1.*' \
+		--select 'lm_head.*' >watch.out 2>watch.err &
+	PIDS+=($!)
+	wait_until grep -q "^policy 1 " watch.out
+	run -0 wsync-inspect --hub
+	assert_line "worker rank3 selects: model.layers.1.* lm_head.*"
+	run -0 bash -c "wsync-inspect --hub --json | jq -c '.workers[0].select'"
+	assert_output '["model.layers.1.*","lm_head.*"]'
+}
+
 @test "--select without --format safetensors is a usage error" {
 	run -64 wsync-watch -m policy -o x.wsync --select 'a.*'
 	assert_output "wsync-watch: --select and --shard-size need --format safetensors
