@@ -140,6 +140,36 @@ mkckpt() {
 	assert_output "$(wsync-inspect --json "$STORE/policy/1.wsync" | jq -r .content_id)"
 }
 
+# flip_in PATH: flips a byte in the middle of tensor PATH's data in the store's version 1.
+flip_in() {
+	local off
+	off=$(wsync-inspect --json "$STORE/policy/1.wsync" |
+		jq --arg p "$1" '.tree[] | select(.path == $p) | .offset + (.bytes / 2 | floor)')
+	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+}
+
+@test "--select verifies the selected tensors it fetches, and never reads the others" {
+	mkckpt make ck --layers 4
+	start_hub
+	wsync-push -m policy ck >/dev/null
+	# A flipped byte outside the selection is never fetched, so never seen.
+	flip_in model.layers.3.mlp.up_proj.weight
+	run -0 --separate-stderr wsync-watch --once -m policy -o sel --format safetensors \
+		--transfer socket --select 'model.layers.1.*'
+	assert_output "policy 1 sel.v1"
+	# One inside it is caught: the version is not applied and the hub hears why.
+	flip_in model.layers.1.mlp.up_proj.weight
+	wsync-watch --id w2 -m policy -o sel2 --format safetensors --transfer socket \
+		--select 'model.layers.1.*' >w2.out 2>w2.err &
+	PIDS+=($!)
+	wait_until grep -q "not applied" w2.err
+	run -0 cat w2.err
+	assert_line --partial "wsync-watch: policy version 1 not applied: policy version 1: tensor model.layers.1.mlp.up_proj.weight: hash "
+	[ ! -e sel2 ]
+	run -0 bash -c "wsync-inspect --hub --json | jq '.workers[] | select(.worker == \"w2\") | .failure.version'"
+	assert_output 1
+}
+
 @test "the hub shows a watcher's selection in wsync-inspect --hub" {
 	mkckpt make ck
 	start_hub
