@@ -35,6 +35,15 @@ wsync_ckpt_selected(const wsync_ckpt_out_t *o, const char *name)
 	return 0;
 }
 
+/* The model id a directory records: f's, or "model" for a safetensors file, which has none. */
+static const char *
+s_model(const wsync_file_t *f)
+{
+	const char *m = wsync_file_model(f);
+
+	return m != NULL && m[0] != '\0' ? m : "model";
+}
+
 static int
 s_is_file(const wsync_tensor_t *t)
 {
@@ -68,7 +77,7 @@ s_write_shard(const wsync_file_t *f, const char *dir, const wsync_ckpt_out_t *o,
     size_t to, unsigned k, unsigned m, json_t *map, wsync_err_t *err)
 {
 	char name[64], path[PATH_MAX];
-	wsync_tree_t *tree = wsync_tree_new(wsync_file_model(f), err);
+	wsync_tree_t *tree = wsync_tree_new(s_model(f), err);
 	int fd = -1, rc = -1;
 
 	snprintf(name, sizeof(name), "model-%05u-of-%05u.safetensors", k, m);
@@ -143,7 +152,7 @@ s_write_into(const wsync_file_t *f, const char *dir, const wsync_ckpt_out_t *o, 
 		total += t->nbytes;
 	}
 	if ((map = json_object()) == NULL || (index = json_pack("{s:{s:I, s:s, s:s}, s:O}",
-	    "metadata", "total_size", (json_int_t)total, "wsync_model", wsync_file_model(f),
+	    "metadata", "total_size", (json_int_t)total, "wsync_model", s_model(f),
 	    "wsync_content", "", "weight_map", map)) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;

@@ -45,6 +45,15 @@ mkckpt() {
 	assert_output policy
 }
 
+@test "wsync-convert turns a directory into one safetensors file and back" {
+	mkckpt make ck
+	run -0 wsync-convert ck one.safetensors
+	run -0 wsync-convert one.safetensors back/
+	assert_equal "$(mkckpt dump back --files)" "$(mkckpt dump ck --files)"
+	run -0 jq -r .metadata.wsync_model back/model.safetensors.index.json
+	assert_output model
+}
+
 @test "a directory whose index names a missing shard is refused, nothing pushed" {
 	mkckpt make ck --bad missing-shard
 	start_hub
