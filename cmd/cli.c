@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -245,6 +246,71 @@ cli_transfer(const char *mode)
 	if (t < 0)
 		cli_usage_error("--transfer wants auto, link, copy or socket, not \"%s\"", mode);
 	return t;
+}
+
+int
+cli_format(const char *format)
+{
+	if (strcmp(format, "safetensors") == 0)
+		return 1;
+	if (strcmp(format, "wsync") != 0)
+		cli_usage_error("--format wants wsync or safetensors, not \"%s\"", format);
+	return 0;
+}
+
+void
+cli_ckpt_paths(const char *out, const char *model, char **link, char **staging)
+{
+	struct stat st;
+	const char *base;
+	int n;
+
+	if (lstat(out, &st) == 0 && S_ISDIR(st.st_mode))
+		n = asprintf(link, "%s/%s", out, model);
+	else
+		n = (*link = strdup(out)) == NULL ? -1 : 0;
+	if (n < 0)
+		cli_die(EX_SOFTWARE, "out of memory");
+	base = strrchr(*link, '/');
+	if (base == NULL)
+		n = asprintf(staging, ".%s.wsync", *link);
+	else
+		n = asprintf(staging, "%.*s/.%s.wsync", (int)(base - *link), *link, base + 1);
+	if (n < 0)
+		cli_die(EX_SOFTWARE, "out of memory");
+	if (base != NULL && base != *link) {
+		char *parent = strndup(*link, (size_t)(base - *link));
+		if (parent == NULL)
+			cli_die(EX_SOFTWARE, "out of memory");
+		if (stat(parent, &st) < 0 || !S_ISDIR(st.st_mode))
+			cli_die(EX_NOINPUT, "%s: no such directory", parent);
+		free(parent);
+	}
+}
+
+void
+cli_read_patterns(const char *path, char ***v, int *n)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+
+	if (f == NULL)
+		cli_die(EX_NOINPUT, "%s: cannot open: %s", path, strerror(errno));
+	while (fgets(line, sizeof(line), f) != NULL) {
+		size_t len = strcspn(line, "\r\n");
+		char **nv;
+		line[len] = '\0';
+		if (len == 0 || line[0] == '#')
+			continue;
+		if ((nv = realloc(*v, (size_t)(*n + 1) * sizeof(*nv))) == NULL ||
+		    (nv[*n] = strdup(line)) == NULL)
+			cli_die(EX_SOFTWARE, "out of memory");
+		*v = nv;
+		(*n)++;
+	}
+	if (ferror(f))
+		cli_die(EX_IOERR, "%s: cannot read: %s", path, strerror(errno));
+	fclose(f);
 }
 
 char **

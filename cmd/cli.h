@@ -52,6 +52,16 @@ int cli_age_seconds(const char *option, const char *sec);
 uint64_t cli_number(const char *option, const char *s);
 /* Parses a --transfer MODE (auto, link, copy, socket); exits 64 if bad. */
 int cli_transfer(const char *mode);
+/* Parses --format wsync|safetensors: 1 for safetensors; exits 64 if bad. */
+int cli_format(const char *format);
+/*
+ * The symlink a safetensors output swaps for model (out itself, or
+ * out/MODEL when out is a real directory) and the hidden .wsync file beside
+ * it that a version is fetched into first; both malloc'd, dying on failure.
+ */
+void cli_ckpt_paths(const char *out, const char *model, char **link, char **staging);
+/* Appends the patterns of --select-from FILE (one a line, # comments) to *v. */
+void cli_read_patterns(const char *path, char ***v, int *n);
 /* wsync_split, dying when out of memory. */
 char **cli_split(char *s, int *n);
 /*

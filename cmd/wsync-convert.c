@@ -1,4 +1,4 @@
-/* wsync-convert - converts weights between safetensors and .wsync files. */
+/* wsync-convert - converts weights between safetensors files, checkpoint directories and .wsync files. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,20 +8,25 @@
 #include "wsync.h"
 
 static const char s_usage[] =
-    "usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors] IN OUT\n";
+    "usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] "
+    "[--shard-size BYTES] IN OUT\n";
 
 static const char s_options[] =
     "\n"
-    "Converts IN, a safetensors or .wsync file (told apart by content), to OUT.\n"
-    "IN and OUT may be - for stdin and stdout.\n"
+    "Converts IN, a safetensors or .wsync file (told apart by content) or a checkpoint\n"
+    "directory (shards, an index, small files), to OUT. IN and OUT may be - for stdin\n"
+    "and stdout.\n"
     "\n"
     "  -l, --layout tree|flat   .wsync output: nest keys at each '.' and '/' (tree,\n"
     "                           the default) or keep each name as one key\n"
     "  -m, --model MODEL        model id of a .wsync output (default: IN's model,\n"
     "                           else IN's file name without its extension)\n"
-    "  -t, --to wsync|safetensors\n"
-    "                           output kind (default: OUT's extension, else the\n"
-    "                           kind IN is not)\n"
+    "  -t, --to wsync|safetensors|dir\n"
+    "                           output kind (default: dir when OUT ends in '/',\n"
+    "                           else OUT's extension, else the kind IN is not); dir\n"
+    "                           writes a new checkpoint directory OUT\n"
+    "      --shard-size BYTES   dir output: tensor bytes per shard at most (default\n"
+    "                           2 GiB)\n"
     "  -h, --help               show this help\n"
     "  -V, --version            show the version\n"
     "\n"
@@ -34,8 +39,12 @@ struct args {
 	enum layout layout;
 	const char *model;           /* NULL: from the input */
 	int to;                      /* a wsync_kind_t, or -1: from OUT or IN */
+	uint64_t shard_size;         /* 0: the default */
 	const char *in, *out;
 };
+
+/* The output kind beside wsync_kind_t's: a checkpoint directory. */
+#define S_KIND_DIR 2
 
 static int
 s_kind(const char *name, int *kind)
@@ -44,6 +53,8 @@ s_kind(const char *name, int *kind)
 		*kind = WSYNC_KIND_WSYNC;
 	else if (strcmp(name, "safetensors") == 0)
 		*kind = WSYNC_KIND_SAFETENSORS;
+	else if (strcmp(name, "dir") == 0)
+		*kind = S_KIND_DIR;
 	else
 		return -1;
 	return 0;
@@ -56,6 +67,7 @@ s_parse_args(int argc, char **argv, struct args *a)
 		{ "help", no_argument, NULL, 'h' },
 		{ "layout", required_argument, NULL, 'l' },
 		{ "model", required_argument, NULL, 'm' },
+		{ "shard-size", required_argument, NULL, 'S' },
 		{ "to", required_argument, NULL, 't' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 }
@@ -86,8 +98,12 @@ s_parse_args(int argc, char **argv, struct args *a)
 			break;
 		case 't':
 			if (s_kind(optarg, &a->to) < 0)
-				cli_usage_error("unknown output kind \"%s\" (wsync or safetensors)",
-				    optarg);
+				cli_usage_error("unknown output kind \"%s\" (wsync, safetensors "
+				    "or dir)", optarg);
+			break;
+		case 'S':
+			if ((a->shard_size = cli_number("--shard-size", optarg)) == 0)
+				cli_usage_error("--shard-size wants 1 byte or more");
 			break;
 		case 'V':
 			cli_version();
@@ -107,8 +123,11 @@ static int
 s_kind_of_name(const char *path)
 {
 	const char *dot = strrchr(path, '.');
+	size_t n = strlen(path);
 	int kind;
 
+	if (n > 0 && path[n - 1] == '/')
+		return S_KIND_DIR;
 	if (dot == NULL || strchr(dot, '/') != NULL || s_kind(dot + 1, &kind) < 0)
 		return -1;
 	return kind;
@@ -184,6 +203,39 @@ s_tree(const wsync_file_t *f, const struct args *a, int to)
 	return tree;
 }
 
+/* IN as a checkpoint directory: to a .wsync or one safetensors file. */
+static int
+s_from_dir(const struct args *a, int to)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	wsync_ckpt_t *ck;
+	wsync_tree_t *tree;
+	wsync_err_t err;
+	int rc;
+
+	if (to == S_KIND_DIR)
+		cli_usage_error("%s: a directory converts to a .wsync or a safetensors file", a->in);
+	if (a->model != NULL)
+		snprintf(model, sizeof(model), "%s", a->model);
+	else
+		s_model_from_name(a->in, model);
+	if ((ck = wsync_ckpt_open(a->in, &err)) == NULL)
+		cli_die_err(&err);
+	tree = wsync_ckpt_tree(ck, model, a->layout == LAYOUT_FLAT || to ==
+	    WSYNC_KIND_SAFETENSORS, &err);
+	if (tree == NULL)
+		cli_die_err(&err);
+	if (to == WSYNC_KIND_SAFETENSORS)
+		rc = wsync_tree_write_safetensors_file(tree, a->out, &err);
+	else
+		rc = wsync_tree_write_file(tree, a->out, &err);
+	if (rc < 0)
+		cli_die_err(&err);
+	wsync_tree_destroy(&tree);
+	wsync_ckpt_close(&ck);
+	return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -195,11 +247,27 @@ main(int argc, char **argv)
 
 	cli_init("wsync-convert");
 	s_parse_args(argc, argv, &a);
+	if ((to = a.to) < 0)
+		to = s_kind_of_name(a.out);
+	if (wsync_is_dir(a.in))
+		return s_from_dir(&a, to < 0 ? WSYNC_KIND_WSYNC : to);
 	if ((f = wsync_input_open(a.in, &err)) == NULL)
 		cli_die_err(&err);
-	if ((to = a.to) < 0 && (to = s_kind_of_name(a.out)) < 0)
+	if (to < 0)
 		to = wsync_file_kind(f) == WSYNC_KIND_WSYNC ?
 		    WSYNC_KIND_SAFETENSORS : WSYNC_KIND_WSYNC;
+	if (to == S_KIND_DIR) {
+		if (strcmp(a.out, "-") == 0)
+			cli_usage_error("a directory cannot go to stdout");
+		if (wsync_file_kind(f) == WSYNC_KIND_WSYNC && wsync_file_verify(f, NULL, NULL,
+		    &err) < 0)
+			cli_die_err(&err);
+		if (wsync_ckpt_write(f, a.out, &(wsync_ckpt_out_t){ .shard_size = a.shard_size },
+		    &err) < 0)
+			cli_die_err(&err);
+		wsync_file_close(&f);
+		return 0;
+	}
 	tree = s_tree(f, &a, to);
 	if (to == WSYNC_KIND_WSYNC)
 		rc = wsync_tree_write_file(tree, a.out, &err);

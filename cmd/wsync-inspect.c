@@ -541,6 +541,16 @@ s_show_hub_text(json_t *st, const char *endpoint)
 			    s_jtext(w, "transfer"), failure);
 		}
 	}
+	/* A worker that fetches only some tensors (wsync-watch --select) says which. */
+	json_array_foreach(workers, i, w) {
+		json_t *sel = json_object_get(w, "select"), *pat;
+		if (json_array_size(sel) == 0)
+			continue;
+		printf("\nworker %s selects:", s_jtext(w, "worker"));
+		json_array_foreach(sel, j, pat)
+			printf(" %s", json_is_string(pat) ? s_safe(json_string_value(pat)) : "?");
+		printf("\n");
+	}
 }
 
 /* s_show_hub's output: columns, JSON (1), or Prometheus' text format. */

@@ -1,6 +1,7 @@
 /* wsync-pull - fetch a version of a model, verified, written atomically. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,8 @@
 static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
     "                  [--transfer MODE] [-t SEC] [-q|--progress]\n"
-    "                  [--verify-key FILE]... [--max-age SEC] -m MODEL\n";
+    "                  [--verify-key FILE]... [--max-age SEC]\n"
+    "                  [--format wsync|safetensors] [--shard-size BYTES] -m MODEL\n";
 
 static void
 s_help(void)
@@ -26,6 +28,10 @@ s_help(void)
 	    "  -m, --model MODEL        the model to fetch\n"
 	    "  -o, --output FILE|-      where to write it (default MODEL.wsync; - is stdout,\n"
 	    "                           written only once verified, and no number is printed)\n"
+	    "      --format FORMAT      wsync (default) or safetensors: the version as a\n"
+	    "                           checkpoint directory FILE.vN (shards, index, small\n"
+	    "                           files), FILE a symlink swapped onto it\n"
+	    "      --shard-size BYTES   safetensors: tensor bytes per shard (default 2 GiB)\n"
 	    "  -v, --pull-version V     fetch version V instead of the newest\n"
 	    "      --if-newer V         exit 1 without fetching unless the newest is above V\n"
 	    "      --transfer MODE      auto (default), link (FILE becomes a hard link to the\n"
@@ -64,10 +70,12 @@ s_check_age(const char *path, const char *model, uint64_t version, int max_age_s
 int
 main(int argc, char **argv)
 {
-	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS, OPT_VERIFY_KEY, OPT_MAX_AGE };
+	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS, OPT_VERIFY_KEY, OPT_MAX_AGE,
+	    OPT_FORMAT, OPT_SHARD_SIZE };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
+		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
 		{ "max-age", required_argument, NULL, OPT_MAX_AGE },
@@ -76,6 +84,7 @@ main(int argc, char **argv)
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "pull-version", required_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
@@ -88,6 +97,9 @@ main(int argc, char **argv)
 	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
 	int max_age_s = 0, nkeys;
 	const wsync_verifykey_t *keys;
+	int safetensors = 0;
+	wsync_ckpt_out_t ckpt = { 0 };
+	char *link = NULL, *staging = NULL;
 	int64_t deadline;
 	volatile sig_atomic_t *stop;
 	wsync_client_t *client;
@@ -119,6 +131,11 @@ main(int argc, char **argv)
 		case OPT_PROGRESS: cli_progress_force(); break;
 		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
 		case OPT_MAX_AGE: max_age_s = cli_age_seconds("--max-age", optarg); break;
+		case OPT_FORMAT: safetensors = cli_format(optarg); break;
+		case OPT_SHARD_SIZE:
+			if ((ckpt.shard_size = cli_number("--shard-size", optarg)) == 0)
+				cli_usage_error("--shard-size wants 1 byte or more");
+			break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -133,8 +150,16 @@ main(int argc, char **argv)
 		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
 		    "starting with '.')", model, WSYNC_MAX_MODEL);
 	if (out == NULL) {
-		snprintf(defout, sizeof(defout), "%s.wsync", model);
+		snprintf(defout, sizeof(defout), safetensors ? "%s" : "%s.wsync", model);
 		out = defout;
+	}
+	if (!safetensors && ckpt.shard_size > 0)
+		cli_usage_error("--shard-size needs --format safetensors");
+	if (safetensors) {
+		if (strcmp(out, "-") == 0)
+			cli_usage_error("--format safetensors writes a directory, not stdout");
+		cli_ckpt_paths(out, model, &link, &staging);
+		out = staging;
 	}
 
 	stop = cli_catch_signals(0);
@@ -164,11 +189,21 @@ main(int argc, char **argv)
 	    .keys = keys, .nkeys = nkeys }, out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	if (safetensors) {
+		char real[PATH_MAX];
+		wsync_file_t *f = wsync_file_open(staging, &err);
+		if (f == NULL || wsync_ckpt_publish(f, link, got.version, &ckpt, 0, real,
+		    sizeof(real), &err) < 0)
+			cli_die_err(&err);
+		wsync_file_close(&f);
+	}
 	if (max_age_s > 0 && strcmp(out, "-") != 0)
 		s_check_age(out, model, got.version, max_age_s);
 	if (strcmp(out, "-") != 0)
 		printf("%" PRIu64 "\n", got.version);
 	wsync_client_destroy(&client);
+	free(link);
+	free(staging);
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
 	return 0;

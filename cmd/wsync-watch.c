@@ -20,6 +20,8 @@ static const char s_usage[] =
     "                   [--ack stdin] [--ack-timeout SEC]\n"
     "                   [--max-lag N] [--keep N] [--recycle] [--transfer MODE] [-t SEC] [-q]\n"
     "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
+    "                   [--format wsync|safetensors]\n"
+    "                   [--shard-size BYTES] [--select PATTERN]... [--select-from FILE]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -35,6 +37,13 @@ s_help(void)
 	    "  -m, --model MODEL,...    the models to follow (applied together when pushed\n"
 	    "                           together)\n"
 	    "  -o, --output PATH|DIR    the file (one model) or directory (DIR/MODEL.wsync)\n"
+	    "      --format FORMAT      wsync (default) or safetensors: each version a checkpoint\n"
+	    "                           directory PATH.vN (shards, index, small files), PATH a\n"
+	    "                           symlink swapped onto it (DIR/MODEL for a directory)\n"
+	    "      --shard-size BYTES   safetensors: tensor bytes per shard (default 2 GiB)\n"
+	    "      --select PATTERN     safetensors: only the tensors whose names match this\n"
+	    "                           glob (repeatable)\n"
+	    "      --select-from FILE   safetensors: the patterns of FILE, one a line\n"
 	    "      --id ID              this worker's id (default HOST:PID)\n"
 	    "  -x, --exec CMD           run CMD with sh after each update, with WSYNC_MODEL,\n"
 	    "                           WSYNC_VERSION, WSYNC_PATH, WSYNC_WORKER set; a non-zero\n"
@@ -48,7 +57,8 @@ s_help(void)
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
 	    "      --keep N             hold leases on the N versions before the current one,\n"
-	    "                           so a hub that recycles leaves them to their readers\n"
+	    "                           so a hub that recycles leaves them to their readers;\n"
+	    "                           safetensors: keep N older directories (and any leased)\n"
 	    "      --recycle            write a version sent over the socket into a replaced\n"
 	    "                           output no reader leases (its readers must take leases)\n"
 	    "      --transfer MODE      auto (default), link (each file a hard link to the\n"
@@ -81,6 +91,12 @@ struct s_hook {
 	unsigned owed;          /* answers still due for updates that timed out */
 	char in[WSYNC_MAX_REASON + 64];  /* stdin read but not used yet */
 	size_t nin;
+	/* --format safetensors: each model's symlink, and how its directories are written. */
+	char **links;
+	const char *const *models;
+	int nmodels;
+	wsync_ckpt_out_t out;
+	unsigned keep;
 };
 
 /* Bounds on --ack-timeout: its default, and the longest. */
@@ -94,7 +110,7 @@ struct s_hook {
  * passing a SIGTERM or SIGINT of ours on to it. 0 when it exited 0.
  */
 static int
-s_run_hook(const struct s_hook *h, wsync_update_t *u)
+s_run_hook(const struct s_hook *h, wsync_update_t *u, const char *path)
 {
 	char v[32];
 	int status, pidfd, forwarded = 0, timed_out = 0;
@@ -113,7 +129,7 @@ s_run_hook(const struct s_hook *h, wsync_update_t *u)
 		signal(SIGPIPE, SIG_DFL);
 		setenv("WSYNC_MODEL", u->model, 1);
 		setenv("WSYNC_VERSION", v, 1);
-		setenv("WSYNC_PATH", u->path, 1);
+		setenv("WSYNC_PATH", path, 1);
 		setenv("WSYNC_WORKER", h->worker, 1);
 		execl("/bin/sh", "sh", "-c", h->cmd, (char *)NULL);
 		_exit(127);
@@ -259,10 +275,31 @@ static int
 s_apply(void *arg, wsync_update_t *u)
 {
 	struct s_hook *h = arg;
+	char real[PATH_MAX];
+	const char *path = u->path;
 
-	if (h->cmd != NULL && s_run_hook(h, u) < 0)
+	if (h->links != NULL) {
+		wsync_file_t *f;
+		wsync_err_t err;
+		int i = 0, rc;
+		while (i < h->nmodels - 1 && strcmp(h->models[i], u->model) != 0)
+			i++;
+		if ((f = wsync_file_open(u->path, &err)) == NULL)
+			rc = -1;
+		else
+			rc = wsync_ckpt_publish(f, h->links[i], u->version, &h->out, h->keep, real,
+			    sizeof(real), &err);
+		wsync_file_close(&f);
+		if (rc < 0) {
+			snprintf(u->reason, sizeof(u->reason), "%.500s", err.msg);
+			cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, err.msg);
+			return -1;
+		}
+		path = real;
+	}
+	if (h->cmd != NULL && s_run_hook(h, u, path) < 0)
 		return -1;
-	printf("%s %" PRIu64 " %s\n", u->model, u->version, u->path);
+	printf("%s %" PRIu64 " %s\n", u->model, u->version, path);
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
 	return h->ack_stdin ? s_ask_reader(h, u) : 0;
@@ -273,7 +310,8 @@ main(int argc, char **argv)
 {
 	enum {
 		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_RECYCLE, OPT_EXEC_TIMEOUT,
-		OPT_TRANSFER, OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE
+		OPT_TRANSFER, OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE,
+		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM
 	};
 	static const struct option opts[] = {
 		{ "ack", required_argument, NULL, OPT_ACK },
@@ -282,6 +320,7 @@ main(int argc, char **argv)
 		CLI_KEY_OPTIONS,
 		{ "exec", required_argument, NULL, 'x' },
 		{ "exec-timeout", required_argument, NULL, OPT_EXEC_TIMEOUT },
+		{ "format", required_argument, NULL, OPT_FORMAT },
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
@@ -294,6 +333,9 @@ main(int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "recycle", no_argument, NULL, OPT_RECYCLE },
+		{ "select", required_argument, NULL, OPT_SELECT },
+		{ "select-from", required_argument, NULL, OPT_SELECT_FROM },
+		{ "shard-size", required_argument, NULL, OPT_SHARD_SIZE },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
@@ -304,7 +346,8 @@ main(int argc, char **argv)
 	char worker[WSYNC_MAX_ID + 1], host[100] = "localhost", **models = NULL, **paths;
 	const char *out = NULL;
 	struct stat st;
-	int nmodels = 0, c, is_dir;
+	char **select = NULL;
+	int nmodels = 0, c, is_dir, safetensors = 0, nselect = 0;
 	wsync_err_t err;
 
 	cli_init("wsync-watch");
@@ -346,6 +389,17 @@ main(int argc, char **argv)
 			break;
 		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
 		case OPT_MAX_AGE: w.max_age_s = cli_age_seconds("--max-age", optarg); break;
+		case OPT_FORMAT: safetensors = cli_format(optarg); break;
+		case OPT_SHARD_SIZE:
+			if ((hook.out.shard_size = cli_number("--shard-size", optarg)) == 0)
+				cli_usage_error("--shard-size wants 1 byte or more");
+			break;
+		case OPT_SELECT:
+			if ((select = realloc(select, (size_t)(nselect + 1) * sizeof(*select))) ==
+			    NULL || (select[nselect++] = strdup(optarg)) == NULL)
+				cli_die(EX_SOFTWARE, "out of memory");
+			break;
+		case OPT_SELECT_FROM: cli_read_patterns(optarg, &select, &nselect); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;
@@ -372,12 +426,26 @@ main(int argc, char **argv)
 		if (wsync_model_id_check(models[i]) < 0)
 			cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
 			    "starting with '.')", models[i], WSYNC_MAX_MODEL);
+	if (!safetensors && (nselect > 0 || hook.out.shard_size > 0))
+		cli_usage_error("--select and --shard-size need --format safetensors");
 	is_dir = stat(out, &st) == 0 && S_ISDIR(st.st_mode);
 	if (nmodels > 1 && !is_dir)
 		cli_die(EX_NOINPUT, "%s: not a directory (several models need one)", out);
 	if ((paths = calloc((size_t)nmodels, sizeof(*paths))) == NULL)
 		cli_die(EX_SOFTWARE, "out of memory");
-	for (int i = 0; i < nmodels; i++) {
+	if (safetensors) {
+		if ((hook.links = calloc((size_t)nmodels, sizeof(*hook.links))) == NULL)
+			cli_die(EX_SOFTWARE, "out of memory");
+		for (int i = 0; i < nmodels; i++)
+			cli_ckpt_paths(out, models[i], &hook.links[i], &paths[i]);
+		hook.models = (const char *const *)models;
+		hook.nmodels = nmodels;
+		hook.out.select = (const char *const *)select;
+		hook.out.nselect = nselect;
+		hook.keep = w.keep;
+		w.select = &hook.out;
+	}
+	for (int i = 0; i < nmodels && !safetensors; i++) {
 		if (!is_dir) {
 			paths[i] = strdup(out);
 		} else if (asprintf(&paths[i], "%s/%s.wsync", out, models[i]) < 0)
@@ -394,8 +462,15 @@ main(int argc, char **argv)
 	w.stop = s_stop = cli_catch_signals(CLI_SIGNAL_PIPE_IGNORE);
 	if (wsync_watch_run(&w, &err) < 0)
 		cli_die_err(&err);
-	for (int i = 0; i < nmodels; i++)
+	for (int i = 0; i < nmodels; i++) {
 		free(paths[i]);
+		if (hook.links != NULL)
+			free(hook.links[i]);
+	}
+	for (int i = 0; i < nselect; i++)
+		free(select[i]);
+	free(select);
+	free(hook.links);
 	free(paths);
 	free(models);
 	return 0;

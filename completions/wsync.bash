@@ -179,8 +179,8 @@ _wsync_optarg() {
 	local prog=$1 opt=$2 val
 	case $prog:$opt in
 	wsync-convert:-l | wsync-convert:--layout) _wsync_add tree flat ;;
-	wsync-convert:-t | wsync-convert:--to) _wsync_add wsync safetensors ;;
-	wsync-convert:-m | wsync-convert:--model) ;;
+	wsync-convert:-t | wsync-convert:--to) _wsync_add wsync safetensors dir ;;
+	wsync-convert:-m | wsync-convert:--model | wsync-convert:--shard-size) ;;
 	*:--transfer) _wsync_add auto link copy socket ;;
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint) _wsync_endpoints ;;
@@ -209,6 +209,9 @@ _wsync_optarg() {
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
 	wsync-watch:--ack) _wsync_add stdin ;;
+	wsync-pull:--format | wsync-watch:--format) _wsync_add wsync safetensors ;;
+	wsync-watch:--select-from) _wsync_files ;;
+	*:--shard-size | wsync-watch:--select) ;;
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
@@ -246,13 +249,14 @@ _wsync() {
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer -t --timeout -q --quiet --progress --verify-key --max-age
-		--key --hub-key -h --help -V --version" ;;
+		--format --shard-size --key --hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
 		--ack --ack-timeout --once --max-lag --keep --recycle --transfer -t --timeout -q --quiet --log-format
-		--verify-key --max-age --key --hub-key -h --help -V --version" ;;
+		--verify-key --max-age --format --shard-size --select --select-from --key --hub-key
+		-h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json --prometheus -t --timeout --verify --verify-key
 		--key --hub-key -h --help -V --version" ;;
-	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
+	wsync-convert) opts="-l --layout -m --model -t --to --shard-size -h --help -V --version" ;;
 	wsync-keygen) opts="-f --force -s --sign -h --help -V --version" ;;
 	*) return 0 ;;
 	esac
@@ -277,14 +281,16 @@ _wsync() {
 	for ((i = 1; i < cword; i++)); do
 		case $prog:${words[i]} in
 		wsync-convert:-l | wsync-convert:--layout | wsync-convert:-m | \
-			wsync-convert:--model | wsync-convert:-t | wsync-convert:--to) ((i++)) ;;
+			wsync-convert:--model | wsync-convert:-t | wsync-convert:--to | \
+			wsync-convert:--shard-size) ((i++)) ;;
 		wsync-convert:*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
 			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
-			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age) ((i++)) ;;
+			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age | \
+			*:--format | *:--shard-size | *:--select | *:--select-from) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

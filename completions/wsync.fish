@@ -159,6 +159,8 @@ complete -c wsync-pull -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
 complete -c wsync-pull -l verify-key -r -F -d 'Take only versions signed by this public key'
 complete -c wsync-pull -l max-age -x -d 'Warn when the signed version is older than SEC'
+complete -c wsync-pull -l format -x -a 'wsync safetensors' -d 'The form of the output'
+complete -c wsync-pull -l shard-size -x -d 'Safetensors: tensor bytes per shard'
 
 # wsync-watch
 complete -c wsync-watch -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -179,6 +181,10 @@ complete -c wsync-watch -s q -l quiet -d 'Only errors and failed hooks on stderr
 complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or JSON'
 complete -c wsync-watch -l verify-key -r -F -d 'Apply only versions signed by this public key'
 complete -c wsync-watch -l max-age -x -d 'Log when the signed version in place is older than SEC'
+complete -c wsync-watch -l format -x -a 'wsync safetensors' -d 'The form of each version'
+complete -c wsync-watch -l shard-size -x -d 'Safetensors: tensor bytes per shard'
+complete -c wsync-watch -l select -x -d 'Safetensors: only tensors matching this glob'
+complete -c wsync-watch -l select-from -r -F -d 'Safetensors: the patterns of this file'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
@@ -199,5 +205,6 @@ complete -c wsync-keygen -n 'not string match -q -- "-*" (commandline -ct)' -a '
 # wsync-convert
 complete -c wsync-convert -s l -l layout -x -a 'tree\t"Nest keys at each dot and slash" flat\t"Keep each name as one key"' -d 'Layout of a .wsync output'
 complete -c wsync-convert -s m -l model -x -d 'Model id of a .wsync output'
-complete -c wsync-convert -s t -l to -x -a 'wsync safetensors' -d 'Output kind'
+complete -c wsync-convert -s t -l to -x -a 'wsync safetensors dir' -d 'Output kind'
+complete -c wsync-convert -l shard-size -x -d 'Directory output: tensor bytes per shard'
 complete -c wsync-convert -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'

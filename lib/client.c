@@ -218,7 +218,7 @@ s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 	uint64_t id, v;
 
 	gethostname(host, sizeof(host) - 1);
-	id = wsync_client_request(c, &e, "hello", c->worker[0] ? 6 : 5);
+	id = wsync_client_request(c, &e, "hello", (c->worker[0] ? 6 : 5) + (c->nselect > 0));
 	wsync_enc_kv_u64(&e, "proto", WSYNC_PROTO);
 	wsync_enc_kv_str(&e, "role", c->role);
 	if (c->worker[0])
@@ -229,6 +229,12 @@ s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 	msgpack_pack_array(&e.pk, (size_t)c->nmodels);
 	for (int i = 0; i < c->nmodels; i++)
 		wsync_enc_str(&e, c->models[i]);
+	if (c->nselect > 0) {
+		wsync_enc_str(&e, "select");
+		msgpack_pack_array(&e.pk, (size_t)c->nselect);
+		for (int i = 0; i < c->nselect; i++)
+			wsync_enc_str(&e, c->select[i]);
+	}
 	if (wsync_client_call(c, &e, id, NULL, 0, timeout_ms, "hello", &m, &p, err) < 0) {
 		if (err->code == EX_TEMPFAIL)
 			wsync_err_set(err, EX_UNAVAILABLE, "cannot reach %s after %.1f s (is "
@@ -284,6 +290,16 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 			goto fail;
 		}
 	}
+	if (o->nselect > 0 && (c->select = calloc((size_t)o->nselect, sizeof(*c->select))) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto fail;
+	}
+	for (; c->nselect < o->nselect; c->nselect++) {
+		if ((c->select[c->nselect] = strdup(o->select[c->nselect])) == NULL) {
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
+			goto fail;
+		}
+	}
 	if (s_open_socket(c, err) < 0 || s_hello(c, o->timeout_ms, err) < 0)
 		goto fail;
 	return c;
@@ -305,6 +321,9 @@ wsync_client_destroy(wsync_client_t **cp)
 		free(c->models[i]);
 	free(c->models);
 	wsync_signkey_destroy(&c->sign);
+	for (int i = 0; i < c->nselect; i++)
+		free(c->select[i]);
+	free(c->select);
 	free(c);
 	*cp = NULL;
 }

@@ -38,6 +38,8 @@ struct wsync_client {
 	char worker[WSYNC_MAX_ID + 1];
 	char **models;
 	int nmodels;
+	char **select;                  /* the selection told in hello; copies */
+	int nselect;
 	uint64_t next_id;
 	uint32_t chunk;
 	uint32_t window;
@@ -48,6 +50,7 @@ struct wsync_client {
 	int store_here;                 /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
 	int travelled;                  /* WSYNC_TRANSFER_*: how the last fetch travelled */
+	uint64_t fetched;               /* bytes the last fetch asked the hub for */
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
 	struct wsync_next_slot next_slot;
@@ -163,5 +166,36 @@ void wsync_client_next_ask(wsync_client_t *c, const wsync_slot_ask_t *a);
 void wsync_client_next_forget(wsync_client_t *c);
 /* Aborts the next slot once its reply came (within timeout_ms), and forgets it. */
 void wsync_client_next_drop(wsync_client_t *c, int timeout_ms);
+
+/* ---- byte ranges of a version (client_fetch.c, client_select.c) ---- */
+
+/* Bytes [off, off + len) of a version. */
+typedef struct wsync_range {
+	uint64_t off, len;
+} wsync_range_t;
+
+/*
+ * Gets the n ranges (in order, inside the version) of version h of model
+ * into fd at their offsets, with up to window gets in flight; counts them in
+ * c->fetched.
+ */
+int wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, int fd, const wsync_range_t *ranges, size_t n, int64_t deadline,
+    wsync_err_t *err);
+/*
+ * Gets version h of model into fd (already h->size bytes long) in part: its
+ * headers, walked with small gets, then the data of the tensors sel selects
+ * and of the small files (WSYNC_CKPT_FILES); every other byte stays zero.
+ */
+int wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,
+    wsync_err_t *err);
+/*
+ * Checks a file wsync_client_get_selected filled: its content id (from the
+ * headers' hashes) and stamp are version h's, and every selected tensor's
+ * data matches its hash.
+ */
+int wsync_client_verify_selected(int fd, const char *model, const wsync_head_t *h,
+    const wsync_ckpt_out_t *sel, wsync_err_t *err);
 
 #endif

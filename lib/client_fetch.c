@@ -42,31 +42,47 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 }
 
 /*
- * Gets bytes [0, h->size) of a version into fd with up to window gets in
- * flight, writing each chunk at its offset as it arrives. With a bound on
- * silence, each get is as long as arrives well within it (pace_int.h).
+ * Gets the nranges byte ranges of a version into fd, each chunk written at
+ * its offset as it arrives, with up to window gets in flight. With a bound
+ * on silence, each get is as long as arrives well within it (pace_int.h).
  */
-static int
-s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
-    int fd, int64_t deadline, wsync_err_t *err)
+int
+wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
+    wsync_err_t *err)
 {
-	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0;
+	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0, total = 0, end = 0;
 	int64_t asked[64];
 	unsigned inflight = 0;
 	wsync_pace_t pace;
+	/* The whole file: its pages are allocated ahead of the chunks. */
+	int whole = nranges == 1 && ranges[0].off == 0 && ranges[0].len == h->size;
+	size_t r = 0;
 
 	wsync_pace_init(&pace, c->chunk, c->idle_ms);
-	while (done < h->size) {
+	for (size_t i = 0; i < nranges; i++) {
+		if (ranges[i].off > h->size || ranges[i].len > h->size - ranges[i].off)
+			return wsync_err_set(err, EX_SOFTWARE, "%s version %" PRIu64 ": a range "
+			    "beyond its %" PRIu64 " bytes", model, h->version, h->size);
+		total += ranges[i].len;
+	}
+	while (r < nranges && ranges[r].len == 0)
+		r++;
+	if (r < nranges) {
+		next_off = ranges[r].off;
+		end = ranges[r].off + ranges[r].len;
+	}
+	c->fetched += total;
+	while (done < total) {
 		wsync_msg_t m;
 		wsync_parts_t p = { .n = 0 };
 		uint64_t id = 0, off, len;
 		unsigned at;
 		int rc;
 
-		while (inflight < c->window && next_off < h->size) {
+		while (inflight < c->window && r < nranges) {
 			wsync_enc_t e;
-			uint64_t n = h->size - next_off < pace.chunk ? h->size - next_off :
-			    pace.chunk;
+			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
 			ids[inflight] = wsync_client_request(c, &e, "get", worker != NULL ? 5 : 4);
 			offs[inflight] = next_off;
 			asked[inflight] = wsync_now_ms();
@@ -81,22 +97,29 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 			if (rc < 0)
 				return -1;
 			inflight++;
-			next_off += n;
+			if ((next_off += n) == end) {
+				while (++r < nranges && ranges[r].len == 0)
+					;
+				if (r < nranges) {
+					next_off = ranges[r].off;
+					end = ranges[r].off + ranges[r].len;
+				}
+			}
 		}
 		/*
 		 * While the chunks are on their way, give the file its pages: fresh
 		 * pages cost far less allocated in bulk than faulted in by each write.
 		 */
-		if (allocated < next_off + WSYNC_CLIENT_STRIDE && allocated < h->size) {
-			uint64_t end = next_off + 2 * WSYNC_CLIENT_STRIDE;
-			if (end > h->size)
-				end = h->size;
-			if (fallocate(fd, 0, (off_t)allocated, (off_t)(end - allocated)) < 0 &&
+		if (whole && allocated < next_off + WSYNC_CLIENT_STRIDE && allocated < h->size) {
+			uint64_t upto = next_off + 2 * WSYNC_CLIENT_STRIDE;
+			if (upto > h->size)
+				upto = h->size;
+			if (fallocate(fd, 0, (off_t)allocated, (off_t)(upto - allocated)) < 0 &&
 			    errno != EOPNOTSUPP)
 				return wsync_err_set(err, EX_IOERR, "%s version %" PRIu64 ": cannot "
 				    "allocate %" PRIu64 " bytes: %s", model, h->version, h->size,
 				    strerror(errno));
-			allocated = end;
+			allocated = upto;
 		}
 		rc = wsync_client_recv(c, deadline, &id, &m, &p, 0, err);
 		if (rc == 1)
@@ -128,7 +151,7 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 		wsync_client_release(&m, &p);
 		wsync_pace_arrived(&pace, len, asked[at], wsync_now_ms());
 		if (c->progress != NULL)
-			c->progress(c->progress_arg, done, h->size);
+			c->progress(c->progress_arg, done, total);
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
 			deadline = wsync_now_ms() + c->idle_ms;
@@ -319,9 +342,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char *model = f->what.model, *path = f->beside;
 	char buf[PATH_MAX];
-	int fd = -1, linked = 0;
+	int fd = -1, linked = 0, selected = 0;
 
 	*tmp = NULL;
+	c->fetched = 0;
 	buf[0] = '\0';
 	if (!c->store_here && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
 	    WSYNC_TRANSFER_SOCKET)
@@ -343,7 +367,13 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
-		if (s_get_all(c, model, got, f->what.worker, fd, deadline, err) < 0)
+		if (f->select != NULL && f->select->nselect > 0) {
+			if (wsync_client_get_selected(c, model, got, f->what.worker, f->select, fd,
+			    deadline, err) < 0)
+				goto fail;
+			selected = 1;
+		} else if (wsync_client_get_ranges(c, model, got, f->what.worker, fd,
+		    &(wsync_range_t){ 0, got->size }, 1, deadline, err) < 0)
 			goto fail;
 	}
 	/*
@@ -353,7 +383,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	 * in the store is never given to another file, and a retired one is only
 	 * rewritten once no one links it. Nothing to read again.
 	 */
-	if (!(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
+	if (selected ? wsync_client_verify_selected(fd, model, got, f->select, err) < 0 :
+	    !(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
 		goto fail;
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -489,4 +520,10 @@ int
 wsync_client_transfer(const wsync_client_t *c)
 {
 	return c->travelled;
+}
+
+uint64_t
+wsync_client_fetched(const wsync_client_t *c)
+{
+	return c->fetched;
 }

@@ -28,6 +28,12 @@ typedef struct wsync_fetch_temp {
 	const char *beside;
 	/* NULL, or spares a version sent over the socket is written into when one is free. */
 	wsync_recycle_t *recycle;
+	/*
+	 * With patterns: over the socket, only the headers and the selected
+	 * tensors (and the small files of a checkpoint directory) are fetched;
+	 * the rest of the temporary file stays zeros (wsync-watch --select).
+	 */
+	const wsync_ckpt_out_t *select;
 } wsync_fetch_temp_t;
 
 /*

@@ -59,6 +59,8 @@ struct hub_worker {
 	char transfer[8];               /* how its last applied version came: link, copy, socket */
 	struct hub_wmodel *models;
 	size_t nmodels, cap;
+	char **select;                  /* its tensor selection, from its hello; owned */
+	size_t nselect;
 };
 
 /* How much of one uploaded file arrived. */

@@ -26,8 +26,14 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 		applied += w->models[i].applied != 0;
 		failing += w->models[i].failures != 0;
 	}
-	msgpack_pack_map(&e->pk, 10);
+	msgpack_pack_map(&e->pk, 10 + (w->nselect > 0));
 	wsync_enc_kv_str(e, "worker", w->id);
+	if (w->nselect > 0) {
+		wsync_enc_str(e, "select");
+		msgpack_pack_array(&e->pk, w->nselect);
+		for (size_t i = 0; i < w->nselect; i++)
+			wsync_enc_str(e, w->select[i]);
+	}
 	wsync_enc_kv_str(e, "transfer", w->transfer[0] ? w->transfer : "-");
 	wsync_enc_kv_str(e, "host", w->host);
 	wsync_enc_kv_u64(e, "pid", w->pid);

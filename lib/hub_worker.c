@@ -41,6 +41,7 @@ hub_worker_free(struct hub_worker *w)
 	for (size_t i = 0; i < w->nmodels; i++)
 		free(w->models[i].reason);
 	free(w->models);
+	hub_strv_free(w->select, w->nselect);
 	free(w);
 }
 
@@ -176,13 +177,27 @@ s_applied_set(struct hub_wmodel *wm, uint64_t version, int ack)
 	}
 }
 
+/* 0 for a selection pattern the hub keeps: 1 to 255 printable bytes. */
+static int
+s_pattern_check(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > WSYNC_MAX_KEY)
+		return -1;
+	for (; *s != '\0'; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return -1;
+	return 0;
+}
+
 int
 hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
 	static const char *const roles[] = { "push", "pull", "watch", "inspect" };
-	char role[16], worker[WSYNC_MAX_ID + 1], host[WSYNC_MAX_ID + 1], **models;
+	char role[16], worker[WSYNC_MAX_ID + 1], host[WSYNC_MAX_ID + 1], **models, **select = NULL;
 	uint64_t proto, pid = 0;
-	size_t nmodels, i;
+	size_t nmodels, nselect = 0, i;
 	struct hub_worker *w;
 	wsync_enc_t e;
 
@@ -203,11 +218,19 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	    hub_list(wsync_msg_get(&r->msg, "models"), "models", 0, wsync_model_id_check,
 	    &models, &nmodels, err) < 0)
 		return -1;
+	if (hub_list(wsync_msg_get(&r->msg, "select"), "select", 0, s_pattern_check, &select,
+	    &nselect, err) < 0)
+		goto fail;
 	if (worker[0] != '\0') {
 		if ((w = hub_worker_touch(h, worker, r->conn, err)) == NULL)
 			goto fail;
 		snprintf(w->host, sizeof(w->host), "%s", host);
 		w->pid = pid;
+		hub_strv_free(w->select, w->nselect);
+		w->select = select;
+		w->nselect = nselect;
+		select = NULL;
+		nselect = 0;
 		/* A worker that says hello again watches what it says now. */
 		for (i = 0; i < w->nmodels; i++)
 			w->models[i].watching = 0;
@@ -221,6 +244,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	hub_log(h, "event=hello role=%s%s%s host=%s pid=%" PRIu64, role, worker[0] ? " worker=" :
 	    "", worker, host[0] ? host : "-", pid);
 	hub_strv_free(models, nmodels);
+	hub_strv_free(select, nselect);
 	/* store and store_id let a client on this host take versions from the files. */
 	hub_ok(&e, r->id, 8);
 	wsync_enc_kv_str(&e, "hub", h->name);
@@ -235,6 +259,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	return 0;
 fail:
 	hub_strv_free(models, nmodels);
+	hub_strv_free(select, nselect);
 	return -1;
 }
 

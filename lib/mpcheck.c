@@ -4,9 +4,8 @@
 
 #include "mpcheck_int.h"
 
-/* Big-endian unsigned of n (1, 2 or 4) bytes. */
-static uint64_t
-s_be(const unsigned char *p, int n)
+uint64_t
+wsync_be_uint(const unsigned char *p, int n)
 {
 	uint64_t v = 0;
 
@@ -65,10 +64,10 @@ s_header(const unsigned char *p, size_t len, size_t off, uint64_t *skip,
 		return -1;
 	if (b >= 0xdc) {
 		*skip = 1 + (uint64_t)n;
-		*children = s_be(p + off + 1, n) * (b >= 0xde ? 2 : 1);
+		*children = wsync_be_uint(p + off + 1, n) * (b >= 0xde ? 2 : 1);
 	} else {
 		/* str, bin and ext: a length, then (ext only) a type byte, then the body. */
-		*skip = 1 + (uint64_t)n + (b >= 0xc7 && b <= 0xc9) + s_be(p + off + 1, n);
+		*skip = 1 + (uint64_t)n + (b >= 0xc7 && b <= 0xc9) + wsync_be_uint(p + off + 1, n);
 	}
 	return 0;
 }

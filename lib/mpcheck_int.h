@@ -3,6 +3,10 @@
 #define WSYNC_MPCHECK_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* The big-endian unsigned of n (1 to 8) bytes at p, as msgpack writes lengths. */
+uint64_t wsync_be_uint(const unsigned char *p, int n);
 
 /*
  * Walks the one msgpack object at p, reading only type bytes and lengths, and

@@ -251,6 +251,64 @@ s_cmp_offset(const void *a, const void *b)
 	return strcmp(x->path, y->path);
 }
 
+/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 when it is not one. */
+static size_t
+s_utf8_len(const unsigned char *p, size_t n)
+{
+	size_t len = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 :
+	    p[0] >= 0xe0 && p[0] < 0xf0 ? 3 : p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
+
+	if (len == 0 || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+	    (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+		return 0;
+	return len;
+}
+
+/*
+ * Refuses a header with bytes that are not UTF-8, naming the JSON string that
+ * holds them (a tensor's name, quoted with \xNN escapes) rather than a column.
+ */
+static int
+s_utf8_check(const wsync_file_t *f, const char *h, size_t n, wsync_err_t *err)
+{
+	const unsigned char *p = (const unsigned char *)h;
+	char name[ST_QUOTE], q[ST_QUOTE] = "";
+	size_t i = 0, start = 0, end;
+	int in_str = 0;
+
+	while (i < n) {
+		size_t len = s_utf8_len(p + i, n - i);
+		if (len == 0)
+			break;
+		if (p[i] == '"') {
+			in_str = !in_str;
+			start = i + 1;
+		} else if (p[i] == '\\' && in_str) {
+			i++;
+		}
+		i += len;
+	}
+	if (i >= n)
+		return 0;
+	if (!in_str)
+		return wsync_err_set(err, EX_DATAERR, "%s: the header is not UTF-8 at byte %zu",
+		    f->name, 8 + i);
+	for (end = i; end < n && p[end] != '"'; end++)
+		;
+	snprintf(name, sizeof(name), "%.*s", (int)(end - start), h + start);
+	/* Bytes at 0x80 and above become \xNN too: the name cannot be printed as it is. */
+	for (size_t o = 0, k = 0; name[k] != '\0' && o + 5 < sizeof(q); k++)
+		o += (size_t)snprintf(q + o, sizeof(q) - o, (unsigned char)name[k] >= 0x80 ||
+		    (unsigned char)name[k] < 0x20 ? "\\x%02x" : "%c", (unsigned char)name[k]);
+	return wsync_err_set(err, EX_DATAERR, "%s: tensor \"%s\": the name is not UTF-8",
+	    f->name, q);
+}
+
 int
 wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err)
 {
@@ -276,6 +334,8 @@ wsync_safetensors_parse(wsync_file_t *f, wsync_err_t *err)
 		    "the limit of %llu", f->name, (unsigned long long)hlen, ST_MAX_HEADER);
 	data = f->base + 8 + hlen;
 
+	if (s_utf8_check(f, (const char *)f->base + 8, (size_t)hlen, err) < 0)
+		return -1;
 	root = json_loadb((const char *)f->base + 8, (size_t)hlen, JSON_REJECT_DUPLICATES,
 	    &jerr);
 	if (root == NULL)

@@ -44,6 +44,8 @@ struct wsync_source {
 	int spooled;                    /* doc holds the whole document */
 	size_t cursor;                  /* for reads: the tensor read last */
 	XXH3_state_t state;             /* for reads of a .wsync: the hash of that tensor */
+	void (*release)(void *arg);     /* what the data is borrowed from, let go at the end */
+	void *release_arg;
 };
 
 static wsync_source_t *
@@ -103,6 +105,26 @@ wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int
 {
 	return s_add(src, path, dtype, ndim, shape, data, nbytes, (uint64_t)(uintptr_t)data,
 	    err);
+}
+
+int
+wsync_source_add_keys(wsync_source_t *src, const char *const *keys, int nkeys,
+    wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data, uint64_t nbytes,
+    wsync_err_t *err)
+{
+	if (wsync_tree_add_keys(src->tree, keys, nkeys, dtype, ndim, shape, data, nbytes,
+	    err) < 0)
+		return -1;
+	src->tree->t[src->tree->n - 1].tag = (uint64_t)(uintptr_t)data;
+	src->size = 0;
+	return 0;
+}
+
+void
+wsync_source_hold(wsync_source_t *src, void (*release)(void *arg), void *arg)
+{
+	src->release = release;
+	src->release_arg = arg;
 }
 
 /* The input's meta, kept in the document. */
@@ -258,6 +280,10 @@ s_open(const char *path, const char *model, int as_tree, wsync_err_t *err)
 		return NULL;
 	if (piped && fstat(STDIN_FILENO, &st) == 0 && S_ISREG(st.st_mode))
 		piped = 0;
+	if (!piped && wsync_is_dir(path)) {
+		wsync_source_destroy(&src);
+		return wsync_ckpt_source(path, model, err);
+	}
 	if (piped && as_tree) {
 		wsync_err_set(err, EX_USAGE, "stdin: a signed push reads a file, not a pipe (its "
 		    "tensors are signed before they are sent)");
@@ -344,6 +370,8 @@ wsync_source_destroy(wsync_source_t **srcp)
 	wsync_file_close(&src->in);
 	free(src->head);
 	free(src->name);
+	if (src->release != NULL)
+		src->release(src->release_arg);
 	free(src);
 	*srcp = NULL;
 }

@@ -50,6 +50,18 @@ int wsync_source_meta(wsync_source_t *src, const char *key, const char *value,
  */
 int wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int ndim,
     const uint64_t *shape, const void *data, uint64_t nbytes, wsync_err_t *err);
+/* Declares a tensor under nkeys keys as they are (not split), as wsync_source_add. */
+int wsync_source_add_keys(wsync_source_t *src, const char *const *keys, int nkeys,
+    wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data, uint64_t nbytes,
+    wsync_err_t *err);
+/* Gives src what its data is borrowed from: release(arg) runs when src is destroyed. */
+void wsync_source_hold(wsync_source_t *src, void (*release)(void *arg), void *arg);
+/*
+ * A checkpoint directory (ckpt.c) as the document for model: every shard's
+ * tensors under their own names and the small files beside them, read once
+ * from the shards' mappings. Caller destroys it.
+ */
+wsync_source_t *wsync_ckpt_source(const char *dir, const char *model, wsync_err_t *err);
 /* The document's size in bytes; lays it out on first call (0 with err: it cannot be). */
 uint64_t wsync_source_size(wsync_source_t *src, wsync_err_t *err);
 /*

@@ -9,6 +9,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "hash_int.h"
 #include "io_int.h"
 #include "tree_int.h"
 
@@ -276,9 +277,12 @@ wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err)
  * off counts every byte emitted, for the alignment arithmetic.
  */
 #define S_OUT_BUF 65536
+/* Bytes written between two lets-go of a releasing tree's source pages. */
+#define S_RELEASE_STRIDE (8u << 20)
 
 struct s_out {
 	int fd;
+	int release;                 /* the tree's release_sources */
 	unsigned char *dst;
 	uint64_t size;
 	uint64_t off;
@@ -365,6 +369,16 @@ s_out_data(struct s_out *o, struct wsync_tree_tensor *t, uint64_t hash_at)
 		o->off += t->nbytes;
 		return;
 	}
+	if (o->fd >= 0 && o->release) {
+		/* A stride at a time, each let go once written: memory stays one stride. */
+		for (uint64_t at = 0; at < t->nbytes; at += S_RELEASE_STRIDE) {
+			size_t len = t->nbytes - at < S_RELEASE_STRIDE ? (size_t)(t->nbytes - at) :
+			    S_RELEASE_STRIDE;
+			s_out_write(o, (const char *)t->data + at, len);
+			wsync_pages_release((const char *)t->data + at, len);
+		}
+		return;
+	}
 	if (o->fd >= 0) {
 		s_out_write(o, t->data, t->nbytes);
 		return;
@@ -397,6 +411,22 @@ s_bin_header(uint64_t len)
 	return len < 256 ? 2 : len < 65536 ? 3 : 5;
 }
 
+/* The tensor's hash, a stride at a time, each stride's pages let go once hashed. */
+static uint64_t
+s_hash_releasing(const struct wsync_tree_tensor *t)
+{
+	XXH3_state_t state;
+
+	XXH3_64bits_reset(&state);
+	for (uint64_t at = 0; at < t->nbytes; at += S_RELEASE_STRIDE) {
+		size_t len = t->nbytes - at < S_RELEASE_STRIDE ? (size_t)(t->nbytes - at) :
+		    S_RELEASE_STRIDE;
+		wsync_hash_update(&state, (const char *)t->data + at, len);
+		wsync_pages_release((const char *)t->data + at, len);
+	}
+	return XXH3_64bits_digest(&state);
+}
+
 static void
 s_pack_tensor(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t)
 {
@@ -413,8 +443,8 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t)
 		msgpack_pack_uint64(pk, t->shape[i]);
 	s_pack_str(pk, "hash");
 	/* A stream cannot go back: it hashes first. Memory patches the hash in later. */
-	msgpack_pack_fix_uint64(pk, o->fd >= 0 && !o->skeleton ? wsync_hash(t->data, t->nbytes) :
-	    0);
+	msgpack_pack_fix_uint64(pk, o->fd < 0 || o->skeleton ? 0 : o->release ?
+	    s_hash_releasing(t) : wsync_hash(t->data, t->nbytes));
 	hash_at = o->off - 8;
 	s_pack_str(pk, "pad");
 	/* The pad bin's header (2), the "data" key (5) and the data bin's header. */
@@ -487,7 +517,7 @@ s_write(wsync_tree_t *tree, struct s_out *o, wsync_err_t *err)
 int
 wsync_tree_write_fd(wsync_tree_t *tree, int fd, const char *name, wsync_err_t *err)
 {
-	struct s_out o = { .fd = fd };
+	struct s_out o = { .fd = fd, .release = tree->release_sources };
 	int rc;
 
 	if ((o.buf = malloc(S_OUT_BUF)) == NULL)

@@ -30,6 +30,11 @@ struct wsync_tree {
 	size_t nmeta, meta_cap;
 	struct wsync_tree_tensor *t;
 	size_t n, cap;
+	/*
+	 * Every tensor's data is in a shared file mapping: written to a descriptor,
+	 * its pages are let go a stride at a time (wsync_pages_release).
+	 */
+	int release_sources;
 };
 
 /*

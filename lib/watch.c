@@ -70,7 +70,9 @@ s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
 	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
 	    .timeout_ms = timeout_ms, .transfer = o->transfer, .idle_ms = S_CALL_MS,
-	    .key = o->key, .hub_key = o->hub_key };
+	    .key = o->key, .hub_key = o->hub_key,
+	    .select = o->select != NULL ? o->select->select : NULL,
+	    .nselect = o->select != NULL ? o->select->nselect : 0 };
 	int zero = 0;
 
 	if ((w->client = wsync_client_new(&co, err)) == NULL)
@@ -267,7 +269,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		uint64_t v = w->heads[i].version;
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
 		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i],
-		    .recycle = o->recycle ? &w->spares[i] : NULL };
+		    .recycle = o->recycle ? &w->spares[i] : NULL, .select = o->select };
 		wsync_head_t got;
 		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
 			continue;
@@ -285,6 +287,10 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		}
 		w->heads[i] = got;
 		w->how[i] = wsync_client_transfer(w->client);
+		if (o->select != NULL && o->select->nselect > 0 && w->how[i] == WSYNC_TRANSFER_SOCKET)
+			s_log(w, "%s version %" PRIu64 ": fetched %" PRIu64 " of %" PRIu64 " bytes "
+			    "for the selection", o->models[i], v, wsync_client_fetched(w->client),
+			    got.size);
 		moved = 1;
 	}
 	if (!moved)

@@ -228,6 +228,82 @@ int wsync_tree_write_safetensors_fd(wsync_tree_t *tree, int fd, const char *name
 int wsync_tree_write_safetensors_file(wsync_tree_t *tree, const char *path,
     wsync_err_t *err);
 
+/* ---- checkpoint directories (ckpt.c, ckpt_out.c; wsync-format(5), CHECKPOINT DIRECTORIES) ---- */
+
+/* The subtree of a version that holds the small files beside the weights. */
+#define WSYNC_CKPT_FILES "__files__"
+#define WSYNC_CKPT_MAX_FILE (16 << 20)          /* bytes in one small file */
+#define WSYNC_CKPT_MAX_FILES_BYTES (64 << 20)   /* bytes in all of them */
+#define WSYNC_CKPT_MAX_FILES 256                /* small files in one directory */
+/* Shard size wsync writes when none is asked for. */
+#define WSYNC_CKPT_SHARD_SIZE (2ULL << 30)
+
+/* A checkpoint directory opened for reading: its shards mapped; opaque. */
+typedef struct wsync_ckpt wsync_ckpt_t;
+
+/* A small file beside the weights; borrowed from its wsync_ckpt_t. */
+typedef struct wsync_ckpt_file {
+	const char *name;
+	const void *data;               /* NULL when size is 0 */
+	uint64_t size;
+} wsync_ckpt_file_t;
+
+/* 1 when path names a directory (following links), 0 otherwise ("-" too). */
+int wsync_is_dir(const char *path);
+/*
+ * Opens a checkpoint directory: the shards its model.safetensors.index.json
+ * names, or else every *.safetensors in it, mapped (no data page touched),
+ * each tensor checked to be in one shard, the one the index says; every other
+ * regular file not hidden becomes a small file (within the bounds above).
+ * 65 naming the file and the tensor otherwise. Caller closes.
+ */
+wsync_ckpt_t *wsync_ckpt_open(const char *dir, wsync_err_t *err);
+/* Unmaps everything and sets *ck to NULL. */
+void wsync_ckpt_close(wsync_ckpt_t **ck);
+/* Number of tensors, in shard order and each shard's file order. */
+size_t wsync_ckpt_count(const wsync_ckpt_t *ck);
+/* Tensor i, its name whole in path; borrowed until close. */
+const wsync_tensor_t *wsync_ckpt_tensor(const wsync_ckpt_t *ck, size_t i);
+/* Number of small files. */
+size_t wsync_ckpt_file_count(const wsync_ckpt_t *ck);
+/* Small file i; borrowed until close. */
+const wsync_ckpt_file_t *wsync_ckpt_file(const wsync_ckpt_t *ck, size_t i);
+/*
+ * A tree of model holding every tensor (split at '.' unless whole, and kept
+ * whole when split fails), every shard's __metadata__ as meta and each small
+ * file as a u8 tensor under WSYNC_CKPT_FILES. It borrows ck's data: destroy
+ * it before closing ck.
+ */
+wsync_tree_t *wsync_ckpt_tree(const wsync_ckpt_t *ck, const char *model, int whole,
+    wsync_err_t *err);
+
+/* How a version becomes a checkpoint directory; every pointer borrowed for the call. */
+typedef struct wsync_ckpt_out {
+	uint64_t shard_size;            /* bytes of tensor data a shard holds at most (0: default) */
+	const char *const *select;      /* fnmatch(3) patterns on tensor names; none: all */
+	int nselect;
+} wsync_ckpt_out_t;
+
+/* 1 when name matches one of o's patterns (or o selects nothing). */
+int wsync_ckpt_selected(const wsync_ckpt_out_t *o, const char *name);
+/*
+ * Writes f's tensors (o's selection) as a new directory dir: shards
+ * model-0000N-of-0000M.safetensors, model.safetensors.index.json, and the
+ * small files byte for byte; each file and dir fsynced. dir must not exist.
+ */
+int wsync_ckpt_write(const wsync_file_t *f, const char *dir, const wsync_ckpt_out_t *o,
+    wsync_err_t *err);
+/*
+ * Writes f as the directory LINK.vVERSION (through a temporary name), then
+ * renames a new symlink onto link pointing at it, so that a reader that
+ * resolves link sees a whole version. Older LINK.vN directories go once
+ * more than keep are older than this one and none of their readers holds a
+ * lease (wsync_lease_open on the directory). real (size bytes) gets the new
+ * directory's path.
+ */
+int wsync_ckpt_publish(const wsync_file_t *f, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
+
 /* Monotonic milliseconds, for deadlines. */
 int64_t wsync_now_ms(void);
 
@@ -295,6 +371,9 @@ typedef struct wsync_client_opts {
 	 * $WSYNC_KEY and $WSYNC_HUB_KEY, else none). Both or neither. */
 	const char *key;
 	const char *hub_key;
+	/* A watcher's tensor selection (wsync-watch --select), told to the hub in hello. */
+	const char *const *select;
+	int nselect;
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */
@@ -374,6 +453,8 @@ int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char
     wsync_head_t *got, int timeout_ms, wsync_err_t *err);
 /* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY or SOCKET. */
 int wsync_client_transfer(const wsync_client_t *client);
+/* Bytes the last fetch of this client asked the hub for over the socket (0: none). */
+uint64_t wsync_client_fetched(const wsync_client_t *client);
 
 /* ---- clients: uploading (client_upload.c) ---- */
 
@@ -662,6 +743,12 @@ typedef struct wsync_watch_opts {
 	const struct wsync_verifykey *verify;
 	int nverify;
 	int max_age_s;                  /* > 0: log when the signed version in place is older */
+	/*
+	 * With patterns: only the headers, the selected tensors and the small
+	 * files of a checkpoint directory come over the socket; the rest of each
+	 * file stays zeros (see wsync_ckpt_out_t). NULL: everything.
+	 */
+	const wsync_ckpt_out_t *select;
 } wsync_watch_opts_t;
 
 /* Follows the hub: initial weights at once, then every new version, latest wins. */

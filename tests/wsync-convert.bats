@@ -30,18 +30,22 @@ tensor() {
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-convert --help
 	assert_output - <<'EOF'
-usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors] IN OUT
+usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] [--shard-size BYTES] IN OUT
 
-Converts IN, a safetensors or .wsync file (told apart by content), to OUT.
-IN and OUT may be - for stdin and stdout.
+Converts IN, a safetensors or .wsync file (told apart by content) or a checkpoint
+directory (shards, an index, small files), to OUT. IN and OUT may be - for stdin
+and stdout.
 
   -l, --layout tree|flat   .wsync output: nest keys at each '.' and '/' (tree,
                            the default) or keep each name as one key
   -m, --model MODEL        model id of a .wsync output (default: IN's model,
                            else IN's file name without its extension)
-  -t, --to wsync|safetensors
-                           output kind (default: OUT's extension, else the
-                           kind IN is not)
+  -t, --to wsync|safetensors|dir
+                           output kind (default: dir when OUT ends in '/',
+                           else OUT's extension, else the kind IN is not); dir
+                           writes a new checkpoint directory OUT
+      --shard-size BYTES   dir output: tensor bytes per shard at most (default
+                           2 GiB)
   -h, --help               show this help
   -V, --version            show the version
 
@@ -121,7 +125,7 @@ Try 'wsync-convert --help'."
 @test "an unknown output kind is a usage error" {
 	mkall
 	run -64 wsync-convert --to=gguf a.safetensors a.gguf
-	assert_output "wsync-convert: unknown output kind \"gguf\" (wsync or safetensors)
+	assert_output "wsync-convert: unknown output kind \"gguf\" (wsync, safetensors or dir)
 Try 'wsync-convert --help'."
 }
 
