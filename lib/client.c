@@ -376,6 +376,8 @@ wsync_client_heads(wsync_client_t *c, const wsync_heads_ask_t *a, wsync_head_t *
 		from->hub[0] = '\0';
 	if (from != NULL && wsync_msg_str(&m, "store", from->store, sizeof(from->store)) < 0)
 		from->store[0] = '\0';
+	if (from != NULL && wsync_msg_str(&m, "origin", from->origin, sizeof(from->origin)) < 0)
+		from->origin[0] = '\0';
 	all = wsync_msg_get(&m, "heads");
 	for (int i = 0; i < a->n; i++) {
 		const msgpack_object *h = wsync_obj_get(all, a->models[i]);

@@ -93,6 +93,7 @@ struct hub_upload {
 struct hub_wait {
 	unsigned char ident[256];
 	size_t identlen;
+	void *router;                   /* the ROUTER the wait came in on, to answer on */
 	char peer[WSYNC_PEER_NAME];
 	uint64_t req;
 	char model[WSYNC_MAX_MODEL + 1];
@@ -106,12 +107,25 @@ struct hub_wait {
 	uint64_t size, content;         /* commit: the version's */
 };
 
-struct wsync_hub {
+/*
+ * One endpoint the hub listens on: its ROUTER and the PUB announced to the
+ * clients that come in on it (hub_endpoint.c). ZeroMQ cannot tell which local
+ * endpoint a ROUTER connection came in on, so each endpoint has its own pair.
+ */
+struct hub_endpoint {
 	void *router, *pub;
+	char endpoint[512];
+	char pub_endpoint[512];         /* as bound: a tcp port chosen by the system */
+};
+
+struct wsync_hub {
+	struct hub_endpoint *eps;
+	int neps;
+	void *router;                   /* the ROUTER of the request being served */
 	wsync_auth_t *auth;             /* NULL: no keys */
 	volatile sig_atomic_t *reload;
-	char pub_endpoint[512];
 	char name[300];                 /* host:pid */
+	char origin[64];                /* the store id of the tree's root: this store's, or a relay's upstream's */
 	char **ipc;                     /* socket files bound, removed at destroy */
 	size_t nipc;
 	wsync_store_t *store;
@@ -147,15 +161,18 @@ struct hub_req {
 /* ---- hub_endpoint.c: the ROUTER and PUB sockets and their endpoints ---- */
 
 /*
- * Makes the ROUTER and the PUB, lets h->auth (may be NULL) guard them, binds
- * the ROUTER to opts' endpoints and the PUB to pub (from hub_pub_for).
+ * For each of opts' endpoints makes a ROUTER bound to it and a PUB bound
+ * beside it (hub_pub_for), both guarded by h->auth (may be NULL).
  */
-int hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, const char *pub,
-    wsync_err_t *err);
+int hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, wsync_err_t *err);
 /* Closes the sockets and removes the ipc socket files bound. */
 void hub_endpoints_close(wsync_hub_t *h);
 /* The PUB endpoint for a ROUTER endpoint: ipc://PATH.pub, or tcp://HOST:*. */
 int hub_pub_for(const char *endpoint, char *buf, size_t size, wsync_err_t *err);
+/* The PUB announced to clients of the ROUTER router (one of h's). */
+const char *hub_pub_of(const wsync_hub_t *h, const void *router);
+/* Publishes a two-frame announcement, topic and body, on every PUB. */
+void hub_publish(wsync_hub_t *h, const char *topic, const void *body, size_t size);
 
 /* ---- hub_request.c: the envelope, the op table, field decoders, replies ---- */
 
@@ -209,8 +226,9 @@ void hub_strv_free(char **v, size_t n);
 void hub_ok(wsync_enc_t *e, uint64_t id, size_t nfields);
 /* Starts a refusal with nfields more fields. */
 void hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfields);
-/* Sends a reply to ident and frees it. */
-void hub_send(wsync_hub_t *h, const void *ident, size_t identlen, wsync_enc_t *e);
+/* Sends a reply to ident on router (one of h's ROUTERs) and frees it. */
+void hub_send(wsync_hub_t *h, void *router, const void *ident, size_t identlen,
+    wsync_enc_t *e);
 /* Sends a reply to r and frees it. */
 void hub_reply(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e);
 /* Sends reply e to r, then data (taken over) as the last frame, without copying it. */

@@ -317,8 +317,7 @@ s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct hub_upload *
 		for (size_t i = 0; i < u->ntargets; i++)
 			wsync_enc_str(&e, u->targets[i]);
 	}
-	if (zmq_send(h->pub, c->model, strlen(c->model), ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
-		zmq_send(h->pub, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+	hub_publish(h, c->model, e.sb.data, e.sb.size);
 	wsync_enc_free(&e);
 }
 

@@ -90,7 +90,7 @@ s_wait_answer(wsync_hub_t *h, const struct hub_wait *wt)
 			wsync_enc_kv_u64(&e, "version", hub_applied(h->workers[i], wt->model));
 		}
 	}
-	hub_send(h, wt->ident, wt->identlen, &e);
+	hub_send(h, wt->router, wt->ident, wt->identlen, &e);
 	hub_log(h, "event=waited model=%s version=%" PRIu64 " ms=%" PRId64, wt->model, wt->version,
 	    wsync_now_ms() - wt->start);
 }
@@ -163,7 +163,7 @@ s_wait_expire(wsync_hub_t *h, const struct hub_wait *wt, int64_t now)
 	wsync_enc_t e;
 	size_t missing = hub_wait_expiry(h, wt, now, &e);
 
-	hub_send(h, wt->ident, wt->identlen, &e);
+	hub_send(h, wt->router, wt->ident, wt->identlen, &e);
 	hub_log(h, "event=timeout model=%s version=%" PRIu64 " missing=%zu", wt->model,
 	    wt->version, missing);
 }
@@ -278,6 +278,7 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
 	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
 	if (wt->mode == WSYNC_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
 		return -1;
+	wt->router = h->router;
 	memcpy(wt->ident, r->ident, r->identlen);
 	wt->identlen = r->identlen;
 	wt->req = r->id;

@@ -227,7 +227,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	wsync_enc_kv_str(&e, "store", wsync_store_dir(h->store));
 	wsync_enc_kv_str(&e, "store_id", wsync_store_id(h->store));
 	wsync_enc_kv_u64(&e, "proto", WSYNC_PROTO);
-	wsync_enc_kv_str(&e, "pub", h->pub_endpoint);
+	wsync_enc_kv_str(&e, "pub", hub_pub_of(h, h->router));
 	wsync_enc_kv_u64(&e, "chunk", WSYNC_CHUNK);
 	wsync_enc_kv_u64(&e, "window", WSYNC_WINDOW);
 	wsync_enc_kv_u64(&e, "heartbeat_ms", WSYNC_HEARTBEAT_MS);
@@ -338,9 +338,10 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		}
 	}
 	/* Who answers: a watcher that sees these change knows the hub restarted. */
-	hub_ok(&e, r->id, 3);
+	hub_ok(&e, r->id, 4);
 	wsync_enc_kv_str(&e, "hub", h->name);
 	wsync_enc_kv_str(&e, "store", wsync_store_id(h->store));
+	wsync_enc_kv_str(&e, "origin", h->origin[0] ? h->origin : wsync_store_id(h->store));
 	wsync_enc_str(&e, "heads");
 	msgpack_pack_map(&e.pk, n);
 	for (size_t i = 0; i < n; i++) {

@@ -26,8 +26,9 @@ struct s_watch {
 	char **tmp;             /* per model: a fetched version not yet in place */
 	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
-	char endpoint[512];
-	char store[64];         /* the store id the applied versions come from */
+	char endpoint[512];     /* the hub in use (or tried next) */
+	int next;               /* index of the endpoint after it in o->endpoints */
+	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 };
 
@@ -167,7 +168,9 @@ s_beat(void *ctx)
 /*
  * After a heads round: when the hub now keeps another store than the one the
  * applied versions came from, its numbers start over, so the watcher's do
- * too, and it takes the new store's head.
+ * too, and it takes the new store's head. The hubs of one tree (a root and its
+ * relays) name the root's store as their origin and number alike: moving
+ * between them changes nothing.
  */
 static void
 s_store_changed(struct s_watch *w, const char *now)
@@ -209,7 +212,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->client)) != 0)
 			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
 			    from.hub, wsync_client_hub(w->client));
-		s_store_changed(w, from.store);
+		s_store_changed(w, from.origin[0] ? from.origin : from.store);
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
@@ -372,6 +375,27 @@ s_wait_announcement(struct s_watch *w, int ms, int *only, wsync_head_t *head)
 	return 0;
 }
 
+/*
+ * Moves to the next endpoint of a list (failover); 0 when there is no list.
+ * The list starts over after its last, so a hub that comes back is found.
+ */
+static int
+s_next_endpoint(struct s_watch *w, wsync_err_t *err)
+{
+	const wsync_watch_opts_t *o = w->o;
+	int had = w->endpoint[0] != '\0';
+
+	if (o->nendpoints < 1 || (had && o->nendpoints == 1))
+		return 0;
+	if (wsync_endpoint_resolve(o->endpoints[w->next], w->endpoint, sizeof(w->endpoint),
+	    err) < 0)
+		return -1;
+	w->next = (w->next + 1) % o->nendpoints;
+	if (had)
+		s_log(w, "trying the next hub, at %s", w->endpoint);
+	return 0;
+}
+
 static int
 s_run(struct s_watch *w, wsync_err_t *err)
 {
@@ -393,10 +417,13 @@ s_run(struct s_watch *w, wsync_err_t *err)
 					return -1;
 				if (!waiting_said++)
 					s_log(w, "waiting for a hub at %s", w->endpoint);
+				if (s_next_endpoint(w, err) < 0)
+					return -1;
 				continue;
 			}
-			s_log(w, "connected to hub %s at %s", wsync_client_hub(w->client),
-			    wsync_client_endpoint(w->client));
+			s_log(w, "connected to hub %s at %s, announcements from %s",
+			    wsync_client_hub(w->client), wsync_client_endpoint(w->client),
+			    wsync_client_pub(w->client));
 			waiting_said = 0;
 		}
 		/* Announcements never replace the heartbeat round: one is due every beat. */
@@ -411,6 +438,8 @@ s_run(struct s_watch *w, wsync_err_t *err)
 				return -1;
 			s_log(w, "lost the hub (%s); reconnecting", err->msg);
 			s_disconnect(w);
+			if (s_next_endpoint(w, err) < 0)
+				return -1;
 			start = wsync_now_ms();
 			only = -1;
 			continue;
@@ -458,7 +487,8 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	for (size_t i = 0; i < n * (o->keep + 1); i++)
 		w.leases[i] = -1;
 	s_remove_leftovers(o);
-	if (wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
+	if (o->nendpoints > 0 ? s_next_endpoint(&w, err) == 0 :
+	    wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
 		rc = s_run(&w, err);
 	if (w.client != NULL) {
 		wsync_err_t ignored;

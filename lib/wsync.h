@@ -326,6 +326,7 @@ typedef struct wsync_heads_ask {
 typedef struct wsync_heads_from {
 	char hub[256];                  /* the hub's identity; empty when not given */
 	char store[64];                 /* its store id; empty when not given */
+	char origin[64];                /* the store id of its tree's root; empty when not given */
 } wsync_heads_from_t;
 /*
  * The head of each of ask->n models into heads (n of them); from (may be NULL)
@@ -612,6 +613,14 @@ typedef int (*wsync_apply_fn)(void *arg, wsync_update_t *u);
 
 typedef struct wsync_watch_opts {
 	const char *endpoint;           /* NULL: the default */
+	/*
+	 * With nendpoints > 0, the hubs to follow in order of preference, in place
+	 * of endpoint: the next one is tried when one cannot be reached or is lost.
+	 * They must be hubs of one tree (wsync(7), RELAYS), which number versions
+	 * alike.
+	 */
+	const char *const *endpoints;
+	int nendpoints;
 	const char *worker;             /* the worker id */
 	const char *const *models;
 	const char *const *paths;       /* where each model's file goes */

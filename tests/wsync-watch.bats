@@ -179,7 +179,7 @@ PYEOF
 	run -0 --separate-stderr wsync-watch --log-format json --once -m policy -o w.wsync
 	assert_output "policy 1 w.wsync"
 	run -0 jq -r '"\(.program) \(.msg)"' <<<"$stderr"
-	assert_output --regexp "^wsync-watch connected to hub [^ ]+ at $WSYNC_ENDPOINT\$"
+	assert_output --regexp "^wsync-watch connected to hub [^ ]+ at $WSYNC_ENDPOINT, announcements from $WSYNC_ENDPOINT.pub\$"
 }
 
 @test "wsync-watch --quiet prints no message on stderr, only its update lines" {
