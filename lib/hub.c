@@ -41,14 +41,16 @@ s_poll_ms(const wsync_hub_t *h)
 int
 wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 {
-	zmq_pollitem_t *items = calloc((size_t)h->neps + WSYNC_AUTH_ITEMS, sizeof(*items));
-	int nitems;
+	zmq_pollitem_t *items = calloc((size_t)h->neps + 1 + WSYNC_AUTH_ITEMS, sizeof(*items));
+	int nitems, relay = h->neps;
 
 	if (items == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (int i = 0; i < h->neps; i++)
 		items[i] = (zmq_pollitem_t){ h->eps[i].router, 0, ZMQ_POLLIN, 0 };
-	nitems = h->neps + wsync_auth_items(h->auth, &items[h->neps]);
+	/* A relay's thread hands over what it mirrored: the store is this loop's alone. */
+	items[relay] = (zmq_pollitem_t){ h->relay_pair, -1, h->relay_pair ? ZMQ_POLLIN : 0, 0 };
+	nitems = h->neps + 1 + wsync_auth_items(h->auth, &items[h->neps + 1]);
 
 	while (!*stop) {
 		if (h->reload != NULL && *h->reload) {
@@ -62,7 +64,9 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 			return wsync_err_set(err, EX_SOFTWARE, "poll: %s", zmq_strerror(errno));
 		}
 		/* Handshakes first: a client's first request waits on its ZAP answer. */
-		wsync_auth_serve(h->auth, &items[h->neps]);
+		wsync_auth_serve(h->auth, &items[h->neps + 1]);
+		if (items[relay].revents & ZMQ_POLLIN)
+			hub_relay_serve(h);
 		for (int k = 0; k < h->neps; k++) {
 			h->router = h->eps[k].router;
 			for (int i = 0; i < S_BATCH && !*stop; i++) {
@@ -119,6 +123,8 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	    err)) == NULL)
 		goto fail;
 	wsync_store_set_spares(h->store, opts->recycle);
+	if (hub_relay_start(h, opts, err) < 0)
+		goto fail;
 	hub_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(
 	    wsync_store_dir(h->store), quoted, sizeof(quoted)), wsync_store_count(h->store),
 	    opts->keep, opts->recycle);
@@ -138,6 +144,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 
 	if (h == NULL)
 		return;
+	hub_relay_stop(h);
 	for (int i = 0; i < HUB_UPLOADS; i++)
 		hub_upload_end(&h->uploads[i]);
 	for (size_t i = 0; i < h->nwaits; i++)

@@ -1,7 +1,7 @@
 /*
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
- * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_status.c (hub.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
  * hub_; those of one file are static and start with s_.
  */
@@ -139,6 +139,8 @@ struct wsync_hub {
 	struct hub_wait *waits;
 	size_t nwaits, waits_cap;
 	wsync_blocked_t blocked;        /* connections that broke the protocol */
+	struct hub_relay *relay;        /* NULL: not a relay (hub_relay.c) */
+	void *relay_pair;               /* the hub's end of the relay thread's pair */
 #ifdef WSYNC_TEST_HOOKS
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
 #endif
@@ -293,6 +295,12 @@ int hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_upload.c: uploads and slots (begin, chunk, commit, put, abort, announce) ---- */
 
+/*
+ * Announces committed version c on every PUB; group (n files) names the models
+ * committed with it, targets (NULL: everyone) who sees it.
+ */
+void hub_announce(wsync_hub_t *h, const wsync_committed_t *c, const wsync_store_temp_t *group,
+    size_t n, char *const *targets, size_t ntargets);
 /* A commit's versions: [{model, version, size, content}], n of them. */
 void hub_pack_versions(wsync_enc_t *e, const wsync_committed_t *c, size_t n);
 /* Drops the uploads (and slots) left idle for HUB_UPLOAD_IDLE_MS at now. */
@@ -315,6 +323,21 @@ int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsyn
 
 int hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_relay.c: a relay's upstream side ---- */
+
+/*
+ * With opts' upstreams, starts the thread that mirrors their versions (an
+ * inproc PAIR, h->relay_pair, hands each over to the hub's loop); 0 and
+ * nothing without. Called once the store is open.
+ */
+int hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *opts, wsync_err_t *err);
+/* Stops the thread and frees the relay; nothing when h is no relay. */
+void hub_relay_stop(wsync_hub_t *h);
+/* Commits what the thread handed over on h->relay_pair, and answers it. */
+void hub_relay_serve(wsync_hub_t *h);
+/* 1 with err (77) when h mirrors model from an upstream, so nobody may push it here. */
+int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err);
 
 /* ---- hub_status.c: the status document ---- */
 

@@ -179,7 +179,7 @@ s_applied_set(struct hub_wmodel *wm, uint64_t version, int ack)
 int
 hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
-	static const char *const roles[] = { "push", "pull", "watch", "inspect" };
+	static const char *const roles[] = { "push", "pull", "watch", "inspect", "relay" };
 	char role[16], worker[WSYNC_MAX_ID + 1], host[WSYNC_MAX_ID + 1], **models;
 	uint64_t proto, pid = 0;
 	size_t nmodels, i;
@@ -192,11 +192,11 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (proto != WSYNC_PROTO)
 		return wsync_err_set(err, EX_PROTOCOL, "protocol version %" PRIu64 " is not "
 		    "supported (this hub speaks %d)", proto, WSYNC_PROTO);
-	for (i = 0; i < 4 && strcmp(role, roles[i]) != 0; i++)
+	for (i = 0; i < 5 && strcmp(role, roles[i]) != 0; i++)
 		;
-	if (i == 4)
-		return wsync_err_set(err, EX_PROTOCOL, "role \"%s\" is not push, pull, watch or "
-		    "inspect", role);
+	if (i == 5)
+		return wsync_err_set(err, EX_PROTOCOL, "role \"%s\" is not push, pull, watch, "
+		    "inspect or relay", role);
 	if (hub_worker_field(r, strcmp(role, "watch") == 0, worker, err) < 0 ||
 	    hub_str(r, "host", 0, wsync_id_check, host, sizeof(host), err) < 0 ||
 	    hub_u64(r, "pid", 0, &pid, err) < 0 ||

@@ -681,6 +681,20 @@ typedef struct wsync_hub_opts {
 	int nallow_pull;
 	int insecure;                   /* serve non-loopback tcp without keys */
 	volatile sig_atomic_t *reload;  /* set non-zero (SIGHUP) to reread the allow lists */
+	/*
+	 * A relay (wsync(7), RELAYS): the hubs to mirror versions from, in order
+	 * of preference (the next when one is unreachable); none: a root hub.
+	 * Mirrored models (upstream_models, or every one when none are named) keep
+	 * the upstream's numbers, and pushes of them here are refused (77).
+	 * upstream_key and upstream_hub_key are as wsync_client_opts_t's key and
+	 * hub_key, for the upstream.
+	 */
+	const char *const *upstreams;
+	int nupstreams;
+	const char *const *upstream_models;
+	int nupstream_models;
+	const char *upstream_key;
+	const char *upstream_hub_key;
 } wsync_hub_opts_t;
 
 /* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */

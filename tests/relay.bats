@@ -29,3 +29,91 @@ load hub_helper
 	assert_output "policy 1 w.wsync"
 	assert_regex "$stderr" "trying the next hub, at $WSYNC_ENDPOINT"
 }
+
+# start_relay NAME [wsync-serve options...]: a relay at ipc://$TMP/NAME with the
+# store $TMP/NAME.store, mirroring the hub at $WSYNC_ENDPOINT; its log in
+# $TMP/NAME.log; RPID[NAME] is its PID.
+declare -A RPID
+start_relay() {
+	local name=$1
+	shift
+	wsync-serve -e "ipc://$TMP/$name" --store "$TMP/$name.store" \
+		--upstream "$WSYNC_ENDPOINT" "$@" 2>>"$TMP/$name.log" &
+	RPID[$name]=$!
+	PIDS+=("$!")
+	wait_until grep -q "event=listen" "$TMP/$name.log"
+}
+
+# 0 when the hub at $1 has version $3 of model $2 (its head).
+head_at() {
+	[ "$(WSYNC_ENDPOINT=$1 wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -r --arg m "$2" '.models[] | select(.model == $m) | .versions[-1].version')" = "$3" ]
+}
+
+@test "a relay keeps the root's numbers and content ids, and serves them to its watchers" {
+	make_versions 5
+	start_hub
+	for v in 1 2; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	start_relay r1
+	start_watcher w1 -e "ipc://$TMP/r1"
+	wait_until watcher_at w1 2
+	for v in 3 4 5; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 5
+	run -0 versions_increase w1
+	assert_equal "$(content_of w1.wsync)" "$(content_of v5.wsync)"
+	assert_equal "$(wsync-inspect --json w1.wsync | jq .version)" 5
+	# Latest wins: the relay may skip a version pushed while it fetched another.
+	grep "event=commit model=policy version=[0-9]* .*relay=$WSYNC_ENDPOINT" r1.log |
+	    sed 's/.*version=\([0-9]*\).*/\1/' >relayed
+	run -0 sort -nuc relayed
+	assert_equal "$(tail -n 1 relayed)" 5
+}
+
+@test "a relay started after 3 pushes numbers the root's head 3, not 1" {
+	make_versions 3
+	start_hub
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 3
+	run -0 --separate-stderr wsync-pull -e "ipc://$TMP/r1" -m policy -o p.wsync
+	assert_equal "$(wsync-inspect --json p.wsync | jq .version)" 3
+	assert_equal "$(content_of p.wsync)" "$(content_of v3.wsync)"
+}
+
+@test "a push to a relay of a mirrored model is refused with 77, naming the upstream" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	run -77 --separate-stderr wsync-push -e "ipc://$TMP/r1" -m policy v1.wsync
+	assert_equal "$stderr" "wsync-push: model policy is mirrored from the upstream $WSYNC_ENDPOINT: push it there"
+}
+
+@test "a relay of a relay of the root: any depth keeps the numbers" {
+	make_versions 3
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher deep -e "ipc://$TMP/r2"
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at deep 3
+	run -0 versions_increase deep
+	assert_equal "$(content_of deep.wsync)" "$(content_of v3.wsync)"
+}
+
+@test "a relay killed with -9 and restarted resumes mirroring from where it was" {
+	make_versions 4
+	start_hub
+	start_relay r1
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until head_at "ipc://$TMP/r1" policy 2
+	kill -9 "${RPID[r1]}"
+	wait "${RPID[r1]}" 2>/dev/null || true
+	wsync-push -m policy v3.wsync >/dev/null
+	wsync-push -m policy v4.wsync >/dev/null
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 4
+	# Only the versions it lacked: 1 and 2 before the kill, 4 (the head) after.
+	run -0 grep -o "event=commit model=policy version=[0-9]*" r1.log
+	assert_output "$(printf 'event=commit model=policy version=%s\n' 1 2 4)"
+}
