@@ -24,6 +24,7 @@ s_timers(wsync_hub_t *h)
 
 	hub_waits_expire(h, now);
 	hub_uploads_expire(h, now);
+	hub_relay_report(h, now);
 }
 
 /* How long the next poll may sleep: until the nearest wait deadline, at most S_POLL_MS. */

@@ -1,7 +1,8 @@
 /*
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
- * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_status.c (hub.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_subtree.c,
+ * hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
  * hub_; those of one file are static and start with s_.
  */
@@ -33,6 +34,7 @@
 #define HUB_WORKER_MODELS 256           /* models one worker follows */
 #define HUB_MAX_WAITS 1024
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
+#define HUB_VIA 512                     /* bytes of a worker's path of relays */
 #define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
 
 /* ---- the hub's state ---- */
@@ -52,10 +54,11 @@ struct hub_worker {
 	char id[WSYNC_MAX_ID + 1];
 	char host[WSYNC_MAX_ID + 1];
 	uint64_t pid;
-	int64_t seen;                   /* monotonic ms */
+	int64_t seen;                   /* monotonic ms; for a worker behind a relay, as it reported */
 	int gone;                       /* said bye */
 	char conn[WSYNC_PEER_NAME];     /* the connection that made it known */
 	char transfer[8];               /* how its last applied version came: link, copy, socket */
+	char via[HUB_VIA];              /* the relays it is reached by, "r1>r2"; "": directly */
 	struct hub_wmodel *models;
 	size_t nmodels, cap;
 };
@@ -141,6 +144,7 @@ struct wsync_hub {
 	wsync_blocked_t blocked;        /* connections that broke the protocol */
 	struct hub_relay *relay;        /* NULL: not a relay (hub_relay.c) */
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
+	int64_t reported;               /* a relay: when the workers were last reported upstream */
 #ifdef WSYNC_TEST_HOOKS
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
 #endif
@@ -250,6 +254,8 @@ struct hub_worker *hub_worker_touch(wsync_hub_t *h, const char *id, const char *
 void hub_worker_free(struct hub_worker *w);
 /* What w did with model; NULL when nothing. */
 struct hub_wmodel *hub_wmodel_find(const struct hub_worker *w, const char *model);
+/* w's record of model, made when new; NULL with err when w follows too many. */
+struct hub_wmodel *hub_wmodel_get(struct hub_worker *w, const char *model, wsync_err_t *err);
 /* The version of model w (may be NULL) applied last; 0: none. */
 uint64_t hub_applied(const struct hub_worker *w, const char *model);
 
@@ -336,8 +342,17 @@ int hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *opts, wsync_err_t *e
 void hub_relay_stop(wsync_hub_t *h);
 /* Commits what the thread handed over on h->relay_pair, and answers it. */
 void hub_relay_serve(wsync_hub_t *h);
+/* A relay: hands the thread a report of every worker, for upstream, once a heartbeat. */
+void hub_relay_report(wsync_hub_t *h, int64_t now);
 /* 1 with err (77) when h mirrors model from an upstream, so nobody may push it here. */
 int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err);
+
+/* ---- hub_subtree.c: acks end to end (a relay's report of its workers) ---- */
+
+/* Packs [worker] of every worker known (and not long dead) into e; how many. */
+size_t hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e);
+/* The op subtree: merges a relay's report into the registry, each worker with its path. */
+int hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_status.c: the status document ---- */
 

@@ -46,6 +46,9 @@ struct hub_relay {
 	wsync_client_t *client;
 	void *sub;
 	char endpoint[512];             /* the upstream in use */
+	char name[300];                 /* this hub's, as its upstream knows it */
+	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
+	size_t report_len;
 	wsync_log_fn log;
 	void *log_arg;
 };
@@ -113,6 +116,60 @@ s_connect(struct hub_relay *rl, wsync_err_t *err)
 	return 0;
 }
 
+/*
+ * Reads what the hub sent on the pair, without waiting: reports are kept (the
+ * latest replaces the one before), a reply goes into *reply (caller frees) when
+ * reply is not NULL. 1 when a reply came.
+ */
+static int
+s_pair_read(struct hub_relay *rl, wsync_parts_t *reply)
+{
+	wsync_parts_t p;
+
+	while (wsync_recv(rl->pair, &p, ZMQ_DONTWAIT) == 0) {
+		if (p.n == 2 && wsync_part_size(&p, 0) == 6 &&
+		    memcmp(wsync_part_data(&p, 0), "report", 6) == 0) {
+			unsigned char *copy = malloc(wsync_part_size(&p, 1) + 1);
+			if (copy != NULL) {
+				memcpy(copy, wsync_part_data(&p, 1), wsync_part_size(&p, 1));
+				free(rl->report);
+				rl->report = copy;
+				rl->report_len = wsync_part_size(&p, 1);
+			}
+		} else if (p.n == 2 && reply != NULL) {
+			*reply = p;
+			return 1;
+		}
+		wsync_parts_close(&p);
+	}
+	return 0;
+}
+
+/* Sends the hub's latest report of its workers upstream (op subtree); 0 when none. */
+static int
+s_report(struct hub_relay *rl, wsync_err_t *err)
+{
+	wsync_parts_t p = { .n = 0 };
+	wsync_msg_t m;
+	wsync_enc_t e;
+	uint64_t id;
+
+	if (rl->report == NULL)
+		return 0;
+	id = wsync_client_request(rl->client, &e, "subtree", 2);
+	wsync_enc_kv_str(&e, "relay", rl->name);
+	wsync_enc_str(&e, "workers");
+	/* Already packed by the hub's loop: the array goes in as it is. */
+	msgpack_sbuffer_write(&e.sb, (const char *)rl->report, rl->report_len);
+	free(rl->report);
+	rl->report = NULL;
+	if (wsync_client_call(rl->client, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p,
+	    err) < 0)
+		return -1;
+	wsync_client_release(&m, &p);
+	return 0;
+}
+
 /* Hands a fetched version to the hub's loop and waits for its commit; 0 when committed. */
 static int
 s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, const char *path,
@@ -138,14 +195,11 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 	}
 	wsync_enc_free(&e);
 	/* The hub answers every hand-over, unless it stops: then so does this thread. */
-	while (!rl->stop)
-		if (zmq_poll(&item, 1, S_SLICE_MS) > 0)
-			break;
+	while (!rl->stop && !s_pair_read(rl, &p))
+		zmq_poll(&item, 1, S_SLICE_MS);
 	if (rl->stop)
 		return wsync_err_set(err, EX_TEMPFAIL, "the hub stops");
-	if (wsync_recv(rl->pair, &p, 0) < 0)
-		return wsync_err_set(err, EX_SOFTWARE, "relay: %s", zmq_strerror(errno));
-	if (wsync_msg_decode(&m, wsync_part_data(&p, 0), wsync_part_size(&p, 0), err) == 0) {
+	if (wsync_msg_decode(&m, wsync_part_data(&p, 1), wsync_part_size(&p, 1), err) == 0) {
 		const msgpack_object *o = wsync_msg_get(&m, "ok");
 		ok = o != NULL && o->type == MSGPACK_OBJECT_BOOLEAN && o->via.boolean;
 		if (!ok && wsync_msg_str(&m, "error", err->msg, sizeof(err->msg)) == 0)
@@ -235,7 +289,7 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	return rc;
 }
 
-/* Waits up to ms for an announcement from the upstream; 1 when one came. */
+/* Waits up to ms for an announcement from the upstream (keeping the hub's reports); 1 when one came. */
 static int
 s_wait_news(struct hub_relay *rl, int ms)
 {
@@ -243,11 +297,18 @@ s_wait_news(struct hub_relay *rl, int ms)
 	int news = 0;
 
 	while (!news && !rl->stop && (left = deadline - wsync_now_ms()) > 0) {
-		zmq_pollitem_t item = { rl->sub, 0, ZMQ_POLLIN, 0 };
+		zmq_pollitem_t items[2] = { { rl->pair, 0, ZMQ_POLLIN, 0 },
+		    { rl->sub, 0, ZMQ_POLLIN, 0 } };
 		wsync_parts_t p;
-		if (zmq_poll(&item, 1, left < S_SLICE_MS ? (long)left : S_SLICE_MS) <= 0)
+		if (zmq_poll(items, rl->sub != NULL ? 2 : 1, left < S_SLICE_MS ? (long)left :
+		    S_SLICE_MS) <= 0)
 			continue;
-		while (wsync_recv(rl->sub, &p, ZMQ_DONTWAIT) == 0) {
+		/* A report to pass on (an ack behind us) is news too. */
+		if (items[0].revents & ZMQ_POLLIN) {
+			s_pair_read(rl, NULL);
+			news = rl->report != NULL && rl->client != NULL;
+		}
+		while (rl->sub != NULL && wsync_recv(rl->sub, &p, ZMQ_DONTWAIT) == 0) {
 			news = 1;
 			wsync_parts_close(&p);
 		}
@@ -277,7 +338,7 @@ s_thread(void *arg)
 			s_log(rl, "event=relay-connect upstream=%s hub=%s", rl->endpoint,
 			    wsync_client_hub(rl->client));
 		}
-		if (s_round(rl, &err) < 0) {
+		if (s_round(rl, &err) < 0 || s_report(rl, &err) < 0) {
 			if (rl->stop)
 				break;
 			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->endpoint,
@@ -372,6 +433,7 @@ hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	rl->log = h->log;
 	rl->log_arg = h->log_arg;
+	snprintf(rl->name, sizeof(rl->name), "%s", h->name);
 	snprintf(rl->beside, sizeof(rl->beside), "%s/.uploads/relay", wsync_store_dir(h->store));
 	/* What the store has: the thread mirrors only what is newer. */
 	for (size_t i = 0; i < wsync_store_count(h->store); i++) {
@@ -422,6 +484,7 @@ hub_relay_stop(wsync_hub_t *h)
 	free(rl->key);
 	free(rl->hub_key);
 	free(rl->have);
+	free(rl->report);
 	free(rl);
 	h->relay = NULL;
 }
@@ -497,6 +560,22 @@ hub_relay_serve(wsync_hub_t *h)
 	wsync_enc_kv_bool(&e, "ok", ok);
 	if (!ok)
 		wsync_enc_kv_str(&e, "error", err.msg);
-	zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+	if (zmq_send(h->relay_pair, "reply", 5, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
+		zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+	wsync_enc_free(&e);
+}
+
+void
+hub_relay_report(wsync_hub_t *h, int64_t now)
+{
+	wsync_enc_t e;
+
+	if (h->relay == NULL || now - h->reported < WSYNC_HEARTBEAT_MS)
+		return;
+	h->reported = now;
+	wsync_enc_init(&e);
+	hub_subtree_pack(h, &e);
+	if (zmq_send(h->relay_pair, "report", 6, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
+		zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
 	wsync_enc_free(&e);
 }

@@ -205,6 +205,7 @@ static const struct {
 	{ "put", hub_op_put },
 	{ "stat", hub_op_stat },
 	{ "status", hub_op_status },
+	{ "subtree", hub_op_subtree },
 	{ "wait", hub_op_wait },
 };
 

@@ -101,10 +101,12 @@ s_missing_entry(wsync_enc_t *e, const struct hub_wait *wt, const char *id,
     const struct hub_worker *w, int64_t now)
 {
 	const struct hub_wmodel *wm = w != NULL ? hub_wmodel_find(w, wt->model) : NULL;
-	int failed = wm != NULL && wm->failed != 0;
+	int failed = wm != NULL && wm->failed != 0, via = w != NULL && w->via[0] != '\0';
 
-	msgpack_pack_map(&e->pk, 3 + failed);
+	msgpack_pack_map(&e->pk, 3 + failed + via);
 	wsync_enc_kv_str(e, "worker", id);
+	if (via)
+		wsync_enc_kv_str(e, "via", w->via);
 	wsync_enc_kv_u64(e, "version", wm != NULL ? wm->applied : 0);
 	wsync_enc_str(e, "seen");
 	/* A worker never seen has no "seconds ago". */

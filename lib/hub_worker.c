@@ -82,10 +82,14 @@ hub_worker_touch(wsync_hub_t *h, const char *id, const char *conn, wsync_err_t *
 		w = h->workers[at];
 		w->seen = now;
 		w->gone = 0;
+		w->via[0] = '\0';
 		return w;
 	}
-	/* One connection cannot make up thousands of workers and crowd real ones out. */
-	for (size_t i = 0, mine = 0; i < h->nworkers; i++)
+	/*
+	 * One connection cannot make up thousands of workers and crowd real ones
+	 * out; a relay's report (conn "relay:...") speaks for a whole subtree.
+	 */
+	for (size_t i = 0, mine = 0; strncmp(conn, "relay:", 6) != 0 && i < h->nworkers; i++)
 		if (strcmp(h->workers[i]->conn, conn) == 0 && ++mine == HUB_CONN_WORKERS) {
 			wsync_err_set(err, EX_UNAVAILABLE, "this connection made %d workers known "
 			    "already (the most one may)", HUB_CONN_WORKERS);
@@ -127,9 +131,8 @@ hub_wmodel_find(const struct hub_worker *w, const char *model)
 	return NULL;
 }
 
-/* The worker's record of model, made when new. */
-static struct hub_wmodel *
-s_wmodel_get(struct hub_worker *w, const char *model, wsync_err_t *err)
+struct hub_wmodel *
+hub_wmodel_get(struct hub_worker *w, const char *model, wsync_err_t *err)
 {
 	struct hub_wmodel *wm = hub_wmodel_find(w, model);
 
@@ -212,7 +215,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		for (i = 0; i < w->nmodels; i++)
 			w->models[i].watching = 0;
 		for (i = 0; i < nmodels; i++) {
-			struct hub_wmodel *wm = s_wmodel_get(w, models[i], err);
+			struct hub_wmodel *wm = hub_wmodel_get(w, models[i], err);
 			if (wm == NULL)
 				goto fail;
 			wm->watching = 1;
@@ -284,7 +287,7 @@ s_heads_applied(wsync_hub_t *h, struct hub_worker *w, const msgpack_object *o,
 		/* A number this store never gave (the worker followed another store) is none. */
 		if (v > 0 && s_numbered(h, model) < v)
 			v = 0;
-		if ((wm = s_wmodel_get(w, model, err)) == NULL)
+		if ((wm = hub_wmodel_get(w, model, err)) == NULL)
 			return -1;
 		s_applied_set(wm, v, 0);
 	}
@@ -313,7 +316,7 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		if ((w = hub_worker_touch(h, worker, r->conn, err)) == NULL)
 			goto done;
 		for (size_t i = 0; i < nmodels; i++) {
-			struct hub_wmodel *wm = s_wmodel_get(w, models[i], err);
+			struct hub_wmodel *wm = hub_wmodel_get(w, models[i], err);
 			if (wm == NULL)
 				goto done;
 			wm->watching = 1;
@@ -377,7 +380,7 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (version == 0)
 		return wsync_err_set(err, EX_USAGE, "%s of version 0: versions start at 1", r->op);
 	if ((w = hub_worker_touch(h, worker, r->conn, err)) == NULL ||
-	    (wm = s_wmodel_get(w, model, err)) == NULL)
+	    (wm = hub_wmodel_get(w, model, err)) == NULL)
 		return -1;
 	wm->watching = 1;
 	if (fail) {
@@ -398,6 +401,8 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		    version, transfer[0] ? " transfer=" : "", transfer);
 		hub_waits_check(h, model);
 	}
+	/* A relay tells its upstream at once: a wait at the root is waiting for this. */
+	h->reported = 0;
 	hub_ok(&e, r->id, 0);
 	hub_reply(h, r, &e);
 	return 0;

@@ -33,7 +33,7 @@ load hub_helper
 # start_relay NAME [wsync-serve options...]: a relay at ipc://$TMP/NAME with the
 # store $TMP/NAME.store, mirroring the hub at $WSYNC_ENDPOINT; its log in
 # $TMP/NAME.log; RPID[NAME] is its PID.
-declare -A RPID
+declare -gA RPID
 start_relay() {
 	local name=$1
 	shift
@@ -116,4 +116,110 @@ head_at() {
 	# Only the versions it lacked: 1 and 2 before the kill, 4 (the head) after.
 	run -0 grep -o "event=commit model=policy version=[0-9]*" r1.log
 	assert_output "$(printf 'event=commit model=policy version=%s\n' 1 2 4)"
+}
+
+# 0 when the hub at $WSYNC_ENDPOINT counts worker $1 alive, reached by relays $2.
+root_has() {
+	wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -e --arg id "$1" --arg via "$2" \
+	    '.workers[] | select(.worker == $id and .alive and .via == $via)' >/dev/null
+}
+
+@test "the root's --wait all returns only once the watchers behind a relay applied" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	start_watcher a -e "ipc://$TMP/r1"
+	start_watcher b -e "ipc://$TMP/r1"
+	wait_until root_has a "$(hostname):${RPID[r1]}"
+	wait_until root_has b "$(hostname):${RPID[r1]}"
+	run -0 wsync-push --wait all --timeout 20 -m policy v1.wsync
+	assert_output 1
+	# A watcher prints a version before it acks it: both lines are there already.
+	assert_equal "$(last_version a) $(last_version b)" "1 1"
+}
+
+@test "a watcher stopped behind a relay is named in the root's timeout with its relay" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	start_watcher a -e "ipc://$TMP/r1"
+	start_watcher b -e "ipc://$TMP/r1"
+	wait_until root_has b "$(hostname):${RPID[r1]}"
+	wait_until root_has a "$(hostname):${RPID[r1]}"
+	kill -STOP "${WPID[b]}"
+	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
+	assert_output 1
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 2 workers have not applied it after 3.0 s"
+	assert_regex "${stderr_lines[1]}" "^  b: has no version, last seen [0-9.]+ s ago, behind relay $(hostname):${RPID[r1]}\$"
+	kill -CONT "${WPID[b]}"
+}
+
+@test "wsync-inspect --hub at the root shows the workers behind two levels of relays with their path" {
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher deep -e "ipc://$TMP/r2"
+	wait_until root_has deep "$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]}"
+	run -0 wsync-inspect --hub
+	assert_line --regexp "^deep +policy +0 +0 .* alive  - +$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]} +-\$"
+}
+
+@test "the workers of a relay killed with -9 go stale at the root" {
+	start_hub
+	start_relay r1
+	start_watcher a -e "ipc://$TMP/r1"
+	wait_until root_has a "$(hostname):${RPID[r1]}"
+	kill -9 "${RPID[r1]}"
+	# Within the liveness window (5 s) and a heartbeat.
+	WAIT_S=8 wait_until bash -c "wsync-inspect --hub --json | jq -e '.workers[] | select(.worker == \"a\" and (.alive | not))'"
+}
+
+@test "with keys, a relay whose key is on the root's pull list mirrors and reports over CURVE" {
+	make_versions 1
+	mkdir push pull rpull
+	for k in root pusher relay rhub worker; do wsync-keygen "$k" >/dev/null; done
+	cp pusher push/
+	cp relay pull/
+	cp worker rpull/
+	start_hub --secret-key root_secret --allow-push push --allow-pull pull
+	start_relay r1 --key relay_secret --hub-key root --secret-key rhub_secret --allow-pull rpull
+	start_watcher w --key worker_secret --hub-key rhub -e "ipc://$TMP/r1"
+	WSYNC_KEY=pusher_secret WSYNC_HUB_KEY=root wait_until root_has w "$(hostname):${RPID[r1]}"
+	run -0 wsync-push --key pusher_secret --hub-key root --wait all --timeout 20 -m policy v1.wsync
+	assert_output 1
+	assert_equal "$(content_of w.wsync)" "$(content_of v1.wsync)"
+	# The relay's key may read and report, not push.
+	run -77 --separate-stderr wsync-push --key relay_secret --hub-key root -m other v1.wsync
+	assert_regex "$stderr" "may only pull: put is for keys on the hub's --allow-push list"
+}
+
+@test "a root, 2 relays, 6 watchers, 20 versions: --wait all, a relay killed with -9, failover, restart" {
+	local w v
+	make_versions 20
+	start_hub
+	start_relay r1
+	start_relay r2
+	for w in a1 a2 a3; do start_watcher "$w" -e "ipc://$TMP/r1" -e "$WSYNC_ENDPOINT"; done
+	for w in b1 b2 b3; do start_watcher "$w" -e "ipc://$TMP/r2" -e "$WSYNC_ENDPOINT"; done
+	for w in a1 a2 a3; do wait_until root_has "$w" "$(hostname):${RPID[r1]}"; done
+	for w in b1 b2 b3; do wait_until root_has "$w" "$(hostname):${RPID[r2]}"; done
+	for ((v = 1; v <= 9; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	run -0 wsync-push --wait all --timeout 30 -m policy v10.wsync
+	assert_output 10
+	for w in a1 a2 a3 b1 b2 b3; do assert_equal "$w $(last_version "$w")" "$w 10"; done
+	kill -9 "${RPID[r1]}"
+	for ((v = 11; v <= 15; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	for w in a1 a2 a3; do WAIT_S=30 wait_until watcher_at "$w" 15; done
+	start_relay r1
+	WAIT_S=20 wait_until head_at "ipc://$TMP/r1" policy 15
+	for ((v = 16; v <= 19; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	run -0 wsync-push --wait all --timeout 30 -m policy v20.wsync
+	assert_output 20
+	for w in a1 a2 a3 b1 b2 b3; do
+		assert_equal "$w $(last_version "$w")" "$w 20"
+		run -0 versions_increase "$w"
+		assert_equal "$(content_of "$w.wsync")" "$(content_of v20.wsync)"
+	done
+	WAIT_S=20 wait_until head_at "ipc://$TMP/r1" policy 20
 }

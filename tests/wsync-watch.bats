@@ -209,7 +209,7 @@ PYEOF
 	assert_equal "$(jq -r '.workers[] | "\(.worker) \(.transfer)"' <<<"$output")" \
 	    "$(printf 'far socket\nnear link')"
 	run -0 wsync-inspect --hub
-	assert_line --regexp '^near +policy +2 +0 .* alive  link +-$'
+	assert_line --regexp '^near +policy +2 +0 .* alive  link +- +-$'
 	run -0 grep -c "event=ack worker=near model=policy version=2 transfer=link" hub.log
 }
 
