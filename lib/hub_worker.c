@@ -284,8 +284,11 @@ s_heads_applied(wsync_hub_t *h, struct hub_worker *w, const msgpack_object *o,
 			    "model ids to versions");
 		if (v == 0 && hub_wmodel_find(w, model) == NULL)
 			continue;
-		/* A number this store never gave (the worker followed another store) is none. */
-		if (v > 0 && s_numbered(h, model) < v)
+		/*
+		 * A number this store never gave (the worker followed another store) is
+		 * none; a relay's numbers are its tree's, which may be ahead of it.
+		 */
+		if (v > 0 && h->relay == NULL && s_numbered(h, model) < v)
 			v = 0;
 		if ((wm = hub_wmodel_get(w, model, err)) == NULL)
 			return -1;
