@@ -90,7 +90,8 @@ deps-ok:
 check: all
 	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) check-build
 	@scripts/deps check-or-install fuzz
-	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch test skips"
+	@scripts/deps check-or-install torch || echo "deps: no python3-torch; the PyTorch tests skip"
+	@scripts/deps check-or-install python || echo "deps: no pytest or promtool; their tests skip"
 	@scripts/deps check-or-install sign || echo "deps: no minisign or signify; their tests skip"
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run
 
@@ -99,9 +100,10 @@ check: all
 # the delta test makes its deltas with bench/delta.
 check-build: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta
 
-# The crash tests need the hooks: the test build.
+# The crash tests need the hooks: the test build. bench/hosts-fanout (the
+# fanout test) makes its model with bench/mkmodel.
 check-long:
-	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all
+	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all $(TEST_BUILD)/bench/mkmodel
 	@scripts/deps check-or-install long
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run long
 
@@ -127,14 +129,18 @@ PCDIR    ?= $(LIBDIR)/pkgconfig
 BASHDIR  ?= $(DATADIR)/bash-completion/completions
 ZSHDIR   ?= $(DATADIR)/zsh/vendor-completions
 FISHDIR  ?= $(DATADIR)/fish/vendor_completions.d
+# Where Debian's python3 looks: /usr/lib/python3/dist-packages for its own
+# packages, /usr/local/lib/python3.X/dist-packages (its version) for others.
+PYVER    := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3,$(PREFIX)/lib/python$(PYVER))/dist-packages
 VERSION  := $(shell sed -n 's/^\#define WSYNC_VERSION "\(.*\)"/\1/p' lib/wsync.h)
 PROGNAMES := $(CMD_SRC:cmd/%.c=%)
 MANPAGES := $(sort $(wildcard man/*.[1-8]))
 D        := $(DESTDIR)
 
 # Programs, the library (real file, soname link, development link), header,
-# pkg-config file, man pages, and a completion per program in the directories
-# bash-completion, zsh and fish search. Run ldconfig afterwards when installing
+# pkg-config file, man pages, a completion per program in the directories
+# bash-completion, zsh and fish search, and the Python package (python/wsync). Run ldconfig afterwards when installing
 # into a system library directory.
 # The pkg-config file is written for PREFIX: the shared library needs only
 # -lwsync; a static link gets its dependencies from Libs.private (pkg-config
@@ -143,8 +149,9 @@ D        := $(DESTDIR)
 install: all
 	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCDIR) $(D)$(PCDIR) \
 	    $(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man7 \
-	    $(D)$(BASHDIR) $(D)$(ZSHDIR) $(D)$(FISHDIR)
+	    $(D)$(BASHDIR) $(D)$(ZSHDIR) $(D)$(FISHDIR) $(D)$(PYDIR)/wsync
 	install -m 755 $(PROGS) $(D)$(BINDIR)
+	install -m 644 python/wsync/*.py python/wsync/py.typed $(D)$(PYDIR)/wsync
 	install -m 755 $(SHARED) $(D)$(LIBDIR)/libwsync.so.$(VERSION)
 	ln -sf libwsync.so.$(VERSION) $(D)$(LIBDIR)/libwsync.so.$(SOMAJOR)
 	ln -sf libwsync.so.$(SOMAJOR) $(D)$(LIBDIR)/libwsync.so
@@ -164,7 +171,8 @@ install: all
 		ln -sf wsync $(D)$(BASHDIR)/$$p && \
 		ln -sf wsync.fish $(D)$(FISHDIR)/$$p.fish || exit 1; done
 
-# Removes every file install put in place (directories it shares with others stay).
+# Removes every file install put in place (directories it shares with others
+# stay), and the Python package's directory with the bytecode python3 cached there.
 uninstall:
 	rm -f $(PROGNAMES:%=$(D)$(BINDIR)/%) \
 	    $(D)$(LIBDIR)/libwsync.so.$(VERSION) $(D)$(LIBDIR)/libwsync.so.$(SOMAJOR) \
@@ -173,6 +181,7 @@ uninstall:
 	    $(foreach m,$(MANPAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))) \
 	    $(D)$(BASHDIR)/wsync $(PROGNAMES:%=$(D)$(BASHDIR)/%) $(D)$(ZSHDIR)/_wsync \
 	    $(D)$(FISHDIR)/wsync.fish $(PROGNAMES:%=$(D)$(FISHDIR)/%.fish)
+	rm -rf $(D)$(PYDIR)/wsync
 
 clean:
 	rm -rf build

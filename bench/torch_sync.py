@@ -24,7 +24,7 @@ signals back that it has the new version's weights in its own hands):
            the messages of one update in wsync's topology and nothing else
            (trainer to hub, PUB to N workers, N acks and their replies, the
            reply to the trainer); no data, so one figure per N for every size.
-  wsync    examples/python/wsync.py's Publisher into a hub (wsync-serve
+  wsync    the Python package's Publisher (python/wsync) into a hub (wsync-serve
            --keep 1, and --recycle when the hub has it; store on tmpfs) with
            N `wsync-watch --transfer link` workers: publish(model, arrays,
            wait="all") until it returns.
@@ -458,7 +458,7 @@ class GlooRanks:
         pass
 
 
-# ---- wsync: the Python helper's Publisher, watchers by link ----
+# ---- wsync: the Python package's Publisher, watchers by link ----
 
 class Wsync:
     """A hub on an ipc endpoint in a tmpfs directory, and N link watchers."""
@@ -531,11 +531,11 @@ class WsyncRuns:
         hub = Wsync(self.args.bin, self.args.tmp, n)
         self.recycle = hub.recycle
         try:
-            with self.helper.Publisher(endpoint=hub.ep) as pub:
+            with self.helper.Publisher("bench", endpoint=hub.ep) as pub:
                 def update(r):
                     self.model.version(r)
                     t0 = time.perf_counter()
-                    pub.publish("bench", self.model.arrays, wait="all", timeout=WAIT_S)
+                    pub.publish(self.model.arrays, wait="all", timeout=WAIT_S)
                     return time.perf_counter() - t0
                 # A recycling hub has a spare file for the fourth version on:
                 # each slot is asked for at the commit before it (--next-slot),
@@ -714,7 +714,7 @@ def main():
     # Publisher runs wsync-push from PATH: this build's.
     os.environ["PATH"] = os.path.abspath(args.bin) + os.pathsep + os.environ.get("PATH", "")
     here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.join(here, "..", "examples", "python"))
+    sys.path.insert(0, os.path.join(here, "..", "python"))
     import wsync as helper
     if torch is not None:
         torch.set_num_threads(1)
@@ -797,7 +797,7 @@ def main():
         "workers acked holding it, after warm-ups (wsync with a recycling hub: at least three, "
         "so that a retired file is there to rewrite); a configuration that ran out of its time "
         "budget says how many runs it got. The state dict is %d float32 tensors summing to the "
-        "size, for every method. wsync: examples/python/wsync.py's Publisher (`wsync-push "
+        "size, for every method. wsync: the Python package's Publisher (python/wsync) (`wsync-push "
         "--batch`) publishing numpy arrays with wait=\"all\" to a hub (`wsync-serve --keep "
         "1`%s, store on tmpfs, ipc) and N `wsync-watch --transfer link` workers (each verifies "
         "and acks). torch queues: torch.multiprocessing (fork, %s sharing), one queue per "

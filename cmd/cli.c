@@ -423,3 +423,27 @@ cli_version(void)
 	printf("%s %s\n", s_prog, WSYNC_VERSION);
 	exit(0);
 }
+
+/* The --verify-key keys, as many as a rotation needs. */
+#define S_MAX_VERIFY 8
+static wsync_verifykey_t s_verify[S_MAX_VERIFY];
+static int s_nverify;
+
+void
+cli_verify_key(const char *path)
+{
+	wsync_err_t err;
+
+	if (s_nverify == S_MAX_VERIFY)
+		cli_usage_error("at most %d --verify-key", S_MAX_VERIFY);
+	if (wsync_verifykey_load(path, &s_verify[s_nverify], &err) < 0)
+		cli_die_err(&err);
+	s_nverify++;
+}
+
+const wsync_verifykey_t *
+cli_verify_keys(int *n)
+{
+	*n = s_nverify;
+	return s_verify;
+}

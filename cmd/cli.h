@@ -93,4 +93,18 @@ void cli_progress_end(void);
 /* Prints "PROG VERSION" on stdout and exits 0. */
 _Noreturn void cli_version(void);
 
+/*
+ * Signature checks, the same in pull and watch: --verify-key FILE (repeatable)
+ * adds a public key, read at once (dies on a bad one); --max-age SEC.
+ */
+#define CLI_VERIFY_HELP \
+	"      --verify-key FILE    apply only versions signed by this minisign or signify\n" \
+	"                           public key (repeat for key rotation), newer than the one\n" \
+	"                           in place\n" \
+	"      --max-age SEC        with --verify-key, warn when the signed version is older\n"
+/* Reads the public key at path and adds it to the keys cli_verify_keys returns. */
+void cli_verify_key(const char *path);
+/* The keys --verify-key gave, *n of them (0: none); borrowed until exit. */
+const wsync_verifykey_t *cli_verify_keys(int *n);
+
 #endif

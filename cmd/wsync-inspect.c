@@ -7,13 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <time.h>
 
 #include "cli.h"
 
 static const char s_usage[] =
-    "usage: wsync-inspect [--json] [--verify] FILE|-\n"
+    "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|-\n"
     "       wsync-inspect diff [--json] A B\n"
-    "       wsync-inspect [--json] [-t SEC] -e ENDPOINT | --hub\n";
+    "       wsync-inspect [--json | --prometheus] [-t SEC] -e ENDPOINT | --hub\n";
 
 static void
 s_help(void)
@@ -27,9 +28,12 @@ s_help(void)
 	    "  -e, --endpoint ENDPOINT  the hub to show\n"
 	    "      --hub                the hub at $WSYNC_ENDPOINT, else the local one\n"
 	    "  -j, --json               print one JSON document instead of columns\n"
+	    "      --prometheus         print a hub's metrics in Prometheus' text format\n"
 	    "  -t, --timeout SEC        bound on reaching the hub (default 5)\n"
 	    CLI_KEY_HELP
 	    "      --verify             recompute every tensor's hash; print FILE: OK or FAILED\n"
+	    "      --verify-key FILE    check the signature with this public key (repeatable):\n"
+	    "                           does it hold, and are the bytes the signed ones\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -111,11 +115,98 @@ s_dump_json(json_t *doc)
 	json_decref(doc);
 }
 
+/* ---- signatures ---- */
+
+/* Who signed f, as read from its manifest (unchecked): 0, or -1 when it is not signed. */
+struct s_signer {
+	wsync_manifest_t m;
+	char key[2 * WSYNC_KEYID + 1];
+	char when[32];
+	int checked;                    /* --verify-key given */
+	int reason;                     /* WSYNC_VERIFY_*, when checked */
+	wsync_err_t err;
+};
+
+static int
+s_signer(const wsync_file_t *f, struct s_signer *s)
+{
+	const wsync_verifykey_t *keys;
+	time_t t;
+	int nkeys;
+
+	memset(s, 0, sizeof(*s));
+	keys = cli_verify_keys(&nkeys);
+	if (wsync_file_kind(f) != WSYNC_KIND_WSYNC)
+		return -1;
+	if (nkeys > 0) {
+		s->checked = 1;
+		s->reason = wsync_verify_file(f, keys, nkeys, NULL, &s->err);
+		if (s->reason < 0)
+			cli_die_err(&s->err);
+	}
+	if (wsync_manifest_of(f, &s->m) < 0)
+		return -1;
+	wsync_keyid_hex(s->m.key, s->key);
+	t = (time_t)s->m.time;
+	strftime(s->when, sizeof(s->when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+	return 0;
+}
+
+/* The signature's lines of the text view; 77 when --verify-key found it does not hold. */
+static int
+s_signer_text(const wsync_file_t *f)
+{
+	struct s_signer s;
+	int is_signed = s_signer(f, &s) == 0;
+
+	if (is_signed) {
+		printf("signed    key %s seq %" PRIu64 " at %s, %zu model%s\n", s.key, s.m.seq,
+		    s.when, s.m.nmodels, s.m.nmodels == 1 ? "" : "s");
+		wsync_manifest_free(&s.m);
+	}
+	if (!s.checked)
+		return 0;
+	if (s.reason == WSYNC_VERIFY_OK) {
+		printf("signature holds\n");
+		return 0;
+	}
+	printf("signature FAILED (%s)\n", wsync_verify_reason(s.reason));
+	cli_warn("%s", s_safe(s.err.msg));
+	return EX_NOPERM;
+}
+
+/* The "signed" member of the JSON view; 77 when --verify-key found it does not hold. */
+static int
+s_signer_json(const wsync_file_t *f, json_t *doc)
+{
+	struct s_signer s;
+	json_t *o;
+
+	if (s_signer(f, &s) == 0) {
+		json_t *models = json_array();
+		for (size_t i = 0; i < s.m.nmodels; i++)
+			json_array_append_new(models, json_string(s.m.models[i].model));
+		o = json_pack("{s:s, s:I, s:I, s:s, s:o}", "key", s.key,
+		    "seq", (json_int_t)s.m.seq, "time", (json_int_t)s.m.time, "at", s.when,
+		    "models", models);
+		wsync_manifest_free(&s.m);
+		json_object_set_new(doc, "signed", o);
+	}
+	if (s.checked) {
+		json_object_set_new(doc, "signature", json_pack("{s:b, s:s}", "holds",
+		    s.reason == WSYNC_VERIFY_OK, "reason", wsync_verify_reason(s.reason)));
+		if (s.reason != WSYNC_VERIFY_OK)
+			cli_warn("%s", s_safe(s.err.msg));
+	}
+	return s.checked && s.reason != WSYNC_VERIFY_OK ? EX_NOPERM : 0;
+}
+
 static int
 s_show_json(const wsync_file_t *f)
 {
 	int wsync = wsync_file_kind(f) == WSYNC_KIND_WSYNC;
 	json_t *doc = json_object(), *meta = json_object(), *tree = json_array();
+	int rc;
 
 	json_object_set_new(doc, "file", s_jstr(wsync_file_name(f)));
 	json_object_set_new(doc, "kind", json_string(wsync ? "wsync" : "safetensors"));
@@ -141,8 +232,9 @@ s_show_json(const wsync_file_t *f)
 		    "offset", (json_int_t)t->offset, "hash", wsync ? s_jhex(t->hash) : json_null()));
 	}
 	json_object_set_new(doc, "tree", tree);
+	rc = s_signer_json(f, doc);
 	s_dump_json(doc);
-	return 0;
+	return rc;
 }
 
 static int
@@ -151,6 +243,7 @@ s_show_text(const wsync_file_t *f)
 	int wsync = wsync_file_kind(f) == WSYNC_KIND_WSYNC;
 	size_t n = wsync_file_count(f), wpath = 4, wdtype = 5, wshape = 5, wbytes = 5;
 	char shape[256], num[32];
+	int rc = 0;
 
 	printf("file      %s\n", s_safe(wsync_file_name(f)));
 	printf("kind      %s\n", wsync ? "wsync" : "safetensors");
@@ -159,6 +252,7 @@ s_show_text(const wsync_file_t *f)
 		printf("version   %" PRIu64 "\n", wsync_file_version(f));
 		printf("format    %u\n", wsync_file_format(f));
 		printf("content   %016" PRIx64 "\n", wsync_file_content_id(f));
+		rc = s_signer_text(f);
 	}
 	printf("tensors   %zu\n", n);
 	printf("params    %" PRIu64 "\n", wsync_file_params(f));
@@ -180,7 +274,7 @@ s_show_text(const wsync_file_t *f)
 		wbytes = w > wbytes ? w : wbytes;
 	}
 	if (n == 0)
-		return 0;
+		return rc;
 	printf("\n%-*s  %-*s  %-*s  %*s  %s\n", (int)wpath, "PATH", (int)wdtype, "DTYPE",
 	    (int)wshape, "SHAPE", (int)wbytes, "BYTES", "HASH");
 	for (size_t i = 0; i < n; i++) {
@@ -194,7 +288,7 @@ s_show_text(const wsync_file_t *f)
 		else
 			printf("-\n");
 	}
-	return 0;
+	return rc;
 }
 
 static void
@@ -207,6 +301,8 @@ s_report_bad(const wsync_tensor_t *t, uint64_t computed, void *arg)
 static int
 s_verify(const wsync_file_t *f)
 {
+	int nkeys, reason;
+	const wsync_verifykey_t *keys = cli_verify_keys(&nkeys);
 	wsync_err_t err;
 	const char *name = wsync_file_name(f);
 
@@ -216,6 +312,14 @@ s_verify(const wsync_file_t *f)
 	if (wsync_file_verify(f, s_report_bad, (void *)name, &err) < 0) {
 		printf("%s: FAILED\n", s_safe(name));
 		return EX_DATAERR;
+	}
+	/* With --verify-key, OK also means signed by one of the keys, its bytes the signed ones. */
+	if (nkeys > 0 && (reason = wsync_verify_file(f, keys, nkeys, NULL, &err)) != 0) {
+		if (reason < 0)
+			cli_die_err(&err);
+		printf("%s: FAILED\n", s_safe(name));
+		cli_warn("%s", s_safe(err.msg));
+		return EX_NOPERM;
 	}
 	printf("%s: OK\n", s_safe(name));
 	return 0;
@@ -436,6 +540,158 @@ s_show_hub_text(json_t *st, const char *endpoint)
 	}
 }
 
+/* s_show_hub's output: columns, JSON (1), or Prometheus' text format. */
+#define S_PROMETHEUS 2
+
+/* ---- a hub's metrics, in Prometheus' text exposition format ---- */
+
+/* A label value: backslash, double quote and newline escaped. */
+static const char *
+s_label(const char *s)
+{
+	static char bufs[2][2 * 300];
+	static unsigned which;
+	char *buf = bufs[which++ % 2];
+	size_t n = 0;
+
+	for (; *s != '\0' && n < sizeof(bufs[0]) - 3; s++) {
+		if (*s == '\\' || *s == '"' || *s == '\n')
+			buf[n++] = '\\';
+		buf[n++] = *s == '\n' ? 'n' : *s;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+static void
+s_family(const char *name, const char *type, const char *help)
+{
+	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The hub's counters (the status's "counters"): key, metric, type, help. */
+static const struct {
+	const char *key, *name, *type, *help;
+} s_counters[] = {
+	{ "uploads", "wsync_hub_uploads_total", "counter",
+	    "Uploads begun (pushes, puts and slots) since the hub started." },
+	{ "uploads_open", "wsync_hub_uploads_open", "gauge", "Uploads in flight now." },
+	{ "commits", "wsync_hub_commits_total", "counter",
+	    "Versions committed since the hub started." },
+	{ "waits", "wsync_hub_waits_total", "counter",
+	    "Waits for workers begun since the hub started." },
+	{ "waits_pending", "wsync_hub_waits_pending", "gauge",
+	    "Waits for workers not answered yet." },
+	{ "waits_timed_out", "wsync_hub_waits_timed_out_total", "counter",
+	    "Waits that ran out of time since the hub started." },
+	{ "bytes_served", "wsync_hub_served_bytes_total", "counter",
+	    "Bytes of versions sent to clients through the socket." },
+	{ "bytes_received", "wsync_hub_received_bytes_total", "counter",
+	    "Bytes of versions received from pushers through the socket." },
+	{ "refused", "wsync_hub_refused_requests_total", "counter",
+	    "Requests the hub answered with an error since it started." },
+	{ "dropped", "wsync_hub_dropped_messages_total", "counter",
+	    "Messages the hub dropped unanswered (malformed, or from a blocked connection)." },
+};
+
+/* The sample name{model} of model m's newest version: its size, or its commit time. */
+static void
+s_head_sample(json_t *m, const char *name, int time)
+{
+	json_int_t head = json_integer_value(json_object_get(m, "head"));
+	size_t j;
+	json_t *v;
+
+	json_array_foreach(json_object_get(m, "versions"), j, v) {
+		if (json_integer_value(json_object_get(v, "version")) != head)
+			continue;
+		printf("%s{model=\"%s\"} ", name, s_label(s_jraw(m, "model")));
+		if (time)
+			printf("%.3f\n", json_number_value(json_object_get(v, "time")));
+		else
+			printf("%lld\n", (long long)json_integer_value(json_object_get(v, "size")));
+	}
+}
+
+enum s_worker_value { S_APPLIED, S_LAG, S_FAILURES };
+
+/* The samples name{worker,model} of worker w, one per model it follows. */
+static void
+s_worker_samples(json_t *w, json_t *models, const char *name, enum s_worker_value what)
+{
+	json_t *applied = json_object_get(w, "applied"), *model_name;
+	size_t j;
+
+	json_array_foreach(json_object_get(w, "models"), j, model_name) {
+		const char *model = json_is_string(model_name) ? json_string_value(model_name) : "";
+		json_int_t a = json_integer_value(json_object_get(applied, model)), value = a;
+		json_int_t head = s_head_of(models, model);
+		if (what == S_LAG)
+			value = head > a ? head - a : 0;
+		else if (what == S_FAILURES)
+			value = json_integer_value(json_object_get(json_object_get(w, "failures"),
+			    model));
+		printf("%s{worker=\"%s\",model=\"%s\"} %lld\n", name, s_label(s_jraw(w, "worker")),
+		    s_label(model), (long long)value);
+	}
+}
+
+static void
+s_show_hub_prometheus(json_t *st)
+{
+	json_t *models = json_object_get(st, "models"), *workers = json_object_get(st, "workers");
+	json_t *counters = json_object_get(st, "counters"), *m, *w;
+	size_t i;
+
+	s_family("wsync_hub_info", "gauge", "The hub answering, by its name (host:pid); always 1.");
+	printf("wsync_hub_info{hub=\"%s\"} 1\n", s_label(s_jraw(st, "hub")));
+	s_family("wsync_model_head_version", "gauge", "The newest version of each model.");
+	json_array_foreach(models, i, m)
+		printf("wsync_model_head_version{model=\"%s\"} %lld\n", s_label(s_jraw(m, "model")),
+		    (long long)json_integer_value(json_object_get(m, "head")));
+	s_family("wsync_model_versions_kept", "gauge", "Versions of each model the hub keeps.");
+	json_array_foreach(models, i, m)
+		printf("wsync_model_versions_kept{model=\"%s\"} %zu\n", s_label(s_jraw(m, "model")),
+		    json_array_size(json_object_get(m, "versions")));
+	s_family("wsync_model_head_bytes", "gauge", "Size of the newest version's file.");
+	json_array_foreach(models, i, m)
+		s_head_sample(m, "wsync_model_head_bytes", 0);
+	s_family("wsync_model_head_commit_time_seconds", "gauge",
+	    "When the newest version was committed, in Unix seconds.");
+	json_array_foreach(models, i, m)
+		s_head_sample(m, "wsync_model_head_commit_time_seconds", 1);
+	s_family("wsync_worker_applied_version", "gauge",
+	    "The version of each model a worker last applied (0: none yet).");
+	json_array_foreach(workers, i, w)
+		s_worker_samples(w, models, "wsync_worker_applied_version", S_APPLIED);
+	s_family("wsync_worker_lag_versions", "gauge",
+	    "How many versions a worker is behind the newest of each model it follows.");
+	json_array_foreach(workers, i, w)
+		s_worker_samples(w, models, "wsync_worker_lag_versions", S_LAG);
+	s_family("wsync_worker_failures_total", "counter",
+	    "Versions of each model a worker reported it failed to apply.");
+	json_array_foreach(workers, i, w)
+		s_worker_samples(w, models, "wsync_worker_failures_total", S_FAILURES);
+	s_family("wsync_worker_last_seen_age_seconds", "gauge",
+	    "Seconds since the hub last heard from a worker.");
+	json_array_foreach(workers, i, w)
+		printf("wsync_worker_last_seen_age_seconds{worker=\"%s\"} %.3f\n",
+		    s_label(s_jraw(w, "worker")), json_number_value(json_object_get(w, "seen")));
+	s_family("wsync_worker_alive", "gauge",
+	    "1 when the hub heard from a worker in the last 5 seconds and it did not leave.");
+	json_array_foreach(workers, i, w)
+		printf("wsync_worker_alive{worker=\"%s\"} %d\n", s_label(s_jraw(w, "worker")),
+		    json_is_true(json_object_get(w, "alive")));
+	/* A hub older than the counters has none: their families are left out. */
+	for (i = 0; i < sizeof(s_counters) / sizeof(s_counters[0]); i++) {
+		json_t *v = json_object_get(counters, s_counters[i].key);
+		if (!json_is_integer(v))
+			continue;
+		s_family(s_counters[i].name, s_counters[i].type, s_counters[i].help);
+		printf("%s %lld\n", s_counters[i].name, (long long)json_integer_value(v));
+	}
+}
+
 static int
 s_show_hub(const wsync_client_opts_t *o, int json)
 {
@@ -454,7 +710,10 @@ s_show_hub(const wsync_client_opts_t *o, int json)
 		cli_die(EX_PROTOCOL, "%s: unreadable status: %s", wsync_client_endpoint(c),
 		    jerr.text);
 	free(text);
-	if (json) {
+	if (json == S_PROMETHEUS) {
+		s_show_hub_prometheus(st);
+		json_decref(st);
+	} else if (json) {
 		json_object_set_new(st, "endpoint", json_string(wsync_client_endpoint(c)));
 		s_dump_json(st);
 	} else {
@@ -468,19 +727,21 @@ s_show_hub(const wsync_client_opts_t *o, int json)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_HUB = 256 };
+	enum { OPT_HUB = 256, OPT_PROMETHEUS, OPT_VERIFY_KEY };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "hub", no_argument, NULL, OPT_HUB },
 		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "verify", no_argument, NULL, 'v' },
+		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int json = 0, verify = 0, hub = 0, timeout_ms = 5000, c, rc;
+	int json = 0, verify = 0, verify_key = 0, hub = 0, prometheus = 0, timeout_ms = 5000, c, rc;
 	const char *endpoint = NULL, *key = NULL, *hub_key = NULL;
 	wsync_err_t err;
 	wsync_file_t *f;
@@ -491,28 +752,35 @@ main(int argc, char **argv)
 		switch (c) {
 		case 'e': endpoint = optarg; hub = 1; break;
 		case OPT_HUB: hub = 1; break;
+		case OPT_PROMETHEUS: prometheus = 1; break;
 		case CLI_OPT_KEY: key = optarg; break;
 		case CLI_OPT_HUB_KEY: hub_key = optarg; break;
 		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
 		case 'h': s_help(); break;
 		case 'j': json = 1; break;
 		case 'v': verify = 1; break;
+		case OPT_VERIFY_KEY: cli_verify_key(optarg); verify_key = 1; break;
 		case 'V': cli_version(); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
 	argc -= optind;
 	argv += optind;
+	if (prometheus && !hub)
+		cli_usage_error("--prometheus shows a hub's metrics: give -e or --hub");
+	if (prometheus && json)
+		cli_usage_error("--json or --prometheus, not both");
 	if (hub) {
-		if (argc != 0 || verify)
+		if (argc != 0 || verify || verify_key)
 			cli_usage_error("a hub is shown alone: no file, no --verify");
 		return s_show_hub(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "inspect",
-		    .timeout_ms = timeout_ms, .key = key, .hub_key = hub_key }, json);
+		    .timeout_ms = timeout_ms, .key = key, .hub_key = hub_key },
+		    prometheus ? S_PROMETHEUS : json);
 	}
 	if (key != NULL || hub_key != NULL)
 		cli_usage_error("--key and --hub-key are for a hub (-e or --hub)");
 	if (argc >= 1 && strcmp(argv[0], "diff") == 0) {
-		if (verify)
+		if (verify || verify_key)
 			cli_usage_error("diff takes no --verify");
 		optind = 1;
 		while ((c = getopt_long(argc, argv, ":j", opts, NULL)) != -1) {

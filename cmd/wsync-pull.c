@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -11,7 +12,8 @@
 
 static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
-    "                  [--transfer MODE] [-t SEC] [-q|--progress] -m MODEL\n";
+    "                  [--transfer MODE] [-t SEC] [-q|--progress]\n"
+    "                  [--verify-key FILE]... [--max-age SEC] -m MODEL\n";
 
 static void
 s_help(void)
@@ -33,6 +35,8 @@ s_help(void)
 	    "      --progress           show the download's progress on stderr even when it\n"
 	    "                           is not a terminal or the pull is short\n"
 	    "  -q, --quiet              no progress line; only errors on stderr\n"
+	    CLI_VERIFY_HELP
+	    "                           than SEC\n"
 	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -43,15 +47,30 @@ s_help(void)
 	exit(0);
 }
 
+/* --max-age: warns when the signed version just written is older than max_age_s. */
+static void
+s_check_age(const char *path, const char *model, uint64_t version, int max_age_s)
+{
+	uint64_t now = (uint64_t)time(NULL);
+	wsync_applied_t a;
+
+	wsync_applied_read(path, &a);
+	if (a.is_signed && a.time + (uint64_t)max_age_s < now)
+		cli_warn("%s version %" PRIu64 " (seq %" PRIu64 ") was signed %" PRIu64 " s ago, "
+		    "more than --max-age %d: is the trainer or the hub stuck?", model, version,
+		    a.seq, now - a.time, max_age_s);
+}
+
 int
 main(int argc, char **argv)
 {
-	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS };
+	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS, OPT_VERIFY_KEY, OPT_MAX_AGE };
 	static const struct option opts[] = {
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "help", no_argument, NULL, 'h' },
 		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
+		{ "max-age", required_argument, NULL, OPT_MAX_AGE },
 		{ "model", required_argument, NULL, 'm' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
@@ -59,6 +78,7 @@ main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
+		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -66,6 +86,8 @@ main(int argc, char **argv)
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
 	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
+	int max_age_ms = 0, nkeys;
+	const wsync_verifykey_t *keys;
 	int64_t deadline;
 	volatile sig_atomic_t *stop;
 	wsync_client_t *client;
@@ -95,6 +117,8 @@ main(int argc, char **argv)
 			break;
 		case OPT_TRANSFER: transfer = cli_transfer(optarg); break;
 		case OPT_PROGRESS: cli_progress_force(); break;
+		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
+		case OPT_MAX_AGE: max_age_ms = cli_seconds("--max-age", optarg); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -102,6 +126,9 @@ main(int argc, char **argv)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
 	if (model == NULL)
 		cli_usage_error("no model given (-m MODEL)");
+	keys = cli_verify_keys(&nkeys);
+	if (max_age_ms > 0 && nkeys == 0)
+		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
 	if (wsync_model_id_check(model) < 0)
 		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
 		    "starting with '.')", model, WSYNC_MAX_MODEL);
@@ -133,10 +160,12 @@ main(int argc, char **argv)
 		}
 	}
 	int64_t left = deadline - wsync_now_ms();
-	if (wsync_client_pull(client, &(wsync_fetch_t){ .model = model, .version = version },
-	    out, &got, left > 0 ? (int)left : 0, &err) < 0)
+	if (wsync_client_pull(client, &(wsync_fetch_t){ .model = model, .version = version,
+	    .keys = keys, .nkeys = nkeys }, out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	if (max_age_ms > 0 && strcmp(out, "-") != 0)
+		s_check_age(out, model, got.version, max_age_ms / 1000);
 	if (strcmp(out, "-") != 0)
 		printf("%" PRIu64 "\n", got.version);
 	wsync_client_destroy(&client);

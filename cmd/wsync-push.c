@@ -11,11 +11,13 @@
 
 static const char s_usage[] =
     "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
-    "                  [--transfer MODE] [-q|--progress] -m MODEL FILE|-\n"
+    "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
+    "                  -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
-    "                  [--transfer MODE] [-q|--progress] -m MODEL=FILE...\n"
+    "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
+    "                  -m MODEL=FILE...\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n"
-    "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] --batch\n";
+    "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] [--sign-key FILE] --batch\n";
 
 static void
 s_help(void)
@@ -37,6 +39,11 @@ s_help(void)
 	    "      --progress           show the upload's progress on stderr even when it is\n"
 	    "                           not a terminal or the push is short\n"
 	    "  -q, --quiet              no progress line; only errors on stderr\n"
+	    "      --sign-key FILE      sign the push (all its models in one manifest) with\n"
+	    "                           this minisign or signify secret key\n"
+	    "      --seq N              the signed push's sequence number (the trainer's\n"
+	    "                           step), above every one signed with the key before\n"
+	    "                           (default: the counter in FILE.seq, plus one)\n"
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
 	    "                           options as above), answer \"ok MODEL VERSION...\" or\n"
 	    "                           \"error CODE MESSAGE\" a line on stdout, until end of\n"
@@ -60,6 +67,7 @@ enum s_verb { S_VERB_PUSH, S_VERB_BATCH };
 struct s_conn {
 	const char *endpoint;
 	const char *key, *hub_key;
+	const char *sign_key;           /* NULL: pushes are not signed */
 	int transfer;
 };
 
@@ -76,6 +84,8 @@ s_connect(const struct s_conn *conn, const wsync_push_req_t *r, volatile sig_ato
 	    .stop = stop,
 	    .timeout_ms = r->timeout_ms < S_CONNECT_MS ? r->timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
+		cli_die_err(&err);
+	if (conn->sign_key != NULL && wsync_client_sign_with(client, conn->sign_key, &err) < 0)
 		cli_die_err(&err);
 	return client;
 }
@@ -147,7 +157,7 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS };
+	enum { OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY };
 	static const struct option opts[] = {
 		{ "abort", required_argument, NULL, WSYNC_PUSH_OPT_ABORT },
 		{ "batch", no_argument, NULL, OPT_BATCH },
@@ -159,6 +169,8 @@ main(int argc, char **argv)
 		{ "next-slot", no_argument, NULL, WSYNC_PUSH_OPT_NEXT_SLOT },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "seq", required_argument, NULL, WSYNC_PUSH_OPT_SEQ },
+		{ "sign-key", required_argument, NULL, OPT_SIGN_KEY },
 		{ "slot", no_argument, NULL, WSYNC_PUSH_OPT_SLOT },
 		{ "timeout", required_argument, NULL, WSYNC_PUSH_OPT_TIMEOUT },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
@@ -194,6 +206,7 @@ main(int argc, char **argv)
 		case OPT_TRANSFER: conn.transfer = cli_transfer(optarg); break;
 		case OPT_PROGRESS: cli_progress_force(); break;
 		case OPT_BATCH: verb = S_VERB_BATCH; break;
+		case OPT_SIGN_KEY: conn.sign_key = optarg; break;
 		case WSYNC_PUSH_OPT_SLOT:
 		case WSYNC_PUSH_OPT_COMMIT:
 		case WSYNC_PUSH_OPT_ABORT:
@@ -205,6 +218,7 @@ main(int argc, char **argv)
 		case WSYNC_PUSH_OPT_WAIT_FOR:
 		case WSYNC_PUSH_OPT_TRUST:
 		case WSYNC_PUSH_OPT_NEXT_SLOT:
+		case WSYNC_PUSH_OPT_SEQ:
 			if (wsync_push_req_option(&r, c, arg, optarg, why, sizeof(why)) < 0)
 				cli_usage_error("%s", why);
 			break;
@@ -215,6 +229,9 @@ main(int argc, char **argv)
 	case S_VERB_PUSH:
 		if (wsync_push_req_check(&r, argv + optind, argc - optind, 0, why, sizeof(why)) < 0)
 			cli_usage_error("%s", why);
+		if (r.seq != 0 && conn.sign_key == NULL)
+			cli_usage_error("--seq goes with --sign-key: an unsigned push has no "
+			    "sequence number");
 		client = s_connect(&conn, &r, cli_catch_signals(0));
 		s_push(client, &r);
 		break;
@@ -224,9 +241,10 @@ main(int argc, char **argv)
 		    wsync_push_req_check(&r, NULL, 0, 0, why, sizeof(why)) < 0)
 			cli_usage_error("%s", why);
 		if (r.n != 0 || optind != argc || r.waits || r.targets != NULL ||
-		    r.wait_for != 0)
+		    r.wait_for != 0 || r.seq != 0)
 			cli_usage_error("--batch takes its pushes on stdin, not on the command line "
-			    "(only -e, -t, -q, --progress, --transfer and the keys go with it)");
+			    "(only -e, -t, -q, --progress, --transfer, --sign-key and the keys go "
+			    "with it)");
 		stop = cli_catch_signals(0);
 		client = s_connect(&conn, &r, stop);
 		s_batch(client, stop);

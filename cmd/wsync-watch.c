@@ -19,8 +19,9 @@
 
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT]... [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
+    "                   [--ack stdin] [--ack-timeout SEC]\n"
     "                   [--max-lag N] [--keep N] [--transfer MODE] [-t SEC] [-q]\n"
-    "                   [--log-format text|json]\n"
+    "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -44,6 +45,10 @@ s_help(void)
 	    "                           exit is reported to the hub as a failure, not applied\n"
 	    "      --exec-timeout SEC   stop a hook that runs longer (SIGTERM, SIGKILL 5 s\n"
 	    "                           later) and report it failed (default: no limit)\n"
+	    "      --ack stdin          print each update, then acknowledge it only when a line\n"
+	    "                           on stdin answers \"ok\" (\"fail REASON\": report a failure)\n"
+	    "      --ack-timeout SEC    report an update failed when stdin has not answered\n"
+	    "                           within SEC (default 60)\n"
 	    "      --once               exit 0 after the first update of every model\n"
 	    "      --max-lag N          exit 75 when a model is more than N versions behind\n"
 	    "      --keep N             hold leases on the N versions before the current one,\n"
@@ -54,6 +59,8 @@ s_help(void)
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
 	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
 	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
+	    CLI_VERIFY_HELP
+	    "                           than SEC (once a version)\n"
 	    CLI_KEY_HELP
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
@@ -71,7 +78,15 @@ struct s_hook {
 	const char *cmd;
 	const char *worker;
 	int timeout_ms;         /* 0: the hook may run as long as it likes */
+	int ack_stdin;          /* --ack stdin: the reader on stdin answers each update */
+	int ack_timeout_ms;
+	unsigned owed;          /* answers still due for updates that timed out */
+	char in[WSYNC_MAX_REASON + 64];  /* stdin read but not used yet */
+	size_t nin;
 };
+
+/* Bounds on --ack-timeout: its default, and the longest. */
+#define S_ACK_TIMEOUT_MS 60000
 
 /* How long a hook that was sent SIGTERM has before SIGKILL. */
 #define S_KILL_GRACE_MS 5000
@@ -151,7 +166,97 @@ s_run_hook(const struct s_hook *h, wsync_update_t *u)
 	return -1;
 }
 
-/* Runs the hook when there is one, then prints the update. */
+/*
+ * Takes the next line of stdin into line (without its newline), waiting until
+ * deadline (monotonic ms) and beating for the worker meanwhile. 1 with a line,
+ * 0 at the deadline or on a signal, -1 at end of input or on an error. A line
+ * longer than the buffer is cut, the rest of it skipped.
+ */
+static int
+s_read_line(struct s_hook *h, wsync_update_t *u, int64_t deadline, char *line, size_t len)
+{
+	int64_t last_beat = wsync_now_ms();
+	int skipping = 0;
+
+	for (;;) {
+		char *nl = memchr(h->in, '\n', h->nin);
+		struct pollfd p = { STDIN_FILENO, POLLIN, 0 };
+		int64_t now = wsync_now_ms(), wait;
+		ssize_t n;
+
+		if (nl != NULL || h->nin == sizeof(h->in)) {
+			size_t used = nl != NULL ? (size_t)(nl - h->in) + 1 : h->nin;
+			size_t keep = used - (nl != NULL) < len - 1 ? used - (nl != NULL) : len - 1;
+			if (!skipping) {
+				memcpy(line, h->in, keep);
+				line[keep] = '\0';
+			}
+			memmove(h->in, h->in + used, h->nin - used);
+			h->nin -= used;
+			if (nl != NULL)
+				return 1;
+			skipping = 1;
+			continue;
+		}
+		if (*s_stop || now >= deadline)
+			return 0;
+		if (now - last_beat >= u->beat_ms) {
+			u->beat(u->beat_ctx);
+			last_beat = now;
+		}
+		wait = deadline - now < u->beat_ms ? deadline - now : u->beat_ms;
+		if (poll(&p, 1, (int)wait) <= 0)
+			continue;
+		n = read(STDIN_FILENO, h->in + h->nin, sizeof(h->in) - h->nin);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		h->nin += (size_t)n;
+	}
+}
+
+/*
+ * --ack stdin: the update is announced on stdout and applied when the reader
+ * answers "ok"; "fail REASON", any other line, silence until the bound, or
+ * the end of stdin report it failed. The answer to an update that timed out
+ * is still owed, and skipped when it comes.
+ */
+static int
+s_ask_reader(struct s_hook *h, wsync_update_t *u)
+{
+	char line[WSYNC_MAX_REASON + 64];
+	int64_t deadline = wsync_now_ms() + h->ack_timeout_ms;
+	int got;
+
+	for (;;) {
+		got = s_read_line(h, u, deadline, line, sizeof(line));
+		if (got != 1 || h->owed == 0)
+			break;
+		h->owed--;
+	}
+	if (got == 1 && strcmp(line, "ok") == 0)
+		return 0;
+	if (got == 1 && strncmp(line, "fail ", 5) == 0 && line[5] != '\0')
+		snprintf(u->reason, sizeof(u->reason), "%.*s", (int)sizeof(u->reason) - 1,
+		    line + 5);
+	else if (got == 1)
+		snprintf(u->reason, sizeof(u->reason), "the reader answered \"%.400s\", not ok or "
+		    "fail REASON", line);
+	else if (got < 0) {
+		snprintf(u->reason, sizeof(u->reason), "the reader closed stdin");
+		*s_stop = SIGTERM;      /* the reader is gone: stop as on SIGTERM */
+	} else if (*s_stop)
+		snprintf(u->reason, sizeof(u->reason), "stopped before the reader answered");
+	else {
+		snprintf(u->reason, sizeof(u->reason), "the reader did not answer within %.1f s",
+		    h->ack_timeout_ms / 1000.0);
+		h->owed++;
+	}
+	return -1;
+}
+
+/* Runs the hook when there is one, then prints the update; with --ack stdin, asks. */
 static int
 s_apply(void *arg, wsync_update_t *u)
 {
@@ -162,7 +267,7 @@ s_apply(void *arg, wsync_update_t *u)
 	printf("%s %" PRIu64 " %s\n", u->model, u->version, u->path);
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
-	return 0;
+	return h->ack_stdin ? s_ask_reader(h, u) : 0;
 }
 
 int
@@ -170,9 +275,11 @@ main(int argc, char **argv)
 {
 	enum {
 		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_EXEC_TIMEOUT, OPT_TRANSFER,
-		OPT_LOG_FORMAT
+		OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE
 	};
 	static const struct option opts[] = {
+		{ "ack", required_argument, NULL, OPT_ACK },
+		{ "ack-timeout", required_argument, NULL, OPT_ACK_TIMEOUT },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "exec", required_argument, NULL, 'x' },
@@ -180,6 +287,7 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
+		{ "max-age", required_argument, NULL, OPT_MAX_AGE },
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "model", required_argument, NULL, 'm' },
@@ -188,11 +296,12 @@ main(int argc, char **argv)
 		{ "output", required_argument, NULL, 'o' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "verify-key", required_argument, NULL, OPT_VERIFY_KEY },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	wsync_watch_opts_t w = { .apply = s_apply, .log = cli_log_msg };
-	struct s_hook hook = { 0 };
+	struct s_hook hook = { .ack_timeout_ms = S_ACK_TIMEOUT_MS };
 	char worker[WSYNC_MAX_ID + 1], host[100] = "localhost", **models = NULL, **paths;
 	const char *out = NULL;
 	struct stat st;
@@ -232,6 +341,16 @@ main(int argc, char **argv)
 			break;
 		}
 		case OPT_TRANSFER: w.transfer = cli_transfer(optarg); break;
+		case OPT_ACK:
+			if (strcmp(optarg, "stdin") != 0)
+				cli_usage_error("--ack wants stdin, not \"%s\"", optarg);
+			hook.ack_stdin = 1;
+			break;
+		case OPT_ACK_TIMEOUT:
+			hook.ack_timeout_ms = cli_seconds("--ack-timeout", optarg);
+			break;
+		case OPT_VERIFY_KEY: cli_verify_key(optarg); break;
+		case OPT_MAX_AGE: w.max_age_s = cli_seconds("--max-age", optarg) / 1000; break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;
@@ -240,10 +359,17 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
+	w.verify = cli_verify_keys(&w.nverify);
+	if (w.max_age_s > 0 && w.nverify == 0)
+		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
 	if (nmodels == 0)
 		cli_usage_error("no model given (-m MODEL)");
 	if (out == NULL)
 		cli_usage_error("no output given (-o PATH or DIR)");
+	if (hook.ack_stdin && hook.cmd != NULL)
+		cli_usage_error("--ack stdin or -x CMD: one says when an update is applied");
+	if (hook.ack_timeout_ms <= 0)
+		cli_usage_error("--ack-timeout wants more than 0 seconds");
 	if (wsync_id_check(worker) < 0)
 		cli_usage_error("bad worker id \"%s\": use 1 to %d printable characters, no "
 		    "spaces", worker, WSYNC_MAX_ID);

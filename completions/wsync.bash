@@ -186,7 +186,7 @@ _wsync_optarg() {
 	*:-e | *:--endpoint | wsync-serve:--upstream) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
 	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
-		*:--key | *:--hub-key) _wsync_paths f ;;
+		*:--key | *:--hub-key | wsync-push:--sign-key | *:--verify-key) _wsync_paths f ;;
 	wsync-push:-m | wsync-push:--model)
 		val=$(_wsync_val)
 		if [[ $val == *=* ]]; then
@@ -208,10 +208,12 @@ _wsync_optarg() {
 		_wsync_files
 		;;
 	wsync-watch:-x | wsync-watch:--exec) _wsync_commands ;;
+	wsync-watch:--ack) _wsync_add stdin ;;
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
-	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--keep | wsync-watch:--exec-timeout | *:-t | *:--timeout) ;;
+	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--keep | wsync-watch:--exec-timeout | wsync-watch:--ack-timeout | *:-t | *:--timeout | \
+		wsync-push:--seq | *:--max-age) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -240,15 +242,15 @@ _wsync() {
 	wsync-serve) opts="-e --endpoint --store --keep --recycle --log-format --secret-key --allow-push
 		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for --transfer -q --quiet --progress --batch --key --hub-key -h --help
-		-V --version" ;;
-	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer --transfer -t --timeout -q --quiet --progress --key --hub-key -h --help
-		-V --version" ;;
-	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
+		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --key --hub-key
 		-h --help -V --version" ;;
-	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
+	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
+		--if-newer --transfer -t --timeout -q --quiet --progress --verify-key --max-age
+		--key --hub-key -h --help -V --version" ;;
+	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
+		--ack --ack-timeout --once --max-lag --keep --transfer -t --timeout -q --quiet --log-format
+		--verify-key --max-age --key --hub-key -h --help -V --version" ;;
+	wsync-inspect) opts="-e --endpoint --hub -j --json --prometheus -t --timeout --verify --verify-key
 		--key --hub-key -h --help -V --version" ;;
 	wsync-convert) opts="-l --layout -m --model -t --to -h --help -V --version" ;;
 	wsync-keygen) opts="-f --force -s --sign -h --help -V --version" ;;
@@ -280,9 +282,10 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
+			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
-			*:--allow-pull | *:--upstream) ((i++)) ;;
+			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age | \
+			*:--upstream) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

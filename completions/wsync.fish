@@ -147,6 +147,8 @@ complete -c wsync-push -l transfer -x -a 'auto copy link socket' -d 'How the fil
 complete -c wsync-push -l progress -d 'Show the progress even off a terminal'
 complete -c wsync-push -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
+complete -c wsync-push -l sign-key -r -F -d 'Sign the push with this secret key'
+complete -c wsync-push -l seq -x -d "The signed push's sequence number, above the last"
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull
@@ -159,6 +161,8 @@ complete -c wsync-pull -l transfer -x -a 'auto link copy socket' -d 'How the ver
 complete -c wsync-pull -l progress -d 'Show the progress even off a terminal'
 complete -c wsync-pull -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-pull -s t -l timeout -x -d 'Bound on the whole pull (seconds)'
+complete -c wsync-pull -l verify-key -r -F -d 'Take only versions signed by this public key'
+complete -c wsync-pull -l max-age -x -d 'Warn when the signed version is older than SEC'
 
 # wsync-watch
 complete -c wsync-watch -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -167,6 +171,8 @@ complete -c wsync-watch -s o -l output -r -F -d 'The file (one model) or directo
 complete -c wsync-watch -l id -x -d "This worker's id (default HOST:PID)"
 complete -c wsync-watch -s x -l exec -x -a '(__fish_complete_command)' -d 'Run this command after each update'
 complete -c wsync-watch -l exec-timeout -x -d 'Stop a hook that runs longer than SEC seconds'
+complete -c wsync-watch -l ack -x -a stdin -d 'Acknowledge each update when stdin answers ok'
+complete -c wsync-watch -l ack-timeout -x -d 'Report an update failed when stdin has not answered within SEC'
 complete -c wsync-watch -l once -d 'Exit after the first update of every model'
 complete -c wsync-watch -l max-lag -x -d 'Exit 75 when a model is more than N versions behind'
 complete -c wsync-watch -l keep -x -d 'Hold leases on the N versions before the current one'
@@ -174,11 +180,15 @@ complete -c wsync-watch -l transfer -x -a 'auto link copy socket' -d 'How each v
 complete -c wsync-watch -s t -l timeout -x -d 'Exit 69 if no hub answers within SEC'
 complete -c wsync-watch -s q -l quiet -d 'Only errors and failed hooks on stderr'
 complete -c wsync-watch -l log-format -x -a 'text json' -d 'Messages as text or JSON'
+complete -c wsync-watch -l verify-key -r -F -d 'Apply only versions signed by this public key'
+complete -c wsync-watch -l max-age -x -d 'Log when the signed version in place is older than SEC'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l verify -d "Recompute every tensor's hash"
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l verify-key -r -F -d 'Check the signature with this public key'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'Show this hub'
+complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l prometheus -d "Print a hub's metrics in Prometheus' text format"
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -l hub -d 'Show the hub at $WSYNC_ENDPOINT or the local one'
 complete -c wsync-inspect -n 'not __wsync_inspect_diff' -s t -l timeout -x -d 'Bound on reaching the hub (seconds)'
 complete -c wsync-inspect -n '__wsync_inspect_first' -a diff -d 'Compare the tensors of two files'

@@ -168,6 +168,11 @@ wsync_push_req_option(wsync_push_req_t *r, int opt, const char *as_written, char
 	case WSYNC_PUSH_OPT_NEXT_SLOT:
 		r->next_slot = 1;
 		return 0;
+	case WSYNC_PUSH_OPT_SEQ:
+		if (wsync_parse_number(value, &r->seq) < 0 || r->seq == 0)
+			return s_bad(why, size, "--seq wants a sequence number of 1 or more, not "
+			    "\"%s\"", value);
+		return 0;
 	}
 	return s_bad(why, size, "unknown option '%s'", as_written);
 }
@@ -182,6 +187,8 @@ s_check_slot_request(wsync_push_req_t *r, int nfiles, char *why, size_t size)
 	if (nfiles != 0)
 		return s_bad(why, size, "a slot request takes no file");
 	if (r->verb == WSYNC_PUSH_VERB_SLOT) {
+		if (r->seq != 0)
+			return s_bad(why, size, "--seq goes with a push, not --slot");
 		if (r->n == 0)
 			return s_bad(why, size, "--slot wants -m MODEL=SIZE for each model");
 		if (r->waits || r->wait_for != 0)
@@ -194,7 +201,7 @@ s_check_slot_request(wsync_push_req_t *r, int nfiles, char *why, size_t size)
 				    r->items[i].path ? r->items[i].path : "");
 		return 0;
 	}
-	if (r->n != 0 || r->targets != NULL || r->wait_for != 0)
+	if (r->n != 0 || r->targets != NULL || r->wait_for != 0 || r->seq != 0)
 		return s_bad(why, size, "%s takes only the upload%s",
 		    r->verb == WSYNC_PUSH_VERB_COMMIT ? "--commit" : "--abort",
 		    r->verb == WSYNC_PUSH_VERB_COMMIT ? ", -t, -w, --trust-hashes and --next-slot" :
@@ -213,6 +220,8 @@ wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batc
 	if (r->n == 0)
 		return s_bad(why, size, "no model given (-m MODEL)");
 	if (r->wait_for != 0) {
+		if (r->seq != 0)
+			return s_bad(why, size, "--seq goes with a push, not --wait-for");
 		if (r->n != 1 || r->with_files || n != 0)
 			return s_bad(why, size, "--wait-for takes one -m MODEL and no file");
 		if (!r->waits)
@@ -239,6 +248,8 @@ wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t *er
 		r->items[0].version = r->wait_for;
 		return 0;
 	}
+	if (wsync_client_sign_seq(client, r->seq, err) < 0)
+		return -1;
 	return wsync_client_push(client, r->items, r->n, (const char *const *)r->targets,
 	    r->ntargets, r->timeout_ms, err);
 }
@@ -328,6 +339,8 @@ static const struct s_opt {
 	{ "next-slot", 0, 0, WSYNC_PUSH_OPT_NEXT_SLOT },
 	{ "progress", 0, 0, 0 },
 	{ "quiet", 'q', 0, 0 },
+	{ "seq", 0, 1, WSYNC_PUSH_OPT_SEQ },
+	{ "sign-key", 0, 1, 0 },
 	{ "slot", 0, 0, WSYNC_PUSH_OPT_SLOT },
 	{ "timeout", 't', 1, WSYNC_PUSH_OPT_TIMEOUT },
 	{ "transfer", 0, 1, 0 },

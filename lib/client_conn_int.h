@@ -51,6 +51,9 @@ struct wsync_client {
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
 	struct wsync_next_slot next_slot;
+	wsync_signkey_t *sign;          /* NULL: pushes are not signed */
+	char sign_path[PATH_MAX];       /* the key's file; its counter is beside it */
+	uint64_t sign_seq;              /* the next push's sequence number; 0: the counter's */
 };
 
 /* Milliseconds left until deadline (monotonic ms), never negative. */
@@ -129,6 +132,12 @@ int wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err);
 void wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files);
 /* Aborts upload, waiting 1 s at most, for a caller that has an error to report already. */
 void wsync_client_abort_quietly(wsync_client_t *c, uint64_t upload);
+
+/* ---- signing (client_sign.c) ---- */
+
+/* Signs a push of the n trees with the client's key: its next sequence number taken. */
+int wsync_client_sign_trees(wsync_client_t *c, wsync_tree_t *const *trees, int n,
+    wsync_err_t *err);
 
 /* ---- committing and waiting (client_commit.c) ---- */
 

@@ -13,6 +13,8 @@
 
 #include "client_conn_int.h"
 #include "io_int.h"
+#include "pace_int.h"
+#include "signcheck_int.h"
 #include "tempfile_int.h"
 
 static int
@@ -41,15 +43,19 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 
 /*
  * Gets bytes [0, h->size) of a version into fd with up to window gets in
- * flight, writing each chunk at its offset as it arrives.
+ * flight, writing each chunk at its offset as it arrives. With a bound on
+ * silence, each get is as long as arrives well within it (pace_int.h).
  */
 static int
 s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
     int fd, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0;
+	int64_t asked[64];
 	unsigned inflight = 0;
+	wsync_pace_t pace;
 
+	wsync_pace_init(&pace, c->chunk, c->idle_ms);
 	while (done < h->size) {
 		wsync_msg_t m;
 		wsync_parts_t p = { .n = 0 };
@@ -59,9 +65,11 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 
 		while (inflight < c->window && next_off < h->size) {
 			wsync_enc_t e;
-			uint64_t n = h->size - next_off < c->chunk ? h->size - next_off : c->chunk;
+			uint64_t n = h->size - next_off < pace.chunk ? h->size - next_off :
+			    pace.chunk;
 			ids[inflight] = wsync_client_request(c, &e, "get", worker != NULL ? 5 : 4);
 			offs[inflight] = next_off;
+			asked[inflight] = wsync_now_ms();
 			if (worker != NULL)
 				wsync_enc_kv_str(&e, "worker", worker);
 			wsync_enc_kv_str(&e, "model", model);
@@ -118,6 +126,7 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 		}
 		done += len;
 		wsync_client_release(&m, &p);
+		wsync_pace_arrived(&pace, len, asked[at], wsync_now_ms());
 		if (c->progress != NULL)
 			c->progress(c->progress_arg, done, h->size);
 		/* A watcher bounds the silence, not the whole of a large transfer. */
@@ -125,6 +134,7 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 			deadline = wsync_now_ms() + c->idle_ms;
 		ids[at] = ids[inflight - 1];
 		offs[at] = offs[inflight - 1];
+		asked[at] = asked[inflight - 1];
 		inflight--;
 	}
 	return 0;
@@ -405,6 +415,19 @@ s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got
 	return rc;
 }
 
+/* A pull with keys: the fetched tmp must be signed, newer than what path holds. */
+static int
+s_check_signed(const wsync_fetch_t *f, const char *path, const char *tmp,
+    const wsync_head_t *got, wsync_err_t *err)
+{
+	wsync_applied_t last = { 0 };
+
+	if (strcmp(path, "-") != 0)
+		wsync_applied_read(path, &last);
+	return wsync_verify_fetched(tmp, f->model, got->version, f->keys, f->nkeys, &last,
+	    NULL, err) == 0 ? 0 : -1;
+}
+
 int
 wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err)
@@ -416,7 +439,7 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	int rc, fd;
 
 	/* Standard output gets nothing until the whole version is verified. */
-	if (strcmp(path, "-") == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
+	if (strcmp(path, "-") == 0 && f->nkeys == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
 		return s_pull_store_stdout(c, f, got, deadline, err);
 	if (strcmp(path, "-") == 0) {
 		snprintf(dir, sizeof(dir), "%s/wsync-pull", td && td[0] == '/' ? td : "/tmp");
@@ -435,6 +458,11 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	}
 	if (rc < 0)
 		return -1;
+	if (f->nkeys > 0 && s_check_signed(f, path, tmp, got, err) < 0) {
+		unlink(tmp);
+		free(tmp);
+		return -1;
+	}
 	if (into.beside == path) {
 		if ((rc = rename(tmp, path)) < 0)
 			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", path,

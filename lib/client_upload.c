@@ -18,6 +18,7 @@
 /* What a push sends for one item: the bytes of a .wsync file, mapped. */
 struct s_source {
 	wsync_file_t *file;             /* the input, when sent as it is */
+	wsync_file_t *input;            /* or the input a tree to sign borrows from */
 	void *map;                      /* or a re-written copy in a memfd */
 	size_t maplen;
 	const unsigned char *base;
@@ -30,6 +31,7 @@ static void
 s_source_free(struct s_source *src)
 {
 	wsync_file_close(&src->file);
+	wsync_file_close(&src->input);
 	if (src->map != NULL)
 		munmap(src->map, src->maplen);
 	if (src->fd >= 0)
@@ -39,80 +41,127 @@ s_source_free(struct s_source *src)
 }
 
 /*
- * Makes the bytes to upload for item: a .wsync input of the same model as it
- * is (its hashes still to be verified); anything else re-written as .wsync of
- * item->model into memory (tensors split into a tree at '.'). Both mapped, and
- * open as src->fd when they are files, for a hand-over the kernel copies.
+ * Builds item's tree from its input in (its tensors split at '.'), which it
+ * borrows from: in stays open until the tree is written.
  */
 static int
-s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_err_t *err)
+s_tree_make(const wsync_push_item_t *item, wsync_file_t *in, wsync_tree_t **tree,
+    wsync_err_t *err)
 {
-	wsync_file_t *in = wsync_input_open(item->path, err);
-	wsync_tree_t *tree = NULL;
-	int fd = -1, rc = -1;
-	struct stat st;
-
-	memset(src, 0, sizeof(*src));
-	src->fd = -1;
-	if (in == NULL)
-		return -1;
-	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC) {
-		if (strcmp(wsync_file_model(in), item->model) == 0) {
-			src->file = in;
-			src->base = wsync_file_bytes(in);
-			src->size = wsync_file_size(in);
-			src->shared = in->mem == WSYNC_MEM_MMAP;
-			/* The very file mapped (same size), or none: the hub verifies either way. */
-			if (src->shared && (src->fd = open(item->path, O_RDONLY | O_CLOEXEC)) >= 0 &&
-			    (fstat(src->fd, &st) < 0 || (uint64_t)st.st_size != src->size)) {
-				close(src->fd);
-				src->fd = -1;
-			}
-			return 0;
-		}
-	}
 	/* Re-written, its hashes are computed afresh: the old ones must hold first. */
 	if (wsync_file_kind(in) == WSYNC_KIND_WSYNC && wsync_file_verify(in, NULL, NULL, err) < 0)
-		goto out;
-	if ((tree = wsync_tree_new(item->model, err)) == NULL)
-		goto out;
+		return -1;
+	if ((*tree = wsync_tree_new(item->model, err)) == NULL)
+		return -1;
 	for (size_t i = 0; i < wsync_file_meta_count(in); i++) {
 		const wsync_meta_t *m = wsync_file_meta(in, i);
-		if (wsync_tree_set_meta(tree, m->key, m->value, err) < 0)
-			goto out;
+		if (wsync_tree_set_meta(*tree, m->key, m->value, err) < 0)
+			return -1;
 	}
 	for (size_t i = 0; i < wsync_file_count(in); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(in, i);
-		if (wsync_tree_add_split(tree, t->path, ".", t->dtype, t->ndim, t->shape,
+		if (wsync_tree_add_split(*tree, t->path, ".", t->dtype, t->ndim, t->shape,
 		    t->data, t->nbytes, err) < 0 &&
-		    wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim, t->shape, t->data,
+		    wsync_tree_add_keys(*tree, &t->path, 1, t->dtype, t->ndim, t->shape, t->data,
 		    t->nbytes, err) < 0)
-			goto out;
+			return -1;
 	}
-	if ((fd = memfd_create("wsync-push", MFD_CLOEXEC)) < 0) {
-		wsync_err_set(err, EX_SOFTWARE, "memfd_create: %s", strerror(errno));
-		goto out;
-	}
-	if (wsync_tree_write_fd(tree, fd, item->path, err) < 0)
-		goto out;
+	return 0;
+}
+
+/* Writes tree into memory as the source's bytes, mapped and open as src->fd. */
+static int
+s_source_write(wsync_tree_t *tree, const char *name, struct s_source *src, wsync_err_t *err)
+{
+	struct stat st;
+	int fd;
+
+	if ((fd = memfd_create("wsync-push", MFD_CLOEXEC)) < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "memfd_create: %s", strerror(errno));
+	if (wsync_tree_write_fd(tree, fd, name, err) < 0)
+		goto fail;
 	if (fstat(fd, &st) < 0 || (src->map = mmap(NULL, (size_t)st.st_size, PROT_READ,
 	    MAP_SHARED, fd, 0)) == MAP_FAILED) {
 		src->map = NULL;
-		wsync_err_set(err, EX_SOFTWARE, "%s: cannot map the re-written file: %s", item->path,
+		wsync_err_set(err, EX_SOFTWARE, "%s: cannot map the re-written file: %s", name,
 		    strerror(errno));
-		goto out;
+		goto fail;
 	}
 	src->maplen = src->size = (size_t)st.st_size;
 	src->base = src->map;
 	src->shared = 1;
 	src->fd = fd;
-	fd = -1;
-	rc = 0;
+	return 0;
+fail:
+	close(fd);
+	return -1;
+}
+
+/*
+ * Makes the bytes to upload for item: a .wsync input of the same model as it
+ * is (its hashes still to be verified); anything else re-written as .wsync of
+ * item->model into memory. Both mapped, and open as src->fd when they are
+ * files, for a hand-over the kernel copies. With tree (a signed push), every
+ * input becomes a tree, left in *tree and src->input for the caller to sign
+ * and write.
+ */
+static int
+s_source_make(const wsync_push_item_t *item, struct s_source *src, wsync_tree_t **tree,
+    wsync_err_t *err)
+{
+	wsync_file_t *in = wsync_input_open(item->path, err);
+	wsync_tree_t *t = NULL;
+	struct stat st;
+	int rc = -1;
+
+	memset(src, 0, sizeof(*src));
+	src->fd = -1;
+	if (in == NULL)
+		return -1;
+	if (tree == NULL && wsync_file_kind(in) == WSYNC_KIND_WSYNC &&
+	    strcmp(wsync_file_model(in), item->model) == 0) {
+		src->file = in;
+		src->base = wsync_file_bytes(in);
+		src->size = wsync_file_size(in);
+		src->shared = in->mem == WSYNC_MEM_MMAP;
+		/* The very file mapped (same size), or none: the hub verifies either way. */
+		if (src->shared && (src->fd = open(item->path, O_RDONLY | O_CLOEXEC)) >= 0 &&
+		    (fstat(src->fd, &st) < 0 || (uint64_t)st.st_size != src->size)) {
+			close(src->fd);
+			src->fd = -1;
+		}
+		return 0;
+	}
+	if (s_tree_make(item, in, &t, err) < 0)
+		goto out;
+	if (tree != NULL) {
+		*tree = t;
+		src->input = in;
+		return 0;
+	}
+	rc = s_source_write(t, item->path, src, err);
 out:
-	if (fd >= 0)
-		close(fd);
-	wsync_tree_destroy(&tree);
+	wsync_tree_destroy(&t);
 	wsync_file_close(&in);
+	return rc;
+}
+
+/*
+ * A signed push: every item's tree signed together (one manifest), then
+ * written as its source; the inputs the trees borrowed from are let go.
+ */
+static int
+s_sources_sign(wsync_client_t *c, const wsync_push_item_t *items, struct s_source *src,
+    wsync_tree_t **trees, int n, wsync_err_t *err)
+{
+	int rc = wsync_client_sign_trees(c, trees, n, err);
+
+	for (int i = 0; i < n && rc == 0; i++)
+		rc = s_source_write(trees[i], items[i].path, &src[i], err);
+	for (int i = 0; i < n; i++) {
+		wsync_tree_destroy(&trees[i]);
+		wsync_file_close(&src[i].input);
+	}
 	return rc;
 }
 
@@ -320,6 +369,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	struct s_source *src = calloc((size_t)n + 1, sizeof(*src));
 	const char **models = calloc((size_t)n + 1, sizeof(*models));
 	uint64_t *sizes = calloc((size_t)n + 1, sizeof(*sizes));
+	wsync_tree_t **trees = calloc((size_t)n + 1, sizeof(*trees));
 	const wsync_slot_ask_t files = { .models = models, .sizes = sizes, .n = n,
 	    .workers = workers, .nworkers = nworkers };
 	int64_t deadline = wsync_now_ms() + timeout_ms;
@@ -330,18 +380,24 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	size_t total = 0;
 	int rc = -1, i, hand_over;
 
-	if (src == NULL || models == NULL || sizes == NULL) {
+	if (src == NULL || models == NULL || sizes == NULL || trees == NULL) {
 		free(src);
 		free(models);
 		free(sizes);
+		free(trees);
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
 	for (i = 0; i < n; i++)
 		src[i].fd = -1;
 	for (i = 0; i < n; i++) {
-		if (s_source_make(&items[i], &src[i], err) < 0)
+		if (s_source_make(&items[i], &src[i], c->sign != NULL ? &trees[i] : NULL, err) < 0)
 			goto out;
 		models[i] = items[i].model;
+	}
+	/* A signed push always goes through trees: the signature goes into their meta. */
+	if (c->sign != NULL && s_sources_sign(c, items, src, trees, n, err) < 0)
+		goto out;
+	for (i = 0; i < n; i++) {
 		sizes[i] = src[i].size;
 		total += src[i].size;
 	}
@@ -396,11 +452,14 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	rc = wsync_client_commit(c, &(wsync_commit_t){ .upload = upload, .items = items, .n = n },
 	    wsync_ms_left(deadline), NULL, err);
 out:
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		s_source_free(&src[i]);
+		wsync_tree_destroy(&trees[i]);
+	}
 	free(src);
 	free(models);
 	free(sizes);
+	free(trees);
 	return rc;
 }
 

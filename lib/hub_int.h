@@ -47,6 +47,7 @@ struct hub_wmodel {
 	uint64_t failed;                /* version of its last failure; 0: none */
 	char *reason;                   /* of that failure */
 	double fail_time;
+	uint64_t failures;              /* failures reported, every version */
 };
 
 /* A worker the hub knows, from its hello, heads, acks and failures (hub_worker.c). */
@@ -110,6 +111,18 @@ struct hub_wait {
 	uint64_t size, content;         /* commit: the version's */
 };
 
+/* What the hub did since it started, for wsync-inspect --prometheus (hub_status.c). */
+struct hub_counters {
+	uint64_t uploads;               /* begun (begin, put, slot) */
+	uint64_t commits;               /* versions committed */
+	uint64_t waits;                 /* begun (wait, or a commit's) */
+	uint64_t waits_timed_out;
+	uint64_t bytes_served;          /* data of gets */
+	uint64_t bytes_received;        /* data of chunks and puts */
+	uint64_t refused;               /* requests answered with an error */
+	uint64_t dropped;               /* messages dropped unanswered */
+};
+
 /*
  * One endpoint the hub listens on: its ROUTER and the PUB announced to the
  * clients that come in on it (hub_endpoint.c). ZeroMQ cannot tell which local
@@ -145,6 +158,7 @@ struct wsync_hub {
 	struct hub_relay *relay;        /* NULL: not a relay (hub_relay.c) */
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
+	struct hub_counters counts;
 #ifdef WSYNC_TEST_HOOKS
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
 #endif

@@ -136,5 +136,6 @@ hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	wsync_enc_kv_u64(&e, "off", off);
 	wsync_enc_kv_u64(&e, "len", len);
 	hub_reply_data(h, r, &e, &data);
+	h->counts.bytes_served += len;
 	return 0;
 }

@@ -18,6 +18,7 @@
 #define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
 #define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
 #define S_INPROC "inproc://wsync-relay-%p"
+#define S_WINDOW 4              /* gets in flight: half a client's, a relay holding a hub's memory too */
 
 /* What the relay has of one model: the newest version it committed, or that failed. */
 struct s_have {
@@ -97,6 +98,8 @@ s_connect(struct hub_relay *rl, wsync_err_t *err)
 	rl->next = (rl->next + 1) % rl->nupstreams;
 	if ((rl->client = wsync_client_new(&co, err)) == NULL)
 		return -1;
+	if (rl->client->window > S_WINDOW)
+		rl->client->window = S_WINDOW;
 	if ((rl->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB)) == NULL) {
 		s_disconnect(rl);
 		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",

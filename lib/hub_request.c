@@ -229,8 +229,10 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 	int64_t now = wsync_now_ms();
 
 	/* A connection that broke the protocol is not worth an answer for a while. */
-	if (wsync_blocked_has(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now))
+	if (wsync_blocked_has(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now)) {
+		h->counts.dropped++;
 		return;
+	}
 	wsync_peer_name(p, r.peer);
 	wsync_conn_name(p, r.conn);
 	/* Identities are per ROUTER: a connection's name says which endpoint it came in on. */
@@ -245,6 +247,7 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 		hub_log(h, "event=drop peer=%s error=\"not [identity][empty][request] or with one "
 		    "data frame\" frames=%d", r.peer, p->n + p->extra);
 		wsync_blocked_add(&h->blocked, wsync_part_data(p, 0), wsync_part_size(p, 0), now);
+		h->counts.dropped++;
 		return;
 	}
 	r.ident = wsync_part_data(p, 0);
@@ -257,6 +260,7 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 		    quoted, sizeof(quoted)));
 		wsync_blocked_add(&h->blocked, r.ident, r.identlen, now);
 		wsync_msg_free(&r.msg);
+		h->counts.dropped++;
 		return;
 	}
 	if (wsync_msg_str(&r.msg, "op", r.op, sizeof(r.op)) < 0) {
@@ -279,6 +283,7 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 		return;
 	}
 refuse:
+	h->counts.refused++;
 	hub_log(h, "event=refuse op=%s id=%" PRIu64 " code=%d error=\"%s\"", r.op[0] ? r.op : "-",
 	    r.id, err.code, wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 	hub_refusal(&e, r.id, &err, 0);

@@ -19,13 +19,14 @@ static void
 s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 {
 	const struct hub_wmodel *failure = s_last_failure(w);
-	size_t watching = 0, applied = 0;
+	size_t watching = 0, applied = 0, failing = 0;
 
 	for (size_t i = 0; i < w->nmodels; i++) {
 		watching += w->models[i].watching;
 		applied += w->models[i].applied != 0;
+		failing += w->models[i].failures != 0;
 	}
-	msgpack_pack_map(&e->pk, 10);
+	msgpack_pack_map(&e->pk, 11);
 	wsync_enc_kv_str(e, "worker", w->id);
 	wsync_enc_kv_str(e, "via", w->via);
 	wsync_enc_kv_str(e, "transfer", w->transfer[0] ? w->transfer : "-");
@@ -41,6 +42,11 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 	for (size_t i = 0; i < w->nmodels; i++)
 		if (w->models[i].applied != 0)
 			wsync_enc_kv_u64(e, w->models[i].model, w->models[i].applied);
+	wsync_enc_str(e, "failures");
+	msgpack_pack_map(&e->pk, failing);
+	for (size_t i = 0; i < w->nmodels; i++)
+		if (w->models[i].failures != 0)
+			wsync_enc_kv_u64(e, w->models[i].model, w->models[i].failures);
 	wsync_enc_kv_double(e, "seen", (double)(now - w->seen) / 1000.0);
 	wsync_enc_kv_bool(e, "alive", hub_worker_alive(w, now));
 	wsync_enc_str(e, "failure");
@@ -83,6 +89,28 @@ s_pack_model(wsync_enc_t *e, const wsync_model_t *m)
 	}
 }
 
+/* counters: what the hub did since it started, and what it holds open now. */
+static void
+s_pack_counters(wsync_enc_t *e, const wsync_hub_t *h)
+{
+	uint64_t open = 0;
+
+	for (int i = 0; i < HUB_UPLOADS; i++)
+		open += h->uploads[i].id != 0;
+	wsync_enc_str(e, "counters");
+	msgpack_pack_map(&e->pk, 10);
+	wsync_enc_kv_u64(e, "uploads", h->counts.uploads);
+	wsync_enc_kv_u64(e, "uploads_open", open);
+	wsync_enc_kv_u64(e, "commits", h->counts.commits);
+	wsync_enc_kv_u64(e, "waits", h->counts.waits);
+	wsync_enc_kv_u64(e, "waits_pending", h->nwaits);
+	wsync_enc_kv_u64(e, "waits_timed_out", h->counts.waits_timed_out);
+	wsync_enc_kv_u64(e, "bytes_served", h->counts.bytes_served);
+	wsync_enc_kv_u64(e, "bytes_received", h->counts.bytes_received);
+	wsync_enc_kv_u64(e, "refused", h->counts.refused);
+	wsync_enc_kv_u64(e, "dropped", h->counts.dropped);
+}
+
 int
 hub_op_status(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
@@ -91,8 +119,9 @@ hub_op_status(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	wsync_enc_t e;
 
 	(void)err;
-	hub_ok(&e, r->id, 3);
+	hub_ok(&e, r->id, 4);
 	wsync_enc_kv_str(&e, "hub", h->name);
+	s_pack_counters(&e, h);
 	wsync_enc_str(&e, "models");
 	msgpack_pack_array(&e.pk, nmodels);
 	for (size_t i = 0; i < nmodels; i++)

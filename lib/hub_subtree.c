@@ -26,10 +26,11 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 	for (size_t i = 0; i < w->nmodels; i++) {
 		const struct hub_wmodel *wm = &w->models[i];
 		wsync_enc_str(e, wm->model);
-		msgpack_pack_map(&e->pk, 4);
+		msgpack_pack_map(&e->pk, 5);
 		wsync_enc_kv_bool(e, "watching", wm->watching);
 		wsync_enc_kv_u64(e, "applied", wm->applied);
 		wsync_enc_kv_u64(e, "failed", wm->failed);
+		wsync_enc_kv_u64(e, "failures", wm->failures);
 		wsync_enc_kv_str(e, "reason", wm->reason != NULL ? wm->reason : "");
 	}
 }
@@ -67,6 +68,7 @@ s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
 	wsync_obj_str(wsync_obj_get(o, "reason"), reason, sizeof(reason));
 	if ((wm = hub_wmodel_get(w, model, err)) == NULL)
 		return -1;
+	wsync_obj_u64(wsync_obj_get(o, "failures"), &wm->failures);
 	wm->watching = watching != NULL && watching->type == MSGPACK_OBJECT_BOOLEAN &&
 	    watching->via.boolean;
 	wm->applied = applied;

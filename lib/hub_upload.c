@@ -181,6 +181,7 @@ s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_e
 		goto fail;
 	}
 	u->id = ++h->last_upload;
+	h->counts.uploads++;
 	u->touched = wsync_now_ms();
 	snprintf(u->peer, sizeof(u->peer), "%s", r->peer);
 	for (size_t i = 0; i < u->nfiles; i++)
@@ -285,6 +286,7 @@ hub_op_chunk(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	}
 	if (s_upload_write(u, file, off, wsync_part_data(r->parts, 3), len, err) < 0)
 		return -1;
+	h->counts.bytes_received += len;
 	hub_ok(&e, r->id, 0);
 	hub_reply(h, r, &e);
 	return 0;
@@ -375,6 +377,7 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 		hub_upload_end(u);
 		return -1;
 	}
+	h->counts.commits += u->nfiles;
 	if (!waits) {
 		hub_ok(&e, r->id, 1);
 		hub_pack_versions(&e, out, u->nfiles);
@@ -436,6 +439,7 @@ hub_op_put(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		    "size of %u: use begin, chunk and commit", len, WSYNC_CHUNK);
 	if (s_upload_open(h, r, &u, err) < 0)
 		return -1;
+	h->counts.bytes_received += len;
 	for (size_t i = 0; i < u->nfiles; i++) {
 		if (u->files[i].size > len - at) {
 			hub_upload_end(u);

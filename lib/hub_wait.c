@@ -166,6 +166,7 @@ s_wait_expire(wsync_hub_t *h, const struct hub_wait *wt, int64_t now)
 	size_t missing = hub_wait_expiry(h, wt, now, &e);
 
 	hub_send(h, wt->router, wt->ident, wt->identlen, &e);
+	h->counts.waits_timed_out++;
 	hub_log(h, "event=timeout model=%s version=%" PRIu64 " missing=%zu", wt->model,
 	    wt->version, missing);
 }
@@ -286,6 +287,7 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
 	wt->req = r->id;
 	wt->start = start;
 	wt->deadline = start + (int64_t)(timeout < INT32_MAX ? timeout : INT32_MAX);
+	h->counts.waits++;
 	hub_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
 	    PRIu64, wt->model, wt->version, wsync_wait_name(wt->mode),
 	    wt->mode == WSYNC_WAIT_COUNT ? (size_t)wt->count : wt->nids, timeout);

@@ -347,7 +347,9 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	hub_ok(&e, r->id, 4);
 	wsync_enc_kv_str(&e, "hub", h->name);
 	wsync_enc_kv_str(&e, "store", wsync_store_id(h->store));
-	wsync_enc_kv_str(&e, "origin", h->origin[0] ? h->origin : wsync_store_id(h->store));
+	/* A relay that has not heard from its tree yet says "": it cannot tell whose numbers it has. */
+	wsync_enc_kv_str(&e, "origin", h->relay != NULL || h->origin[0] ? h->origin :
+	    wsync_store_id(h->store));
 	wsync_enc_str(&e, "heads");
 	msgpack_pack_map(&e.pk, n);
 	for (size_t i = 0; i < n; i++) {
@@ -394,6 +396,7 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		wm->reason = copy;
 		wm->failed = version;
 		wm->fail_time = wsync_wall_time();
+		wm->failures++;
 		hub_log(h, "event=fail worker=%s model=%s version=%" PRIu64 " reason=\"%s\"", worker,
 		    model, version, wsync_log_quote(reason, quoted, sizeof(quoted)));
 	} else {

@@ -262,7 +262,7 @@ wsync_verify_reason(wsync_verify_t reason)
 {
 	static const char *const names[] = {
 		"ok", "unsigned", "malformed", "unknown-key", "bad-signature", "not-listed",
-		"content-mismatch", "meta-mismatch", "digest-mismatch",
+		"content-mismatch", "meta-mismatch", "digest-mismatch", "rollback", "mixed",
 	};
 
 	return (unsigned)reason < sizeof(names) / sizeof(names[0]) ? names[reason] : "unknown";

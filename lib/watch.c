@@ -8,10 +8,12 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sysexits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_int.h"
 #include "net_int.h"
+#include "watch_sign_int.h"
 
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
@@ -26,8 +28,11 @@ struct s_watch {
 	char **tmp;             /* per model: a fetched version not yet in place */
 	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
+	wsync_applied_t *in_place;  /* verifying: per model, what its output holds */
+	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
+	uint64_t *aged;         /* verifying: per model, the seq last said to be too old */
 	char endpoint[512];     /* the hub in use (or tried next) */
-	int next;               /* index of the endpoint after it in o->endpoints */
+	int next_ep;            /* index of the endpoint after it in o->endpoints */
 	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 };
@@ -187,6 +192,51 @@ s_store_changed(struct s_watch *w, const char *now)
 }
 
 /*
+ * Verifying: refuses each fetched version whose signature, seq or push
+ * partners do not hold (wsync_watch_check_round); the hub hears why.
+ */
+static int
+s_check_signed(struct s_watch *w, wsync_err_t *err)
+{
+	char (*why)[WSYNC_MAX_REASON] = calloc((size_t)w->o->nmodels, sizeof(*why));
+
+	if (why == NULL || wsync_watch_check_round(w->o, w->in_place, w->tmp, w->heads, why,
+	    w->next) < 0) {
+		free(why);
+		s_drop_temps(w);
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	}
+	for (int i = 0; i < w->o->nmodels; i++) {
+		if (w->tmp[i] == NULL || why[i][0] == '\0')
+			continue;
+		unlink(w->tmp[i]);
+		free(w->tmp[i]);
+		w->tmp[i] = NULL;
+		s_failed(w, i, w->heads[i].version, why[i]);
+	}
+	free(why);
+	return 0;
+}
+
+/* Verifying with --max-age: says once a version when the signed one in place is older. */
+static void
+s_check_age(struct s_watch *w)
+{
+	uint64_t now = (uint64_t)time(NULL);
+
+	for (int i = 0; i < w->o->nmodels && w->o->max_age_s > 0; i++) {
+		const wsync_applied_t *a = &w->in_place[i];
+		if (!a->is_signed || a->time + (uint64_t)w->o->max_age_s >= now ||
+		    w->aged[i] == a->seq)
+			continue;
+		w->aged[i] = a->seq;
+		s_log(w, "%s: the newest signed version (seq %" PRIu64 ") was signed %" PRIu64
+		    " s ago, more than --max-age %d: is the trainer or the hub stuck?",
+		    w->o->models[i], a->seq, now - a->time, w->o->max_age_s);
+	}
+}
+
+/*
  * One round: learn the heads (and beat), fetch every model that moved, put
  * them all in place, then apply and report each. With only >= 0 the round is
  * about that model alone, at the version an announcement described: no heads
@@ -212,7 +262,9 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->client)) != 0)
 			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
 			    from.hub, wsync_client_hub(w->client));
-		s_store_changed(w, from.origin[0] ? from.origin : from.store);
+		/* A relay that does not know its tree yet cannot tell: nothing to judge. */
+		if (from.origin[0] != '\0')
+			s_store_changed(w, from.origin);
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
@@ -239,6 +291,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	}
 	if (!moved)
 		return 0;
+	if (o->nverify > 0 && s_check_signed(w, err) < 0)
+		return -1;
 	for (int i = 0; i < o->nmodels; i++) {
 		int rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
 		/* A link to the file the output already is: rename leaves the temporary name. */
@@ -273,6 +327,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			continue;
 		}
 		w->applied[i] = r.version = u.version;
+		if (o->nverify > 0)
+			w->in_place[i] = w->next[i];
 		if (wsync_client_report(w->client, &r, S_CALL_MS, &rerr) < 0)
 			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
@@ -387,10 +443,10 @@ s_next_endpoint(struct s_watch *w, wsync_err_t *err)
 
 	if (o->nendpoints < 1 || (had && o->nendpoints == 1))
 		return 0;
-	if (wsync_endpoint_resolve(o->endpoints[w->next], w->endpoint, sizeof(w->endpoint),
+	if (wsync_endpoint_resolve(o->endpoints[w->next_ep], w->endpoint, sizeof(w->endpoint),
 	    err) < 0)
 		return -1;
-	w->next = (w->next + 1) % o->nendpoints;
+	w->next_ep = (w->next_ep + 1) % o->nendpoints;
 	if (had)
 		s_log(w, "trying the next hub, at %s", w->endpoint);
 	return 0;
@@ -445,6 +501,8 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			continue;
 		}
 		only = -1;
+		if (o->nverify > 0)
+			s_check_age(w);
 		for (int i = 0; i < o->nmodels; i++) {
 			if (o->max_lag && w->heads[i].version > w->applied[i] + o->max_lag)
 				return wsync_err_set(err, EX_TEMPFAIL, "%s: applied version %" PRIu64
@@ -479,14 +537,21 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.tmp = calloc(n, sizeof(*w.tmp));
 	w.how = calloc(n, sizeof(*w.how));
 	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
+	w.in_place = calloc(n, sizeof(*w.in_place));
+	w.next = calloc(n, sizeof(*w.next));
+	w.aged = calloc(n, sizeof(*w.aged));
 	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
-	    w.how == NULL || w.leases == NULL) {
+	    w.how == NULL || w.leases == NULL || w.in_place == NULL || w.next == NULL ||
+	    w.aged == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < n * (o->keep + 1); i++)
 		w.leases[i] = -1;
 	s_remove_leftovers(o);
+	/* The seq last applied is the one the output holds: it outlives the watcher. */
+	for (int i = 0; o->nverify > 0 && i < o->nmodels; i++)
+		wsync_applied_read(o->paths[i], &w.in_place[i]);
 	if (o->nendpoints > 0 ? s_next_endpoint(&w, err) == 0 :
 	    wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
 		rc = s_run(&w, err);
@@ -507,5 +572,8 @@ out:
 		if (w.leases[i] >= 0)
 			close(w.leases[i]);
 	free(w.leases);
+	free(w.in_place);
+	free(w.next);
+	free(w.aged);
 	return rc;
 }

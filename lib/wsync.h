@@ -326,7 +326,11 @@ typedef struct wsync_heads_ask {
 typedef struct wsync_heads_from {
 	char hub[256];                  /* the hub's identity; empty when not given */
 	char store[64];                 /* its store id; empty when not given */
-	char origin[64];                /* the store id of its tree's root; empty when not given */
+	/*
+	 * The store id of its tree's root (its store's when not given); empty: a
+	 * relay that does not know it yet.
+	 */
+	char origin[64];
 } wsync_heads_from_t;
 /*
  * The head of each of ask->n models into heads (n of them); from (may be NULL)
@@ -362,6 +366,10 @@ typedef struct wsync_fetch {
 	const char *model;
 	uint64_t version;               /* 0: the head */
 	const char *worker;             /* NULL: the head as any client sees it */
+	/* nkeys > 0: a pull takes only a version signed by one of keys, newer than
+	 * the output's (wsync_verify_update); else 77 naming the reason. */
+	const struct wsync_verifykey *keys;
+	int nkeys;
 } wsync_fetch_t;
 /*
  * Fetches f's version, verifies every hash and the content id, and writes it
@@ -389,6 +397,17 @@ typedef struct wsync_push_item {
  */
 int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
+/*
+ * Signs every later push of client with the secret key at path (minisign's
+ * or signify's; wsync-format(5), SIGNATURES): one manifest of all the push's
+ * models, its sequence number from the counter beside the key (path.seq).
+ */
+int wsync_client_sign_with(wsync_client_t *client, const char *path, wsync_err_t *err);
+/*
+ * The next signed push's sequence number: seq (above the counter's, else 65);
+ * 0: the counter's next. 64 when the client signs nothing.
+ */
+int wsync_client_sign_seq(wsync_client_t *client, uint64_t seq, wsync_err_t *err);
 /* Drops an upload (a slot) that will not be committed. */
 int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
     wsync_err_t *err);
@@ -498,6 +517,7 @@ enum {
 	WSYNC_PUSH_OPT_ABORT,           /* --abort UPLOAD (a batch request only) */
 	WSYNC_PUSH_OPT_TRUST,           /* --trust-hashes (with --commit) */
 	WSYNC_PUSH_OPT_NEXT_SLOT,       /* --next-slot (with --commit) */
+	WSYNC_PUSH_OPT_SEQ,             /* --seq N (a push signed with --sign-key) */
 };
 
 /* What a request asks for: a push, or (batch only) a slot, its commit or its abort. */
@@ -527,6 +547,7 @@ typedef struct wsync_push_req {
 	int nwait_ids, ntargets;
 	uint64_t wait_for;              /* --wait-for: no push, a wait for this version */
 	int timeout_ms;                 /* -t; 30 s when not given */
+	uint64_t seq;                   /* --seq: the signed push's sequence number; 0: none */
 } wsync_push_req_t;
 
 /* Sets r to an empty push request (no models, a 30 s timeout). */
@@ -641,6 +662,11 @@ typedef struct wsync_watch_opts {
 	volatile sig_atomic_t *stop;    /* set non-zero (from a signal handler) to return 0 */
 	const char *key;                /* as in wsync_client_opts_t */
 	const char *hub_key;
+	/* nverify > 0: apply only versions signed by one of verify (signcheck.c),
+	 * newer than the one in place, each push's watched models together. */
+	const struct wsync_verifykey *verify;
+	int nverify;
+	int max_age_s;                  /* > 0: log when the signed version in place is older */
 } wsync_watch_opts_t;
 
 /* Follows the hub: initial weights at once, then every new version, latest wins. */
@@ -798,6 +824,15 @@ const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const
 int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
     uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
 
+/*
+ * The sequence number the next push signed with the key at key_path takes:
+ * given when not 0 (it must be above the counter, else 65), else the
+ * counter's next. The counter (key_path.seq, one decimal line) is set to it
+ * atomically, under a lock on the key file, before anything is signed: what
+ * a writer that signs its own trees (wsync_sign_trees into a slot) calls first.
+ */
+int wsync_signseq_next(const char *key_path, uint64_t given, uint64_t *seq, wsync_err_t *err);
+
 /* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
 typedef enum wsync_verify {
 	WSYNC_VERIFY_OK,
@@ -808,7 +843,9 @@ typedef enum wsync_verify {
 	WSYNC_VERIFY_NOT_LISTED,        /* the manifest does not list this file's model */
 	WSYNC_VERIFY_CONTENT,           /* its content id is not the signed one */
 	WSYNC_VERIFY_META,              /* its meta is not the signed meta */
-	WSYNC_VERIFY_DIGEST             /* its tensors' bytes are not the signed ones */
+	WSYNC_VERIFY_DIGEST,            /* its tensors' bytes are not the signed ones */
+	WSYNC_VERIFY_ROLLBACK,          /* its seq is not above the one applied */
+	WSYNC_VERIFY_MIXED              /* its push's other models are not beside it */
 } wsync_verify_t;
 
 /* A reason's name for logs and reports ("unsigned", "bad-signature"...). */
@@ -823,6 +860,30 @@ const char *wsync_verify_reason(wsync_verify_t reason);
  */
 int wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
     wsync_manifest_t *manifest, wsync_err_t *err);
+
+/* ---- a worker's checks of signed versions (signcheck.c) ---- */
+
+/* What a worker's output holds: its content id and, when signed, its manifest's seq and time. */
+typedef struct wsync_applied {
+	uint64_t content;               /* 0: no file that can be read */
+	int is_signed;                  /* a manifest in its meta (not checked again) */
+	uint64_t seq;
+	uint64_t time;                  /* signing time, seconds since the epoch */
+	uint8_t key[WSYNC_KEYID];
+} wsync_applied_t;
+/* Reads what the file at path holds into a; a missing or unreadable file holds nothing. */
+void wsync_applied_read(const char *path, wsync_applied_t *a);
+/* Reads file's manifest without checking its signature (wsync_manifest_free after); -1 when it has none. */
+int wsync_manifest_of(const wsync_file_t *file, wsync_manifest_t *m);
+/*
+ * Checks a fetched file before it replaces an output that holds *last:
+ * wsync_verify_file, then its seq above last's (the same seq only for the
+ * same content: the version in place served again). WSYNC_VERIFY_OK with
+ * *manifest filled (wsync_manifest_free it), or a reason with err (77).
+ */
+int wsync_verify_update(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
+    const wsync_applied_t *last, wsync_manifest_t *manifest, wsync_err_t *err);
+
 
 /* Sets err: code, then a printf-style message. Returns -1. */
 int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)

@@ -92,6 +92,9 @@ critic $((c1 + 1))"
 
 @test "a watcher killed with -9 mid-transfer leaves no partial file, and cleans up and resumes" {
 	make_versions 1
+	local port
+	port=$(free_port)
+	export WSYNC_ENDPOINT="tcp://127.0.0.2:$port"
 	start_hub
 	# A model of 48 MiB: several gets, so that the transfer can be caught in the middle.
 	"$PY" - "$TMP/big.safetensors" <<'PYEOF'
@@ -103,8 +106,14 @@ h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + w)
 PYEOF
 	run -0 wsync-push -m policy big.safetensors
-	# Through the socket: a same-host link is one atomic step with no transfer to interrupt.
-	start_watcher w1 --transfer socket
+	# Through the socket (a same-host link is one atomic step with no transfer
+	# to interrupt), over tcp through a proxy that holds every byte 100 ms:
+	# the transfer takes many round trips, so it is caught in the middle
+	# however fast the machine (over ipc it could end between two polls).
+	"$PY" "$FIXTURES/delayproxy.py" 100 127.0.0.2 "$port" >"$TMP/proxy.out" 2>&1 &
+	PIDS+=("$!")
+	wait_until grep -q ready "$TMP/proxy.out"
+	start_watcher w1 --transfer socket -e "tcp://127.0.0.1:$port"
 	# The transfer has begun once its temporary file exists; stop the hub so it cannot end.
 	wait_until compgen -G "$TMP/w1.wsync.tmp.??????"
 	kill -STOP "$HUB_PID"
@@ -113,8 +122,8 @@ PYEOF
 	kill -CONT "$HUB_PID"
 	[ ! -e "$TMP/w1.wsync" ]
 	run -0 compgen -G "$TMP/w1.wsync.tmp.??????"
-	start_watcher w1 --transfer socket
-	wait_until watcher_at w1 1
+	start_watcher w1 --transfer socket -e "tcp://127.0.0.1:$port"
+	WAIT_S=30 wait_until watcher_at w1 1
 	run -0 wsync-inspect --verify "$TMP/w1.wsync"
 	assert_output "$TMP/w1.wsync: OK"
 	run -1 compgen -G "$TMP/w1.wsync.tmp.??????"

@@ -394,3 +394,15 @@ EOF
 	assert_line "stdin: OK"
 	assert_line --regexp '^gpu0 +policy +2 +0 .* alive '
 }
+
+@test "HACKING.md's source map has a line for every source file, and names no file that is gone" {
+	local f missing="" gone=""
+	for f in "$ROOT"/lib/*.c "$ROOT"/cmd/*.c; do
+		f=${f#"$ROOT"/}
+		grep -q "^| \`$f\` |" "$ROOT/HACKING.md" || missing="$missing $f"
+	done
+	for f in $(sed -n 's/^| `\(\(lib\|cmd\)\/[^`]*\)` |.*/\1/p' "$ROOT/HACKING.md"); do
+		[ -e "$ROOT/$f" ] || gone="$gone $f"
+	done
+	assert_equal "missing:$missing gone:$gone" "missing: gone:"
+}

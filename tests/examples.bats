@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
-# examples.bats - what examples/ shows works as shown: the Python helper, the
-# PyTorch trainer and workers, the shell pipeline, the cron line and the
+# examples.bats - what examples/ shows works as shown: the Python package
+# (python/wsync, the helper's successor), the PyTorch trainer and workers, the shell pipeline, the cron line and the
 # systemd unit, each against real hubs.
 
 load test_helper
@@ -8,9 +8,9 @@ load hub_helper
 
 EX="$ROOT/examples"
 
-# py CODE: runs CODE with examples/python on the module path.
+# py CODE: runs CODE with the Python package (python/) on the module path.
 py() {
-	PYTHONPATH="$EX/python" "$PY" -c "$1"
+	PYTHONPATH="$ROOT/python" "$PY" -c "$1"
 }
 
 # pylib CODE: py, for code that loads libwsync.so.0 through ctypes.
@@ -32,7 +32,7 @@ def same(b):
         a[k].shape == b[k].shape and np.array_equal(a[k], b[k]) for k in a)
 '
 
-@test "the Python helper writes and reads back safetensors and .wsync files" {
+@test "the Python package writes and reads back safetensors and .wsync files" {
 	run -0 py "$ARRAYS"'
 wsync.write("a.safetensors", a, meta={"step": 7})
 wsync.write("a.wsync", a, meta={"step": 7}, model="policy")
@@ -57,19 +57,19 @@ def slot(name, size):
     return os.open(name, os.O_RDWR)
 '
 
-@test "the Python helper writes into a file of wsync_size bytes what write() and wsync-convert write" {
+@test "the Python package writes into a file of wsync_size bytes what write() and wsync-convert write" {
 	run -0 pylib "$ARRAYS$SLOT"'
 a["strided"] = np.arange(20, dtype=np.float32).reshape(4, 5)[:, ::2]
 a["big_endian"] = np.arange(3, dtype=">i4")
 meta = {"step": 7, "lr": "0.1"}
 size = wsync.wsync_size(a, "policy", meta=meta)
 for keep in (4, 0):
-    wsync.KEEP_MAPPED = keep
+    wsync.slots.KEEP_MAPPED = keep
     fd = slot(f"slot{keep}.wsync", size)
     wsync.write_into(fd, a, "policy", meta=meta)
     os.close(fd)
 wsync.write("ref.wsync", a, meta=meta, model="policy")
-print(size, os.path.getsize("ref.wsync"), len(wsync.s_maps))'
+print(size, os.path.getsize("ref.wsync"), len(wsync.slots.maps))'
 	assert_output "964 964 1"
 	run -0 wsync-inspect --verify slot4.wsync
 	assert_output "slot4.wsync: OK"
@@ -77,20 +77,20 @@ print(size, os.path.getsize("ref.wsync"), len(wsync.s_maps))'
 	run -0 cmp slot0.wsync ref.wsync
 }
 
-@test "the Python helper writes into a slot again through the mapping it kept, unless told not to" {
+@test "the Python package writes into a slot again through the mapping it kept, unless told not to" {
 	run -0 pylib "$ARRAYS$SLOT"'
 fd = slot("slot.wsync", wsync.wsync_size(a, "policy"))
 for step in (1, 2, 3):
-    wsync.KEEP_MAPPED = 0 if step == 3 else 4
+    wsync.slots.KEEP_MAPPED = 0 if step == 3 else 4
     a["steps"] = np.array(step, np.int64)
     wsync.write_into(fd, a, "policy")
-    print(step, wsync.read("slot.wsync")[0]["steps"], len(wsync.s_maps))
+    print(step, wsync.read("slot.wsync")[0]["steps"], len(wsync.slots.maps))
 wsync.write("ref.wsync", a, model="policy")'
 	assert_output $'1 1 1\n2 2 1\n3 3 0'
 	run -0 cmp slot.wsync ref.wsync
 }
 
-@test "the Python helper's write_into fills a hub's slot that commits with --trust-hashes" {
+@test "the Python package's write_into fills a hub's slot that commits with --trust-hashes" {
 	start_hub --keep 1 --recycle 2
 	start_watcher w1 --transfer link
 	wait_until hub_has_worker w1
@@ -118,7 +118,7 @@ wsync.write("ref.wsync", a, meta={"step": 3}, model="policy")'
 	assert_equal "$(content_of w1.wsync)" "$(content_of ref.wsync)"
 }
 
-@test "the Python helper's write_into raises WsyncError 64 for a file of another size" {
+@test "the Python package's write_into raises WsyncError 64 for a file of another size" {
 	run -0 pylib "$ARRAYS$SLOT"'
 fd = slot("slot.wsync", wsync.wsync_size(a, "policy") + 1)
 try:
@@ -129,17 +129,17 @@ except wsync.WsyncError as e:
 	run -0 cmp slot.wsync <(head -c 773 /dev/zero)
 }
 
-@test "the Python helper's wsync_size raises WsyncError 65 for a dtype wsync lacks" {
+@test "the Python package's wsync_size raises WsyncError 65 for a dtype wsync lacks" {
 	run -0 pylib '
 import numpy as np, wsync
 try:
     wsync.wsync_size({"z": np.zeros(2, np.complex64)}, "policy")
 except wsync.WsyncError as e:
     print(e.status, e)'
-	assert_output "65 tensor z: no wsync dtype for numpy's complex64"
+	assert_output "65 tensor z: no wsync dtype for complex64 (wsync has f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool, f8e4m3, f8e5m2)"
 }
 
-@test "the Python helper writes PyTorch tensors into a slot as their numpy arrays" {
+@test "the Python package writes PyTorch tensors into a slot as their numpy arrays" {
 	"$PY" -c 'import torch' 2>/dev/null ||
 	    skip "python3-torch is not installed (scripts/deps install torch, as root)"
 	run -0 pylib "$SLOT"'
@@ -152,7 +152,7 @@ wsync.write("ref.wsync", {k: v.detach().numpy() for k, v in t.items()}, model="p
 	run -0 cmp slot.wsync ref.wsync
 }
 
-@test "the Python helper pushes, pulls and watches through a real hub" {
+@test "the Python package pushes, pulls and watches through a real hub" {
 	start_hub
 	run -0 --separate-stderr py "$ARRAYS"'
 wsync.write("a.safetensors", a, meta={"step": 1})
@@ -162,20 +162,22 @@ wsync.write("b.wsync", a, model="policy")
 print(wsync.push("policy", "b.wsync"))
 print(wsync.pull("policy", "got.wsync"), same(wsync.read("got.wsync")[0]))
 print(wsync.pull("policy", "old.wsync", version=1), wsync.read("old.wsync")[1])
-for update in wsync.watch("policy", "w.wsync", worker="py1"):
-    print(update)
-    break'
+with wsync.watch("policy", "w.wsync", worker="py1") as updates:
+    for update in updates:
+        print(update)
+        update.ack()
+        break'
 	assert_output - <<'EOF'
 1
 2
 2 True
 1 {'step': '1'}
-('policy', 2, 'w.wsync')
+Update('policy', 2, 'w.wsync')
 EOF
 	run -0 wsync-inspect diff w.wsync got.wsync
 }
 
-@test "the Python helper raises WsyncError with the program's exit status and message" {
+@test "the Python package raises WsyncError with the program's exit status and message" {
 	start_hub
 	run -0 py '
 import wsync
@@ -288,19 +290,20 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	wait_until watcher_at gpu0 1
 }
 
-@test "the Python helper's Publisher keeps one wsync-push --batch for every push" {
+@test "the Python package's Publisher keeps one wsync-push --batch for every push" {
 	start_hub
 	start_watcher w1
 	wait_until hub_has_worker w1
 	run -0 --separate-stderr pylib "$ARRAYS"'
-with wsync.Publisher() as pub:
+with wsync.Publisher("policy") as pub:
     for step in (1, 2, 3):
         a["steps"] = np.array(step, np.int64)
-        print(pub.publish("policy", a, meta={"step": step}, wait="all", timeout=10))
-    try:
-        pub.publish("bad!", a)
-    except wsync.WsyncError as e:
-        print(e.status, e)
+        print(pub.publish(a, meta={"step": step}, wait="all", timeout=10))
+try:
+    with wsync.Publisher("bad!") as pub:
+        pub.publish(a)
+except wsync.WsyncError as e:
+    print(e.status, e)
 print(same(wsync.read("w1.wsync")[0]), wsync.read("w1.wsync")[1])'
 	assert_output - <<'EOF'
 1
@@ -314,15 +317,15 @@ EOF
 	run -1 compgen -G "/dev/shm/wsync-publisher.*"
 }
 
-@test "the Python helper's Publisher writes each version into a slot of a recycling hub, asking for the next ahead" {
+@test "the Python package's Publisher writes each version into a slot of a recycling hub, asking for the next ahead" {
 	start_hub --keep 1 --recycle 4
 	start_watcher w1 --transfer link
 	wait_until hub_has_worker w1
 	run -0 --separate-stderr pylib "$ARRAYS"'
-with wsync.Publisher() as pub:
+with wsync.Publisher("policy") as pub:
     for step in range(1, 7):
         a["steps"] = np.array(step, np.int64)
-        print(pub.publish("policy", a, meta={"step": step}, wait="all", timeout=10))
+        print(pub.publish(a, meta={"step": step}, wait="all", timeout=10))
         assert same(wsync.read("w1.wsync")[0])
 print(wsync.read("w1.wsync")[1])'
 	assert_output - <<'EOF'
@@ -350,4 +353,26 @@ EOF
 	(( output >= 4 ))
 	wait_until grep -q "event=abort upload=7" hub.log
 	run -0 wsync-inspect --verify w1.wsync
+}
+
+@test "the metrics timer's command writes promtool-clean metrics of a live hub, atomically" {
+	command -v promtool >/dev/null || skip "promtool is not installed (Debian's prometheus)"
+	local unit=$EX/prometheus/wsync-metrics.service cmd
+	if command -v systemd-analyze >/dev/null; then
+		run -0 systemd-analyze verify "$unit" "$EX/prometheus/wsync-metrics.timer"
+	fi
+	run -0 grep -c '^OnUnitActiveSec=15s$' "$EX/prometheus/wsync-metrics.timer"
+	start_hub
+	start_watcher w1
+	make_versions 1
+	wsync-push -m policy -w w1, -t 10 v1.wsync
+	# What systemd runs, with the file in this test's directory, this build's
+	# wsync-inspect and the test's hub (no keys).
+	cmd=$(sed -n "s/^ExecStart=\/bin\/sh -c '\(.*\)'\$/\1/p" "$unit")
+	cmd=${cmd//\/usr\/local\/bin\//}
+	OUT=$TMP/wsync.prom run -0 sh -c "$cmd"
+	run -0 promtool check metrics <wsync.prom
+	run -0 grep '^wsync_worker_applied_version' wsync.prom
+	assert_output 'wsync_worker_applied_version{worker="w1",model="policy"} 1'
+	[ ! -e wsync.prom.tmp ]
 }

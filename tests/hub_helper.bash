@@ -87,6 +87,16 @@ hub_has_worker() {
 	    jq -e --arg id "$1" '.workers[] | select(.worker == $id and .alive)' >/dev/null
 }
 
+# The failure the hub holds for worker $1, as "VERSION REASON".
+hub_failure() {
+	wsync-inspect --hub --json | jq -r --arg w "$1" \
+		'.workers[] | select(.worker == $w) | .failure | select(. != null) | "\(.version) \(.reason)"'
+}
+
+has_failure() {
+	[ -n "$(hub_failure "$1")" ]
+}
+
 # The last version a watcher printed (0 if none).
 last_version() {
 	local v

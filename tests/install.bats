@@ -43,6 +43,16 @@ setup() {
 /usr/lib/libwsync.so.0
 /usr/lib/libwsync.so.$VERSION
 /usr/lib/pkgconfig/libwsync.pc
+/usr/lib/python3/dist-packages/wsync/__init__.py
+/usr/lib/python3/dist-packages/wsync/_lib.py
+/usr/lib/python3/dist-packages/wsync/errors.py
+/usr/lib/python3/dist-packages/wsync/files.py
+/usr/lib/python3/dist-packages/wsync/programs.py
+/usr/lib/python3/dist-packages/wsync/publisher.py
+/usr/lib/python3/dist-packages/wsync/py.typed
+/usr/lib/python3/dist-packages/wsync/slots.py
+/usr/lib/python3/dist-packages/wsync/tensors.py
+/usr/lib/python3/dist-packages/wsync/watch.py
 /usr/share/bash-completion/completions/wsync"$'\n'
 	for p in wsync-convert wsync-inspect wsync-keygen wsync-pull wsync-push wsync-serve wsync-watch; do
 		expected+="/usr/share/bash-completion/completions/$p"$'\n'
@@ -140,15 +150,44 @@ EOF
 	refute_output --partial libwsync
 }
 
-@test "the Python helper loads the installed libwsync beside the installed programs" {
+@test "the installed Python package loads the installed libwsync beside the installed programs" {
 	s_make install
 	local pre=()
 	[ "${SANITIZE:-}" != 1 ] ||
 	    pre=(env LD_PRELOAD="$(cc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
-	PATH="$DEST/usr/bin:$PATH" PYTHONPATH="$ROOT/examples/python" run -0 "${pre[@]}" "$PY" -c '
+	PATH="$DEST/usr/bin:$PATH" PYTHONPATH="$DEST/usr/lib/python3/dist-packages" run -0 \
+	    "${pre[@]}" "$PY" -c '
 import numpy as np, wsync
-print(wsync.wsync_size({"w": np.zeros(3, np.float32)}, "policy"), wsync.s_lib()._name)'
-	assert_output "140 $DEST/usr/bin/../lib/libwsync.so.0"
+print(wsync.wsync_size({"w": np.zeros(3, np.float32)}, "policy"), wsync._lib.lib()._name,
+      wsync.__file__)'
+	assert_output "140 $DEST/usr/bin/../lib/libwsync.so.0 $DEST/usr/lib/python3/dist-packages/wsync/__init__.py"
+}
+
+@test "python3 imports wsync from where make install puts it for /usr/local, until make uninstall" {
+	# Debian's python3 searches /usr/local/lib/python3.X/dist-packages (its version).
+	local site
+	site=$("$PY" -c 'import sys; print("/usr/local/lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+	run -0 "$PY" -c "import sys; print('$site' in sys.path)"
+	assert_output True
+	make -s --no-print-directory -C "$ROOT" BUILD="$BUILD" SANITIZE="${SANITIZE:-}" \
+	    DESTDIR="$DEST" PREFIX=/usr/local install
+	PYTHONPATH=$DEST$site run -0 "$PY" -c 'import wsync; print(wsync.__file__)'
+	assert_output "$DEST$site/wsync/__init__.py"
+	make -s --no-print-directory -C "$ROOT" BUILD="$BUILD" SANITIZE="${SANITIZE:-}" \
+	    DESTDIR="$DEST" PREFIX=/usr/local uninstall
+	PYTHONPATH=$DEST$site run -1 "$PY" -c 'import wsync'
+	assert_output --partial "ModuleNotFoundError: No module named 'wsync'"
+}
+
+@test "pip installs the package from python/ offline with Debian's setuptools" {
+	"$PY" -m pip --version >/dev/null 2>&1 || skip "python3-pip is not installed"
+	# A copy: setuptools writes its egg-info beside setup.py.
+	cp -r "$ROOT/python" "$TMP/src"
+	run -0 "$PY" -m pip install --no-index --no-deps --no-build-isolation \
+	    --target "$TMP/site" "$TMP/src"
+	PYTHONPATH="$TMP/site" run -0 "$PY" -c 'import wsync; print(wsync.__file__, wsync.__version__)'
+	assert_output "$TMP/site/wsync/__init__.py 0.1.0"
+	[ -f "$TMP/site/wsync/py.typed" ]
 }
 
 @test "the installed bash completion is found by program name and completes" {

@@ -16,16 +16,6 @@ os.pwrite(fd, bytes([b[0] ^ 1]), size - 1)
 PYEOF
 }
 
-# The failure the hub holds for worker $1, as "VERSION REASON".
-hub_failure() {
-	wsync-inspect --hub --json | jq -r --arg w "$1" \
-		'.workers[] | select(.worker == $w) | .failure | select(. != null) | "\(.version) \(.reason)"'
-}
-
-has_failure() {
-	[ -n "$(hub_failure "$1")" ]
-}
-
 # Version 1 of policy is refused by a pull (65) and by a new watcher ID,
 # which applies nothing and tells the hub why. Arguments: ID, then pull's and
 # watch's options (a --transfer mode).

@@ -207,7 +207,7 @@ Try 'wsync-inspect --help'."
 
 @test "--help prints the usage and exits 0" {
 	run -0 wsync-inspect --help
-	assert_line -n 0 "usage: wsync-inspect [--json] [--verify] FILE|-"
+	assert_line -n 0 "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|-"
 	assert_line -n 1 "       wsync-inspect diff [--json] A B"
 }
 

@@ -260,3 +260,123 @@ PYEOF
 	run -0 wsync-inspect --hub --json
 	assert_equal "$(jq -r '.workers[0].failure.version' <<<"$output")" 1
 }
+
+# start_reader ID [options...]: a watcher with --ack stdin whose stdin is the
+# FIFO $TMP/ID.in, held open on descriptor 8 (bats has 3) so that answers can be written
+# to it one at a time.
+start_reader() {
+	local id=$1
+	shift
+	mkfifo "$TMP/$id.in"
+	exec 8<>"$TMP/$id.in"
+	# The redirection on the command itself: a background job's stdin is /dev/null.
+	wsync-watch --id "$id" -m policy -o "$TMP/$id.wsync" --ack stdin "$@" \
+		<"$TMP/$id.in" >"$TMP/$id.out" 2>"$TMP/$id.err" &
+	WPID[$id]=$!
+	PIDS+=("$!")
+}
+
+# The number of lines a watcher printed.
+lines_of() {
+	[ "$(wc -l <"$TMP/$1.out")" -ge "$2" ]
+}
+
+@test "--ack stdin announces each update and acknowledges it only after the reader's ok" {
+	make_versions 2
+	start_hub
+	start_reader r1
+	wait_until hub_has_worker r1
+	wsync-push -m policy v1.wsync
+	wait_until lines_of r1 1
+	assert_equal "$(cat r1.out)" "policy 1 $TMP/r1.wsync"
+	run -0 sh -c 'wsync-inspect --hub --json | jq -c ".workers[0].applied"'
+	assert_output '{}'
+	echo ok >&8
+	wait_until grep -q "event=ack worker=r1 model=policy version=1" hub.log
+	wsync-push -m policy -w r1, -t 10 v2.wsync >push.out 2>push.err &
+	local push=$!
+	PIDS+=("$push")
+	wait_until lines_of r1 2
+	assert_equal "$(cat r1.out)" "policy 1 $TMP/r1.wsync
+policy 2 $TMP/r1.wsync"
+	run -0 sh -c 'wsync-inspect --hub --json | jq -c ".workers[0].applied"'
+	assert_output '{"policy":1}'
+	echo ok >&8
+	local status=0
+	wait "$push" || status=$?
+	assert_equal "$status" 0
+	assert_equal "$(cat push.out)" 2
+}
+
+@test "--ack stdin reports the reader's fail REASON to the hub and the waiting pusher" {
+	make_versions 1
+	start_hub
+	start_reader r1
+	wait_until hub_has_worker r1
+	wsync-push -m policy v1.wsync &
+	PIDS+=("$!")
+	wait_until lines_of r1 1
+	echo 'fail load_state_dict: missing key actor.0.bias' >&8
+	wait_until grep -q "event=fail" hub.log
+	run -75 --separate-stderr wsync-push --wait-for 1 -m policy -w r1, -t 1
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 1 workers have not applied it after 1.0 s"
+	assert_equal "${stderr_lines[1]%%, last seen*}" "  r1: has no version"
+	assert_equal "${stderr_lines[1]#*s ago, }" "last failure: load_state_dict: missing key actor.0.bias"
+	run -0 grep -c 'event=fail worker=r1 model=policy version=1 reason="load_state_dict: missing key actor.0.bias"' hub.log
+	assert_output 1
+	run -0 cat r1.err
+	assert_line "wsync-watch: policy version 1 not applied: load_state_dict: missing key actor.0.bias"
+}
+
+@test "--ack stdin reports an update the reader never answers, and skips its late answer" {
+	make_versions 2
+	start_hub
+	start_reader r1 --ack-timeout 0.5
+	wait_until hub_has_worker r1
+	wsync-push -m policy v1.wsync
+	wait_until grep -q "event=fail" hub.log
+	run -0 sh -c 'wsync-inspect --hub --json | jq -c ".workers[0] | [.applied, .failure, .failures]"'
+	assert_output '[{},{"model":"policy","version":1,"reason":"the reader did not answer within 0.5 s"},{"policy":1}]'
+	# The late ok is v1's; v2 needs its own.
+	echo ok >&8
+	wsync-push -m policy v2.wsync
+	wait_until lines_of r1 2
+	echo ok >&8
+	wait_until grep -q "event=ack worker=r1 model=policy version=2" hub.log
+	run -1 grep -q "event=ack worker=r1 model=policy version=1" hub.log
+}
+
+@test "--ack stdin takes a line that is neither ok nor fail as a failure, naming it" {
+	make_versions 1
+	start_hub
+	start_reader r1
+	wait_until hub_has_worker r1
+	wsync-push -m policy v1.wsync
+	wait_until lines_of r1 1
+	echo 'done' >&8
+	wait_until grep -q "event=fail" hub.log
+	run -0 grep -c 'reason="the reader answered \\"done\\", not ok or fail REASON"' hub.log
+	assert_output 1
+}
+
+@test "--ack stdin with a reader that closes stdin reports the update failed and exits 0" {
+	make_versions 1
+	start_hub
+	wsync-watch --id r1 -m policy -o r1.wsync --ack stdin </dev/null 2>r1.err &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_until hub_has_worker r1
+	wsync-push -m policy v1.wsync
+	local status=0
+	wait "$pid" || status=$?
+	assert_equal "$status" 0
+	run -0 grep -c 'event=fail worker=r1 model=policy version=1 reason="the reader closed stdin"' hub.log
+	assert_output 1
+}
+
+@test "--ack stdin and -x together, or --ack with another mode, are usage errors" {
+	run -64 --separate-stderr wsync-watch --ack stdin -x true -m policy -o p.wsync
+	assert_equal "${stderr_lines[0]}" "wsync-watch: --ack stdin or -x CMD: one says when an update is applied"
+	run -64 --separate-stderr wsync-watch --ack hook -m policy -o p.wsync
+	assert_equal "${stderr_lines[0]}" 'wsync-watch: --ack wants stdin, not "hook"'
+}

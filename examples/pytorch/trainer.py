@@ -1,14 +1,14 @@
 #!/usr/bin/python3
-"""trainer.py - trains a small policy and publishes it with wsync-push every K steps.
+"""trainer.py - trains a small policy and publishes it with wsync.Publisher every K steps.
 
 usage: trainer.py [--steps N] [--every K] [--workers W] [--ref DIR] [--model ID]
 
-Every K steps it writes the policy's state_dict as a safetensors file (plain
-torch and numpy, through ../python/wsync.py), keeps its own copy in
-DIR/step-S.pt for the workers to compare against, and runs
-"wsync-push -w W -m policy FILE": the push returns once W workers have
-applied (loaded) the version. Prints
-"version V step S" per push on stdout, the loss on stderr.
+Every K steps it publishes the policy's state_dict as it is (the package
+python/wsync: one wsync-push --batch for the trainer's life, the tensors
+copied and hashed in one pass into the hub's store on its host), keeps its
+own copy in DIR/step-S.pt for the workers to compare against, and returns once
+W workers have applied (loaded) the version. Prints "version V step S" per
+publish on stdout, the loss on stderr.
 """
 import argparse
 import os
@@ -17,8 +17,9 @@ import sys
 import torch
 from torch import nn
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import wsync  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "python"))
+import wsync  # noqa: E402  (installed by make install; from the source tree otherwise)
 
 
 def make_policy():
@@ -39,23 +40,22 @@ def main():
     torch.manual_seed(0)
     policy, teacher = make_policy(), nn.Linear(8, 4)
     opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
-    ckpt = os.path.join(args.ref, "ckpt.safetensors")
-    for step in range(1, args.steps + 1):
-        obs = torch.randn(64, 8)
-        with torch.no_grad():
-            actions = teacher(obs).argmax(dim=1)
-        loss = nn.functional.cross_entropy(policy(obs), actions)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % args.every != 0 and step != args.steps:
-            continue
-        state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
-        torch.save(state, os.path.join(args.ref, f"step-{step}.pt"))
-        wsync.write(ckpt, {k: v.numpy() for k, v in state.items()}, {"step": step})
-        version = wsync.push(args.model, ckpt, wait=args.workers, timeout=60)
-        print(f"version {version} step {step}", flush=True)
-        print(f"trainer: step {step} loss {loss.item():.4f}", file=sys.stderr)
+    with wsync.Publisher(args.model) as pub:
+        for step in range(1, args.steps + 1):
+            obs = torch.randn(64, 8)
+            with torch.no_grad():
+                actions = teacher(obs).argmax(dim=1)
+            loss = nn.functional.cross_entropy(policy(obs), actions)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % args.every != 0 and step != args.steps:
+                continue
+            torch.save(policy.state_dict(), os.path.join(args.ref, f"step-{step}.pt"))
+            version = pub.publish(policy.state_dict(), meta={"step": step},
+                                  wait=args.workers, timeout=60)
+            print(f"version {version} step {step}", flush=True)
+            print(f"trainer: step {step} loss {loss.item():.4f}", file=sys.stderr)
 
 
 if __name__ == "__main__":
