@@ -223,3 +223,33 @@ root_has() {
 	done
 	WAIT_S=20 wait_until head_at "ipc://$TMP/r1" policy 20
 }
+
+@test "a relay with two upstreams mirrors from the second when the first dies, with the same numbers" {
+	local root=$WSYNC_ENDPOINT
+	make_versions 3
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2 --upstream "$root"
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until head_at "ipc://$TMP/r2" policy 2
+	kill -9 "${RPID[r1]}"
+	wsync-push -m policy v3.wsync >/dev/null
+	WAIT_S=20 wait_until head_at "ipc://$TMP/r2" policy 3
+	run -0 grep -c "event=relay-connect upstream=$root " r2.log
+	assert_output 1
+	run -0 grep -o "event=commit model=policy version=[0-9]*" r2.log
+	assert_output "$(printf 'event=commit model=policy version=%s\n' 1 2 3)"
+}
+
+@test "wsync-push --wait ID at the root waits for a worker two relays down" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher deep -e "ipc://$TMP/r2"
+	wait_until root_has deep "$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]}"
+	run -0 --separate-stderr wsync-push --wait deep --timeout 20 -m policy v1.wsync
+	assert_output 1
+	assert_equal "$(last_version deep)" 1
+}
