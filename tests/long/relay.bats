@@ -70,7 +70,7 @@ root_sees() {
 }
 
 @test "6 watchers behind 2 relays: 20 versions, --wait all, a relay killed mid-transfer, failover, restart" {
-	local v w
+	local v w host
 	make_versions 20
 	make_big 24
 	start_tree
@@ -94,9 +94,8 @@ root_sees() {
 		assert_equal "$w $(last_version "$w")" "$w 20"
 		run -0 versions_increase "$w"
 	done
-	for ((i = 4; i <= 9; i++)); do
-		run -0 --separate-stderr host_exec "$i" wsync-inspect --json "$HOSTS_DIR/h$i/policy.wsync" ||
-		    { echo "host $i: $stderr"; host_exec "$i" ls -la "$HOSTS_DIR/h$i"; false; }
+	for ((host = 4; host <= 9; host++)); do
+		run -0 host_exec "$host" wsync-inspect --json "$HOSTS_DIR/h$host/policy.wsync"
 		assert_equal "$(jq -r .content_id <<<"$output")" "$(content_of "$TMP/v20.wsync")"
 	done
 }
