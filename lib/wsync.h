@@ -681,7 +681,7 @@ typedef struct wsync_hub wsync_hub_t;
  * except log_arg, which is passed to log until wsync_hub_destroy.
  */
 typedef struct wsync_hub_opts {
-	const char *const *endpoints;   /* at least one; the first also names the PUB socket */
+	const char *const *endpoints;   /* at least one; each gets a PUB of its own beside it */
 	int nendpoints;
 	const char *store;              /* NULL: RUNDIR/store */
 	unsigned keep;                  /* versions kept per model, at least 1 */
