@@ -46,14 +46,14 @@ s_help(void)
 
 /*
  * Makes s safe for a terminal: control and non-ASCII bytes as \xNN. The result
- * lives in one of four static buffers, so four may be used in one printf.
+ * lives in one of eight static buffers, so eight may be used in one printf.
  */
 static const char *
 s_safe(const char *s)
 {
-	static char bufs[4][4 * 1100];
+	static char bufs[8][4 * 1100];
 	static unsigned which;
-	char *buf = bufs[which++ % 4];
+	char *buf = bufs[which++ % 8];
 	size_t n = 0;
 
 	for (; *s != '\0' && n < sizeof(bufs[0]) - 5; s++) {
@@ -520,8 +520,8 @@ s_show_hub_text(json_t *st, const char *endpoint)
 			    s_jtext(v, "content"), s_jtext(v, "pusher"));
 		}
 	}
-	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %-8s  %s\n", "WORKER", "MODEL", "APPLIED",
-	    "LAG", "SEEN", "STATE", "TRANSFER", "LAST FAILURE");
+	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %-8s  %-24s  %s\n", "WORKER", "MODEL",
+	    "APPLIED", "LAG", "SEEN", "STATE", "TRANSFER", "VIA", "LAST FAILURE");
 	json_array_foreach(workers, i, w) {
 		json_t *applied = json_object_get(w, "applied"), *fail = json_object_get(w, "failure");
 		json_array_foreach(json_object_get(w, "models"), j, name) {
@@ -533,12 +533,13 @@ s_show_hub_text(json_t *st, const char *endpoint)
 				snprintf(failure, sizeof(failure), "version %lld: %s",
 				    (long long)json_integer_value(json_object_get(fail, "version")),
 				    s_jtext(fail, "reason"));
-			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %-8s  %s\n",
+			const char *via = s_jtext(w, "via");
+			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %-8s  %-24s  %s\n",
 			    s_jtext(w, "worker"), s_safe(model), (long long)a,
 			    (long long)(head > a ? head - a : 0),
 			    json_number_value(json_object_get(w, "seen")),
 			    json_is_true(json_object_get(w, "alive")) ? "alive" : "gone",
-			    s_jtext(w, "transfer"), failure);
+			    s_jtext(w, "transfer"), via[0] ? via : "-", failure);
 		}
 	}
 	/* A worker that fetches only some tensors (wsync-watch --select) says which. */

@@ -13,7 +13,9 @@
 static const char s_usage[] =
     "usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
     "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
-    "           --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n";
+    "           --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n"
+    "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n"
+    "           --upstream ENDPOINT... [--model MODEL[,MODEL...]] [--key FILE] [--hub-key FILE]\n";
 
 static void
 s_help(void)
@@ -40,6 +42,13 @@ s_help(void)
 	    "      --allow-pull DIR|FILE\n"
 	    "                           public keys that may only pull and watch\n"
 	    "      --insecure           listen on non-loopback tcp without keys (warns)\n"
+	    "      --upstream ENDPOINT  be a relay: mirror the versions of the hub at ENDPOINT,\n"
+	    "                           keeping its numbers; repeated: the next one is used\n"
+	    "                           when one is unreachable (failover)\n"
+	    "      --model MODEL,...    mirror only these models (default: all); pushes of a\n"
+	    "                           mirrored model here are refused (77)\n"
+	    "      --key FILE           the relay's secret key for its upstream\n"
+	    "      --hub-key FILE       the upstream's public key\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -68,22 +77,27 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_KEEP = 256, OPT_STORE, OPT_LOG_FORMAT, OPT_SECRET_KEY, OPT_ALLOW_PUSH,
-	    OPT_ALLOW_PULL, OPT_INSECURE, OPT_RECYCLE };
+	    OPT_ALLOW_PULL, OPT_INSECURE, OPT_RECYCLE, OPT_UPSTREAM, OPT_MODEL };
 	static const struct option opts[] = {
 		{ "allow-pull", required_argument, NULL, OPT_ALLOW_PULL },
 		{ "allow-push", required_argument, NULL, OPT_ALLOW_PUSH },
 		{ "endpoint", required_argument, NULL, 'e' },
 		{ "help", no_argument, NULL, 'h' },
+		CLI_KEY_OPTIONS,
 		{ "insecure", no_argument, NULL, OPT_INSECURE },
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "log-format", required_argument, NULL, OPT_LOG_FORMAT },
+		{ "model", required_argument, NULL, OPT_MODEL },
 		{ "recycle", required_argument, NULL, OPT_RECYCLE },
 		{ "secret-key", required_argument, NULL, OPT_SECRET_KEY },
 		{ "store", required_argument, NULL, OPT_STORE },
+		{ "upstream", required_argument, NULL, OPT_UPSTREAM },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *endpoints[S_MAX_ENDPOINTS], *allow_push[S_MAX_LISTS], *allow_pull[S_MAX_LISTS];
+	const char *upstreams[S_MAX_ENDPOINTS];
+	char **models = NULL;
 	char fallback[512];
 	wsync_hub_opts_t ho = { .keep = 3, .log = cli_log_kv, .allow_push = allow_push,
 	    .allow_pull = allow_pull, .reload = cli_reload_flag() };
@@ -115,6 +129,17 @@ main(int argc, char **argv)
 		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_SECRET_KEY: ho.secret_key = optarg; break;
 		case OPT_INSECURE: ho.insecure = 1; break;
+		case OPT_UPSTREAM:
+			if (ho.nupstreams == S_MAX_ENDPOINTS)
+				cli_usage_error("at most %d upstreams", S_MAX_ENDPOINTS);
+			upstreams[ho.nupstreams++] = optarg;
+			break;
+		case OPT_MODEL:
+			free(models);
+			models = cli_split(optarg, &ho.nupstream_models);
+			break;
+		case CLI_OPT_KEY: ho.upstream_key = optarg; break;
+		case CLI_OPT_HUB_KEY: ho.upstream_hub_key = optarg; break;
 		case OPT_ALLOW_PUSH:
 		case OPT_ALLOW_PULL:
 			if (ho.nallow_push + ho.nallow_pull == S_MAX_LISTS)
@@ -129,6 +154,14 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
+	if (ho.nupstreams == 0 && (models != NULL || ho.upstream_key || ho.upstream_hub_key))
+		cli_usage_error("--model, --key and --hub-key are for a relay (--upstream)");
+	for (int i = 0; i < ho.nupstream_models; i++)
+		if (wsync_model_id_check(models[i]) < 0)
+			cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
+			    "starting with '.')", models[i], WSYNC_MAX_MODEL);
+	ho.upstreams = upstreams;
+	ho.upstream_models = (const char *const *)models;
 	if (ho.nendpoints == 0) {
 		if (wsync_endpoint_resolve(NULL, fallback, sizeof(fallback), &err) < 0)
 			cli_die_err(&err);
@@ -144,5 +177,6 @@ main(int argc, char **argv)
 		cli_die_err(&err);
 	}
 	wsync_hub_destroy(&hub);
+	free(models);
 	return 0;
 }

@@ -15,8 +15,10 @@
 
 #include "cli.h"
 
+#define S_MAX_ENDPOINTS 16
+
 static const char s_usage[] =
-    "usage: wsync-watch [-e ENDPOINT] [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
+    "usage: wsync-watch [-e ENDPOINT]... [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
     "                   [--ack stdin] [--ack-timeout SEC]\n"
     "                   [--max-lag N] [--keep N] [--recycle] [--transfer MODE] [-t SEC] [-q]\n"
     "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
@@ -33,7 +35,9 @@ s_help(void)
 	    "every newer one (skipping to the newest when behind), each atomically; run the\n"
 	    "hook; tell the hub it was applied; print \"MODEL VERSION PATH\" per update.\n"
 	    "\n"
-	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub)\n"
+	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub);\n"
+	    "                           repeated: hubs of one tree, the next one used when\n"
+	    "                           one is unreachable or lost (failover)\n"
 	    "  -m, --model MODEL,...    the models to follow (applied together when pushed\n"
 	    "                           together)\n"
 	    "  -o, --output PATH|DIR    the file (one model) or directory (DIR/MODEL.wsync)\n"
@@ -347,7 +351,8 @@ main(int argc, char **argv)
 	const char *out = NULL;
 	struct stat st;
 	char **select = NULL;
-	int nmodels = 0, c, is_dir, safetensors = 0, nselect = 0;
+	int nmodels = 0, nendpoints = 0, c, is_dir, safetensors = 0, nselect = 0;
+	const char *endpoints[S_MAX_ENDPOINTS];
 	wsync_err_t err;
 
 	cli_init("wsync-watch");
@@ -356,7 +361,11 @@ main(int argc, char **argv)
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":e:hm:o:qt:Vx:", opts, NULL)) != -1) {
 		switch (c) {
-		case 'e': w.endpoint = optarg; break;
+		case 'e':
+			if (nendpoints == S_MAX_ENDPOINTS)
+				cli_usage_error("at most %d endpoints", S_MAX_ENDPOINTS);
+			endpoints[nendpoints++] = optarg;
+			break;
 		case CLI_OPT_KEY: w.key = optarg; break;
 		case CLI_OPT_HUB_KEY: w.hub_key = optarg; break;
 		case 'h': s_help(); break;
@@ -453,6 +462,8 @@ main(int argc, char **argv)
 		if (paths[i] == NULL)
 			cli_die(EX_SOFTWARE, "out of memory");
 	}
+	w.endpoints = endpoints;
+	w.nendpoints = nendpoints;
 	hook.worker = worker;
 	w.worker = worker;
 	w.models = (const char *const *)models;

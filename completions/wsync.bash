@@ -183,7 +183,7 @@ _wsync_optarg() {
 	wsync-convert:-m | wsync-convert:--model | wsync-convert:--shard-size) ;;
 	*:--transfer) _wsync_add auto link copy socket ;;
 	wsync-convert:*) return 1 ;;
-	*:-e | *:--endpoint) _wsync_endpoints ;;
+	*:-e | *:--endpoint | wsync-serve:--upstream) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
 	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
 		*:--key | *:--hub-key | wsync-push:--sign-key | *:--verify-key) _wsync_paths f ;;
@@ -243,7 +243,7 @@ _wsync() {
 	prog=${words[0]##*/}
 	case $prog in
 	wsync-serve) opts="-e --endpoint --store --keep --recycle --log-format --secret-key --allow-push
-		--allow-pull --insecure -h --help -V --version" ;;
+		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --key --hub-key
 		-h --help -V --version" ;;
@@ -290,7 +290,7 @@ _wsync() {
 			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age | \
-			*:--format | *:--shard-size | *:--select | *:--select-from) ((i++)) ;;
+			*:--format | *:--shard-size | *:--select | *:--select-from | *:--upstream) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

@@ -125,6 +125,10 @@ complete -c wsync-serve -l secret-key -r -F -d "The hub's secret key: CURVE on e
 complete -c wsync-serve -l allow-push -r -F -d 'Public keys (file or directory) that may push'
 complete -c wsync-serve -l allow-pull -r -F -d 'Public keys (file or directory) that may only pull'
 complete -c wsync-serve -l insecure -d 'Listen on non-loopback tcp without keys'
+complete -c wsync-serve -l upstream -x -a '(__wsync_endpoints)' -d 'Be a relay: mirror the hub at this endpoint (repeatable)'
+complete -c wsync-serve -l model -x -d 'Mirror only these models (default: all)'
+complete -c wsync-serve -l key -r -F -d "The relay's secret key for its upstream"
+complete -c wsync-serve -l hub-key -r -F -d "The upstream's public key"
 
 # CURVE keys, the same for every client
 for prog in wsync-push wsync-pull wsync-watch wsync-inspect

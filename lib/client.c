@@ -396,6 +396,9 @@ wsync_client_heads(wsync_client_t *c, const wsync_heads_ask_t *a, wsync_head_t *
 		from->hub[0] = '\0';
 	if (from != NULL && wsync_msg_str(&m, "store", from->store, sizeof(from->store)) < 0)
 		from->store[0] = '\0';
+	/* A hub that names no origin is a tree of its own: its store is the origin. */
+	if (from != NULL && wsync_msg_str(&m, "origin", from->origin, sizeof(from->origin)) < 0)
+		snprintf(from->origin, sizeof(from->origin), "%s", from->store);
 	all = wsync_msg_get(&m, "heads");
 	for (int i = 0; i < a->n; i++) {
 		const msgpack_object *h = wsync_obj_get(all, a->models[i]);

@@ -1,7 +1,7 @@
 /*
  * hub.c - wsync-serve's engine (wsync(7)): making and ending a hub, and its
- * loop. One thread polls a ROUTER for requests (hub_request.c serves them)
- * and publishes announcements on a PUB. It never blocks on a peer: replies go
+ * loop. One thread polls a ROUTER per endpoint for requests (hub_request.c
+ * serves them) and publishes announcements on each endpoint's PUB. It never blocks on a peer: replies go
  * out with ZMQ_DONTWAIT, and a peer whose queue is full loses them (clients
  * retry on timeout). Between requests, timers expire waits and idle uploads.
  */
@@ -24,6 +24,7 @@ s_timers(wsync_hub_t *h)
 
 	hub_waits_expire(h, now);
 	hub_uploads_expire(h, now);
+	hub_relay_report(h, now);
 }
 
 /* How long the next poll may sleep: until the nearest wait deadline, at most S_POLL_MS. */
@@ -41,8 +42,16 @@ s_poll_ms(const wsync_hub_t *h)
 int
 wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 {
-	zmq_pollitem_t items[1 + WSYNC_AUTH_ITEMS] = { { h->router, 0, ZMQ_POLLIN, 0 } };
-	int nitems = 1 + wsync_auth_items(h->auth, &items[1]);
+	zmq_pollitem_t *items = calloc((size_t)h->neps + 1 + WSYNC_AUTH_ITEMS, sizeof(*items));
+	int nitems, relay = h->neps;
+
+	if (items == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < h->neps; i++)
+		items[i] = (zmq_pollitem_t){ h->eps[i].router, 0, ZMQ_POLLIN, 0 };
+	/* A relay's thread hands over what it mirrored: the store is this loop's alone. */
+	items[relay] = (zmq_pollitem_t){ h->relay_pair, -1, h->relay_pair ? ZMQ_POLLIN : 0, 0 };
+	nitems = h->neps + 1 + wsync_auth_items(h->auth, &items[h->neps + 1]);
 
 	while (!*stop) {
 		if (h->reload != NULL && *h->reload) {
@@ -52,23 +61,31 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 		if (zmq_poll(items, nitems, s_poll_ms(h)) < 0) {
 			if (errno == EINTR)
 				continue;
+			free(items);
 			return wsync_err_set(err, EX_SOFTWARE, "poll: %s", zmq_strerror(errno));
 		}
 		/* Handshakes first: a client's first request waits on its ZAP answer. */
-		wsync_auth_serve(h->auth, &items[1]);
-		for (int i = 0; i < S_BATCH && !*stop; i++) {
-			wsync_parts_t p;
-			if (wsync_recv(h->router, &p, ZMQ_DONTWAIT) < 0) {
-				if (errno == EAGAIN || errno == EINTR)
-					break;
-				return wsync_err_set(err, EX_SOFTWARE, "receive: %s",
-				    zmq_strerror(errno));
+		wsync_auth_serve(h->auth, &items[h->neps + 1]);
+		if (items[relay].revents & ZMQ_POLLIN)
+			hub_relay_serve(h);
+		for (int k = 0; k < h->neps; k++) {
+			h->router = h->eps[k].router;
+			for (int i = 0; i < S_BATCH && !*stop; i++) {
+				wsync_parts_t p;
+				if (wsync_recv(h->router, &p, ZMQ_DONTWAIT) < 0) {
+					if (errno == EAGAIN || errno == EINTR)
+						break;
+					free(items);
+					return wsync_err_set(err, EX_SOFTWARE, "receive: %s",
+					    zmq_strerror(errno));
+				}
+				wsync_hub_serve(h, &p);
+				wsync_parts_close(&p);
 			}
-			wsync_hub_serve(h, &p);
-			wsync_parts_close(&p);
 		}
 		s_timers(h);
 	}
+	free(items);
 	hub_uploads_stop(h);
 	hub_log(h, "event=stop waits_dropped=%zu", h->nwaits);
 	return 0;
@@ -77,7 +94,7 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 wsync_hub_t *
 wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 {
-	char host[256] = "unknown", pub[512], quoted[2048];
+	char host[256] = "unknown", quoted[2048];
 	wsync_hub_t *h;
 
 	if (opts->nendpoints < 1 || opts->endpoints == NULL) {
@@ -101,20 +118,20 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	gethostname(host, sizeof(host) - 1);
 	snprintf(h->name, sizeof(h->name), "%s:%ld", host, (long)getpid());
 	h->reload = opts->reload;
-	if (hub_pub_for(opts->endpoints[0], pub, sizeof(pub), err) < 0 ||
-	    wsync_auth_new(opts, &h->auth, err) < 0 ||
-	    hub_endpoints_open(h, opts, pub, err) < 0)
+	if (wsync_auth_new(opts, &h->auth, err) < 0 || hub_endpoints_open(h, opts, err) < 0)
 		goto fail;
 	if ((h->store = wsync_store_open(opts->store, opts->keep, opts->log, opts->log_arg,
 	    err)) == NULL)
 		goto fail;
 	wsync_store_set_spares(h->store, opts->recycle);
+	if (hub_relay_start(h, opts, err) < 0)
+		goto fail;
 	hub_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(
 	    wsync_store_dir(h->store), quoted, sizeof(quoted)), wsync_store_count(h->store),
 	    opts->keep, opts->recycle);
-	for (int i = 0; i < opts->nendpoints; i++)
-		hub_log(h, "event=listen endpoint=%s%s%s hub=%s", opts->endpoints[i],
-		    i == 0 ? " pub=" : "", i == 0 ? h->pub_endpoint : "", h->name);
+	for (int i = 0; i < h->neps; i++)
+		hub_log(h, "event=listen endpoint=%s pub=%s hub=%s", h->eps[i].endpoint,
+		    h->eps[i].pub_endpoint, h->name);
 	return h;
 fail:
 	wsync_hub_destroy(&h);
@@ -128,6 +145,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 
 	if (h == NULL)
 		return;
+	hub_relay_stop(h);
 	for (int i = 0; i < HUB_UPLOADS; i++)
 		hub_upload_end(&h->uploads[i]);
 	for (size_t i = 0; i < h->nwaits; i++)

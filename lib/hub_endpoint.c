@@ -1,4 +1,4 @@
-/* hub_endpoint.c - the hub's sockets: binding endpoints, claiming an ipc socket file, the PUB. */
+/* hub_endpoint.c - the hub's sockets: a ROUTER and a PUB per endpoint, claiming an ipc socket file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,34 +137,60 @@ s_socket(int type, int sndhwm, int rcvhwm, wsync_err_t *err)
 }
 
 int
-hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, const char *pub,
-    wsync_err_t *err)
+hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, wsync_err_t *err)
 {
-	size_t len = sizeof(h->pub_endpoint);
+	if ((h->eps = calloc((size_t)opts->nendpoints, sizeof(*h->eps))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < opts->nendpoints; i++) {
+		struct hub_endpoint *ep = &h->eps[h->neps++];
+		size_t len = sizeof(ep->pub_endpoint);
+		char pub[512];
 
-	if ((h->router = s_socket(ZMQ_ROUTER, S_SNDHWM, S_RCVHWM, err)) == NULL ||
-	    (h->pub = s_socket(ZMQ_PUB, 1000, 1000, err)) == NULL)
-		return -1;
-	if (h->auth != NULL && (wsync_auth_server(h->auth, h->router, err) < 0 ||
-	    wsync_auth_server(h->auth, h->pub, err) < 0))
-		return -1;
-	for (int i = 0; i < opts->nendpoints; i++)
-		if (s_bind(h, h->router, opts->endpoints[i], 1, err) < 0)
+		snprintf(ep->endpoint, sizeof(ep->endpoint), "%s", opts->endpoints[i]);
+		if (hub_pub_for(opts->endpoints[i], pub, sizeof(pub), err) < 0 ||
+		    (ep->router = s_socket(ZMQ_ROUTER, S_SNDHWM, S_RCVHWM, err)) == NULL ||
+		    (ep->pub = s_socket(ZMQ_PUB, 1000, 1000, err)) == NULL)
 			return -1;
-	if (s_bind(h, h->pub, pub, 0, err) < 0)
-		return -1;
-	if (zmq_getsockopt(h->pub, ZMQ_LAST_ENDPOINT, h->pub_endpoint, &len) < 0)
-		return wsync_err_set(err, EX_SOFTWARE, "%s: %s", pub, zmq_strerror(errno));
+		if (h->auth != NULL && (wsync_auth_server(h->auth, ep->router, err) < 0 ||
+		    wsync_auth_server(h->auth, ep->pub, err) < 0))
+			return -1;
+		if (s_bind(h, ep->router, opts->endpoints[i], 1, err) < 0 ||
+		    s_bind(h, ep->pub, pub, 0, err) < 0)
+			return -1;
+		if (zmq_getsockopt(ep->pub, ZMQ_LAST_ENDPOINT, ep->pub_endpoint, &len) < 0)
+			return wsync_err_set(err, EX_SOFTWARE, "%s: %s", pub, zmq_strerror(errno));
+	}
+	h->router = h->eps[0].router;
 	return 0;
+}
+
+const char *
+hub_pub_of(const wsync_hub_t *h, const void *router)
+{
+	for (int i = 0; i < h->neps; i++)
+		if (h->eps[i].router == router)
+			return h->eps[i].pub_endpoint;
+	return h->eps[0].pub_endpoint;
+}
+
+void
+hub_publish(wsync_hub_t *h, const char *topic, const void *body, size_t size)
+{
+	for (int i = 0; i < h->neps; i++)
+		if (zmq_send(h->eps[i].pub, topic, strlen(topic), ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
+			zmq_send(h->eps[i].pub, body, size, ZMQ_DONTWAIT);
 }
 
 void
 hub_endpoints_close(wsync_hub_t *h)
 {
-	if (h->router != NULL)
-		zmq_close(h->router);
-	if (h->pub != NULL)
-		zmq_close(h->pub);
+	for (int i = 0; i < h->neps; i++) {
+		if (h->eps[i].router != NULL)
+			zmq_close(h->eps[i].router);
+		if (h->eps[i].pub != NULL)
+			zmq_close(h->eps[i].pub);
+	}
+	free(h->eps);
 	/* Closing is asynchronous in ZeroMQ: the files go now, before a next hub probes. */
 	for (size_t i = 0; i < h->nipc; i++) {
 		unlink(h->ipc[i]);

@@ -1,7 +1,8 @@
 /*
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
- * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_status.c (hub.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_subtree.c,
+ * hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
  * hub_; those of one file are static and start with s_.
  */
@@ -33,6 +34,7 @@
 #define HUB_WORKER_MODELS 256           /* models one worker follows */
 #define HUB_MAX_WAITS 1024
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
+#define HUB_VIA 512                     /* bytes of a worker's path of relays */
 #define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
 
 /* ---- the hub's state ---- */
@@ -53,10 +55,11 @@ struct hub_worker {
 	char id[WSYNC_MAX_ID + 1];
 	char host[WSYNC_MAX_ID + 1];
 	uint64_t pid;
-	int64_t seen;                   /* monotonic ms */
+	int64_t seen;                   /* monotonic ms; for a worker behind a relay, as it reported */
 	int gone;                       /* said bye */
 	char conn[WSYNC_PEER_NAME];     /* the connection that made it known */
 	char transfer[8];               /* how its last applied version came: link, copy, socket */
+	char via[HUB_VIA];              /* the relays it is reached by, "r1>r2"; "": directly */
 	struct hub_wmodel *models;
 	size_t nmodels, cap;
 	char **select;                  /* its tensor selection, from its hello; owned */
@@ -96,6 +99,7 @@ struct hub_upload {
 struct hub_wait {
 	unsigned char ident[256];
 	size_t identlen;
+	void *router;                   /* the ROUTER the wait came in on, to answer on */
 	char peer[WSYNC_PEER_NAME];
 	uint64_t req;
 	char model[WSYNC_MAX_MODEL + 1];
@@ -121,12 +125,25 @@ struct hub_counters {
 	uint64_t dropped;               /* messages dropped unanswered */
 };
 
-struct wsync_hub {
+/*
+ * One endpoint the hub listens on: its ROUTER and the PUB announced to the
+ * clients that come in on it (hub_endpoint.c). ZeroMQ cannot tell which local
+ * endpoint a ROUTER connection came in on, so each endpoint has its own pair.
+ */
+struct hub_endpoint {
 	void *router, *pub;
+	char endpoint[512];
+	char pub_endpoint[512];         /* as bound: a tcp port chosen by the system */
+};
+
+struct wsync_hub {
+	struct hub_endpoint *eps;
+	int neps;
+	void *router;                   /* the ROUTER of the request being served */
 	wsync_auth_t *auth;             /* NULL: no keys */
 	volatile sig_atomic_t *reload;
-	char pub_endpoint[512];
 	char name[300];                 /* host:pid */
+	char origin[64];                /* the store id of the tree's root: this store's, or a relay's upstream's */
 	char **ipc;                     /* socket files bound, removed at destroy */
 	size_t nipc;
 	wsync_store_t *store;
@@ -140,6 +157,9 @@ struct wsync_hub {
 	struct hub_wait *waits;
 	size_t nwaits, waits_cap;
 	wsync_blocked_t blocked;        /* connections that broke the protocol */
+	struct hub_relay *relay;        /* NULL: not a relay (hub_relay.c) */
+	void *relay_pair;               /* the hub's end of the relay thread's pair */
+	int64_t reported;               /* a relay: when the workers were last reported upstream */
 	struct hub_counters counts;
 #ifdef WSYNC_TEST_HOOKS
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
@@ -163,15 +183,18 @@ struct hub_req {
 /* ---- hub_endpoint.c: the ROUTER and PUB sockets and their endpoints ---- */
 
 /*
- * Makes the ROUTER and the PUB, lets h->auth (may be NULL) guard them, binds
- * the ROUTER to opts' endpoints and the PUB to pub (from hub_pub_for).
+ * For each of opts' endpoints makes a ROUTER bound to it and a PUB bound
+ * beside it (hub_pub_for), both guarded by h->auth (may be NULL).
  */
-int hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, const char *pub,
-    wsync_err_t *err);
+int hub_endpoints_open(wsync_hub_t *h, const wsync_hub_opts_t *opts, wsync_err_t *err);
 /* Closes the sockets and removes the ipc socket files bound. */
 void hub_endpoints_close(wsync_hub_t *h);
 /* The PUB endpoint for a ROUTER endpoint: ipc://PATH.pub, or tcp://HOST:*. */
 int hub_pub_for(const char *endpoint, char *buf, size_t size, wsync_err_t *err);
+/* The PUB announced to clients of the ROUTER router (one of h's). */
+const char *hub_pub_of(const wsync_hub_t *h, const void *router);
+/* Publishes a two-frame announcement, topic and body, on every PUB. */
+void hub_publish(wsync_hub_t *h, const char *topic, const void *body, size_t size);
 
 /* ---- hub_request.c: the envelope, the op table, field decoders, replies ---- */
 
@@ -225,8 +248,9 @@ void hub_strv_free(char **v, size_t n);
 void hub_ok(wsync_enc_t *e, uint64_t id, size_t nfields);
 /* Starts a refusal with nfields more fields. */
 void hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfields);
-/* Sends a reply to ident and frees it. */
-void hub_send(wsync_hub_t *h, const void *ident, size_t identlen, wsync_enc_t *e);
+/* Sends a reply to ident on router (one of h's ROUTERs) and frees it. */
+void hub_send(wsync_hub_t *h, void *router, const void *ident, size_t identlen,
+    wsync_enc_t *e);
 /* Sends a reply to r and frees it. */
 void hub_reply(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e);
 /* Sends reply e to r, then data (taken over) as the last frame, without copying it. */
@@ -246,6 +270,8 @@ struct hub_worker *hub_worker_touch(wsync_hub_t *h, const char *id, const char *
 void hub_worker_free(struct hub_worker *w);
 /* What w did with model; NULL when nothing. */
 struct hub_wmodel *hub_wmodel_find(const struct hub_worker *w, const char *model);
+/* w's record of model, made when new; NULL with err when w follows too many. */
+struct hub_wmodel *hub_wmodel_get(struct hub_worker *w, const char *model, wsync_err_t *err);
 /* The version of model w (may be NULL) applied last; 0: none. */
 uint64_t hub_applied(const struct hub_worker *w, const char *model);
 
@@ -291,6 +317,12 @@ int hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_upload.c: uploads and slots (begin, chunk, commit, put, abort, announce) ---- */
 
+/*
+ * Announces committed version c on every PUB; group (n files) names the models
+ * committed with it, targets (NULL: everyone) who sees it.
+ */
+void hub_announce(wsync_hub_t *h, const wsync_committed_t *c, const wsync_store_temp_t *group,
+    size_t n, char *const *targets, size_t ntargets);
 /* A commit's versions: [{model, version, size, content}], n of them. */
 void hub_pack_versions(wsync_enc_t *e, const wsync_committed_t *c, size_t n);
 /* Drops the uploads (and slots) left idle for HUB_UPLOAD_IDLE_MS at now. */
@@ -313,6 +345,30 @@ int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsyn
 
 int hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_relay.c: a relay's upstream side ---- */
+
+/*
+ * With opts' upstreams, starts the thread that mirrors their versions (an
+ * inproc PAIR, h->relay_pair, hands each over to the hub's loop); 0 and
+ * nothing without. Called once the store is open.
+ */
+int hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *opts, wsync_err_t *err);
+/* Stops the thread and frees the relay; nothing when h is no relay. */
+void hub_relay_stop(wsync_hub_t *h);
+/* Commits what the thread handed over on h->relay_pair, and answers it. */
+void hub_relay_serve(wsync_hub_t *h);
+/* A relay: hands the thread a report of every worker, for upstream, once a heartbeat. */
+void hub_relay_report(wsync_hub_t *h, int64_t now);
+/* 1 with err (77) when h mirrors model from an upstream, so nobody may push it here. */
+int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err);
+
+/* ---- hub_subtree.c: acks end to end (a relay's report of its workers) ---- */
+
+/* Packs [worker] of every worker known (and not long dead) into e; how many. */
+size_t hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e);
+/* The op subtree: merges a relay's report into the registry, each worker with its path. */
+int hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_status.c: the status document ---- */
 

@@ -148,16 +148,17 @@ hub_ok(wsync_enc_t *e, uint64_t id, size_t nfields)
 }
 
 void
-hub_send(wsync_hub_t *h, const void *ident, size_t identlen, wsync_enc_t *e)
+hub_send(wsync_hub_t *h, void *router, const void *ident, size_t identlen, wsync_enc_t *e)
 {
-	wsync_send(h->router, ident, identlen, e, NULL, 0, ZMQ_DONTWAIT);
+	(void)h;
+	wsync_send(router, ident, identlen, e, NULL, 0, ZMQ_DONTWAIT);
 	wsync_enc_free(e);
 }
 
 void
 hub_reply(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e)
 {
-	hub_send(h, r->ident, r->identlen, e);
+	hub_send(h, h->router, r->ident, r->identlen, e);
 }
 
 void
@@ -204,6 +205,7 @@ static const struct {
 	{ "put", hub_op_put },
 	{ "stat", hub_op_stat },
 	{ "status", hub_op_status },
+	{ "subtree", hub_op_subtree },
 	{ "wait", hub_op_wait },
 };
 
@@ -233,6 +235,14 @@ wsync_hub_serve(wsync_hub_t *h, wsync_parts_t *p)
 	}
 	wsync_peer_name(p, r.peer);
 	wsync_conn_name(p, r.conn);
+	/* Identities are per ROUTER: a connection's name says which endpoint it came in on. */
+	for (int k = 1; k < h->neps; k++)
+		if (h->router == h->eps[k].router) {
+			size_t n = strnlen(r.conn, sizeof(r.conn) - 4);
+			snprintf(r.conn + n, sizeof(r.conn) - n, "@%d", k);
+			if (strncmp(r.peer, "conn:", 5) == 0)
+				memcpy(r.peer, r.conn, sizeof(r.peer));
+		}
 	if (p->n < 3 || p->extra > 0 || wsync_part_size(p, 1) != 0) {
 		hub_log(h, "event=drop peer=%s error=\"not [identity][empty][request] or with one "
 		    "data frame\" frames=%d", r.peer, p->n + p->extra);

@@ -26,8 +26,9 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 		applied += w->models[i].applied != 0;
 		failing += w->models[i].failures != 0;
 	}
-	msgpack_pack_map(&e->pk, 10 + (w->nselect > 0));
+	msgpack_pack_map(&e->pk, 11 + (w->nselect > 0));
 	wsync_enc_kv_str(e, "worker", w->id);
+	wsync_enc_kv_str(e, "via", w->via);
 	if (w->nselect > 0) {
 		wsync_enc_str(e, "select");
 		msgpack_pack_array(&e->pk, w->nselect);

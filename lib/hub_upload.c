@@ -121,6 +121,8 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct hub_upload *u, wsy
 		    wsync_obj_u64(wsync_obj_get(f, "size"), &size) < 0)
 			return wsync_err_set(err, EX_PROTOCOL, "files[%u] is not {model: a model id, "
 			    "size: an unsigned integer}", i);
+		if (hub_relay_mirrors(h, model, err))
+			return -1;
 		if (size == 0 || size > HUB_MAX_FILE)
 			return wsync_err_set(err, EX_USAGE, "file %u (model %s) has %" PRIu64 " bytes:"
 			    " a file has 1 byte to 64 GiB", i, model, size);
@@ -295,32 +297,32 @@ hub_op_chunk(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
  * content, workers, group}; group names every model of the same commit, so a
  * watcher of several knows when it must take them together.
  */
-static void
-s_announce(wsync_hub_t *h, const wsync_committed_t *c, const struct hub_upload *u)
+void
+hub_announce(wsync_hub_t *h, const wsync_committed_t *c, const wsync_store_temp_t *group,
+    size_t n, char *const *targets, size_t ntargets)
 {
 	wsync_enc_t e;
 
 	wsync_enc_init(&e);
 	msgpack_pack_map(&e.pk, 7);
 	wsync_enc_str(&e, "group");
-	msgpack_pack_array(&e.pk, u->nfiles);
-	for (size_t i = 0; i < u->nfiles; i++)
-		wsync_enc_str(&e, u->temps[i].model);
+	msgpack_pack_array(&e.pk, n);
+	for (size_t i = 0; i < n; i++)
+		wsync_enc_str(&e, group[i].model);
 	wsync_enc_kv_str(&e, "model", c->model);
 	wsync_enc_kv_u64(&e, "version", c->version);
 	wsync_enc_kv_u64(&e, "size", c->size);
 	wsync_enc_kv_u64(&e, "content", c->content);
 	wsync_enc_kv_u64(&e, "mtime", c->mtime_ns);
 	wsync_enc_str(&e, "workers");
-	if (u->targets == NULL)
+	if (targets == NULL)
 		msgpack_pack_nil(&e.pk);
 	else {
-		msgpack_pack_array(&e.pk, u->ntargets);
-		for (size_t i = 0; i < u->ntargets; i++)
-			wsync_enc_str(&e, u->targets[i]);
+		msgpack_pack_array(&e.pk, ntargets);
+		for (size_t i = 0; i < ntargets; i++)
+			wsync_enc_str(&e, targets[i]);
 	}
-	if (zmq_send(h->pub, c->model, strlen(c->model), ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
-		zmq_send(h->pub, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+	hub_publish(h, c->model, e.sb.data, e.sb.size);
 	wsync_enc_free(&e);
 }
 
@@ -334,7 +336,7 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 {
 	wsync_committed_t out[HUB_UPLOAD_FILES];
 	char targets[512] = "";
-	wsync_commit_info_t info;
+	wsync_commit_info_t info = { .versions = NULL };
 	wsync_enc_t e;
 	struct hub_wait wt = { .mode = WSYNC_WAIT_ALL, .commit = 1 };
 	int waits = wsync_msg_get(&r->msg, "mode") != NULL, rc = 0;
@@ -389,7 +391,7 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 		    PRIx64 " pusher=%s upload=%" PRIu64 "%s%s", out[i].model, out[i].version,
 		    out[i].size, out[i].content, u->pusher[0] ? u->pusher : "-", id, targets,
 		    info.trust ? " verified=no" : "");
-		s_announce(h, &out[i], u);
+		hub_announce(h, &out[i], u->temps, u->nfiles, u->targets, u->ntargets);
 	}
 	for (size_t i = 0; i < u->nfiles; i++)
 		hub_waits_check(h, out[i].model);

@@ -90,7 +90,7 @@ s_wait_answer(wsync_hub_t *h, const struct hub_wait *wt)
 			wsync_enc_kv_u64(&e, "version", hub_applied(h->workers[i], wt->model));
 		}
 	}
-	hub_send(h, wt->ident, wt->identlen, &e);
+	hub_send(h, wt->router, wt->ident, wt->identlen, &e);
 	hub_log(h, "event=waited model=%s version=%" PRIu64 " ms=%" PRId64, wt->model, wt->version,
 	    wsync_now_ms() - wt->start);
 }
@@ -101,10 +101,12 @@ s_missing_entry(wsync_enc_t *e, const struct hub_wait *wt, const char *id,
     const struct hub_worker *w, int64_t now)
 {
 	const struct hub_wmodel *wm = w != NULL ? hub_wmodel_find(w, wt->model) : NULL;
-	int failed = wm != NULL && wm->failed != 0;
+	int failed = wm != NULL && wm->failed != 0, via = w != NULL && w->via[0] != '\0';
 
-	msgpack_pack_map(&e->pk, 3 + failed);
+	msgpack_pack_map(&e->pk, 3 + failed + via);
 	wsync_enc_kv_str(e, "worker", id);
+	if (via)
+		wsync_enc_kv_str(e, "via", w->via);
 	wsync_enc_kv_u64(e, "version", wm != NULL ? wm->applied : 0);
 	wsync_enc_str(e, "seen");
 	/* A worker never seen has no "seconds ago". */
@@ -163,7 +165,7 @@ s_wait_expire(wsync_hub_t *h, const struct hub_wait *wt, int64_t now)
 	wsync_enc_t e;
 	size_t missing = hub_wait_expiry(h, wt, now, &e);
 
-	hub_send(h, wt->ident, wt->identlen, &e);
+	hub_send(h, wt->router, wt->ident, wt->identlen, &e);
 	h->counts.waits_timed_out++;
 	hub_log(h, "event=timeout model=%s version=%" PRIu64 " missing=%zu", wt->model,
 	    wt->version, missing);
@@ -279,6 +281,7 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
 	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
 	if (wt->mode == WSYNC_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
 		return -1;
+	wt->router = h->router;
 	memcpy(wt->ident, r->ident, r->identlen);
 	wt->identlen = r->identlen;
 	wt->req = r->id;

@@ -83,10 +83,14 @@ hub_worker_touch(wsync_hub_t *h, const char *id, const char *conn, wsync_err_t *
 		w = h->workers[at];
 		w->seen = now;
 		w->gone = 0;
+		w->via[0] = '\0';
 		return w;
 	}
-	/* One connection cannot make up thousands of workers and crowd real ones out. */
-	for (size_t i = 0, mine = 0; i < h->nworkers; i++)
+	/*
+	 * One connection cannot make up thousands of workers and crowd real ones
+	 * out; a relay's report (conn "relay:...") speaks for a whole subtree.
+	 */
+	for (size_t i = 0, mine = 0; strncmp(conn, "relay:", 6) != 0 && i < h->nworkers; i++)
 		if (strcmp(h->workers[i]->conn, conn) == 0 && ++mine == HUB_CONN_WORKERS) {
 			wsync_err_set(err, EX_UNAVAILABLE, "this connection made %d workers known "
 			    "already (the most one may)", HUB_CONN_WORKERS);
@@ -128,9 +132,8 @@ hub_wmodel_find(const struct hub_worker *w, const char *model)
 	return NULL;
 }
 
-/* The worker's record of model, made when new. */
-static struct hub_wmodel *
-s_wmodel_get(struct hub_worker *w, const char *model, wsync_err_t *err)
+struct hub_wmodel *
+hub_wmodel_get(struct hub_worker *w, const char *model, wsync_err_t *err)
 {
 	struct hub_wmodel *wm = hub_wmodel_find(w, model);
 
@@ -194,7 +197,7 @@ s_pattern_check(const char *s)
 int
 hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
-	static const char *const roles[] = { "push", "pull", "watch", "inspect" };
+	static const char *const roles[] = { "push", "pull", "watch", "inspect", "relay" };
 	char role[16], worker[WSYNC_MAX_ID + 1], host[WSYNC_MAX_ID + 1], **models, **select = NULL;
 	uint64_t proto, pid = 0;
 	size_t nmodels, nselect = 0, i;
@@ -207,11 +210,11 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (proto != WSYNC_PROTO)
 		return wsync_err_set(err, EX_PROTOCOL, "protocol version %" PRIu64 " is not "
 		    "supported (this hub speaks %d)", proto, WSYNC_PROTO);
-	for (i = 0; i < 4 && strcmp(role, roles[i]) != 0; i++)
+	for (i = 0; i < 5 && strcmp(role, roles[i]) != 0; i++)
 		;
-	if (i == 4)
-		return wsync_err_set(err, EX_PROTOCOL, "role \"%s\" is not push, pull, watch or "
-		    "inspect", role);
+	if (i == 5)
+		return wsync_err_set(err, EX_PROTOCOL, "role \"%s\" is not push, pull, watch, "
+		    "inspect or relay", role);
 	if (hub_worker_field(r, strcmp(role, "watch") == 0, worker, err) < 0 ||
 	    hub_str(r, "host", 0, wsync_id_check, host, sizeof(host), err) < 0 ||
 	    hub_u64(r, "pid", 0, &pid, err) < 0 ||
@@ -235,7 +238,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		for (i = 0; i < w->nmodels; i++)
 			w->models[i].watching = 0;
 		for (i = 0; i < nmodels; i++) {
-			struct hub_wmodel *wm = s_wmodel_get(w, models[i], err);
+			struct hub_wmodel *wm = hub_wmodel_get(w, models[i], err);
 			if (wm == NULL)
 				goto fail;
 			wm->watching = 1;
@@ -251,7 +254,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	wsync_enc_kv_str(&e, "store", wsync_store_dir(h->store));
 	wsync_enc_kv_str(&e, "store_id", wsync_store_id(h->store));
 	wsync_enc_kv_u64(&e, "proto", WSYNC_PROTO);
-	wsync_enc_kv_str(&e, "pub", h->pub_endpoint);
+	wsync_enc_kv_str(&e, "pub", hub_pub_of(h, h->router));
 	wsync_enc_kv_u64(&e, "chunk", WSYNC_CHUNK);
 	wsync_enc_kv_u64(&e, "window", WSYNC_WINDOW);
 	wsync_enc_kv_u64(&e, "heartbeat_ms", WSYNC_HEARTBEAT_MS);
@@ -306,10 +309,13 @@ s_heads_applied(wsync_hub_t *h, struct hub_worker *w, const msgpack_object *o,
 			    "model ids to versions");
 		if (v == 0 && hub_wmodel_find(w, model) == NULL)
 			continue;
-		/* A number this store never gave (the worker followed another store) is none. */
-		if (v > 0 && s_numbered(h, model) < v)
+		/*
+		 * A number this store never gave (the worker followed another store) is
+		 * none; a relay's numbers are its tree's, which may be ahead of it.
+		 */
+		if (v > 0 && h->relay == NULL && s_numbered(h, model) < v)
 			v = 0;
-		if ((wm = s_wmodel_get(w, model, err)) == NULL)
+		if ((wm = hub_wmodel_get(w, model, err)) == NULL)
 			return -1;
 		s_applied_set(wm, v, 0);
 	}
@@ -338,7 +344,7 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		if ((w = hub_worker_touch(h, worker, r->conn, err)) == NULL)
 			goto done;
 		for (size_t i = 0; i < nmodels; i++) {
-			struct hub_wmodel *wm = s_wmodel_get(w, models[i], err);
+			struct hub_wmodel *wm = hub_wmodel_get(w, models[i], err);
 			if (wm == NULL)
 				goto done;
 			wm->watching = 1;
@@ -363,9 +369,12 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		}
 	}
 	/* Who answers: a watcher that sees these change knows the hub restarted. */
-	hub_ok(&e, r->id, 3);
+	hub_ok(&e, r->id, 4);
 	wsync_enc_kv_str(&e, "hub", h->name);
 	wsync_enc_kv_str(&e, "store", wsync_store_id(h->store));
+	/* A relay that has not heard from its tree yet says "": it cannot tell whose numbers it has. */
+	wsync_enc_kv_str(&e, "origin", h->relay != NULL || h->origin[0] ? h->origin :
+	    wsync_store_id(h->store));
 	wsync_enc_str(&e, "heads");
 	msgpack_pack_map(&e.pk, n);
 	for (size_t i = 0; i < n; i++) {
@@ -401,7 +410,7 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (version == 0)
 		return wsync_err_set(err, EX_USAGE, "%s of version 0: versions start at 1", r->op);
 	if ((w = hub_worker_touch(h, worker, r->conn, err)) == NULL ||
-	    (wm = s_wmodel_get(w, model, err)) == NULL)
+	    (wm = hub_wmodel_get(w, model, err)) == NULL)
 		return -1;
 	wm->watching = 1;
 	if (fail) {
@@ -423,6 +432,8 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		    version, transfer[0] ? " transfer=" : "", transfer);
 		hub_waits_check(h, model);
 	}
+	/* A relay tells its upstream at once: a wait at the root is waiting for this. */
+	h->reported = 0;
 	hub_ok(&e, r->id, 0);
 	hub_reply(h, r, &e);
 	return 0;

@@ -253,6 +253,7 @@ char *
 wsync_missing_text(const msgpack_object *list)
 {
 	char *buf = NULL, line[1024], worker[WSYNC_MAX_ID + 1], reason[WSYNC_MAX_REASON + 1];
+	char via[512];
 	size_t len = 0;
 
 	if (list == NULL || list->type != MSGPACK_OBJECT_ARRAY)
@@ -272,6 +273,10 @@ wsync_missing_text(const msgpack_object *list)
 			snprintf(line, sizeof(line), "%s: %s%.0" PRIu64 ", last seen %.1f s ago",
 			    worker, v ? "has version " : "has no version", v, seen);
 		s_append(&buf, &len, line);
+		if (wsync_obj_str(wsync_obj_get(w, "via"), via, sizeof(via)) == 0) {
+			s_append(&buf, &len, ", behind relay ");
+			s_append(&buf, &len, via);
+		}
 		if (wsync_obj_str(wsync_obj_get(w, "failure"), reason, sizeof(reason)) == 0) {
 			s_append(&buf, &len, ", last failure: ");
 			s_append(&buf, &len, reason);

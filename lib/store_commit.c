@@ -99,10 +99,13 @@ s_stamp(int fd, uint64_t offset, uint64_t version)
 	return fsync(fd);
 }
 
-/* Numbers the staged files: each gets the next number of its model, in order. */
+/*
+ * Numbers the staged files: each gets the next number of its model, in order,
+ * or the number given, when above the last.
+ */
 static int
 s_number(wsync_store_t *s, const wsync_store_temp_t *files, size_t n, struct wsync_staged *st,
-    wsync_err_t *err)
+    const uint64_t *given, wsync_err_t *err)
 {
 	for (size_t i = 0; i < n; i++) {
 		const wsync_model_t *m = wsync_store_find(s, files[i].model);
@@ -112,6 +115,12 @@ s_number(wsync_store_t *s, const wsync_store_temp_t *files, size_t n, struct wsy
 		v = first;
 		for (size_t j = 0; j < i; j++)
 			v += strcmp(files[j].model, files[i].model) == 0;
+		if (given != NULL) {
+			if (given[i] < v)
+				return wsync_err_set(err, EX_DATAERR, "model \"%s\": version %" PRIu64
+				    " is not above the last, %" PRIu64, files[i].model, given[i], v - 1);
+			v = given[i];
+		}
 		if (v == UINT64_MAX || v < first)
 			return wsync_err_set(err, EX_DATAERR, "model \"%s\" has no version numbers "
 			    "left", files[i].model);
@@ -194,7 +203,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 	for (size_t i = 0; i < n; i++)
 		if (s_check(&files[i], info->trust, &st[i], err) < 0)
 			goto done;
-	if (s_number(s, files, n, st, err) < 0)
+	if (s_number(s, files, n, st, info->versions, err) < 0)
 		goto done;
 	for (size_t i = 0; i < n; i++) {
 		if (wsync_store_path(dir, sizeof(dir), "%s/%s", s->dir, files[i].model) < 0 ||

@@ -174,6 +174,12 @@ typedef struct wsync_commit_info {
 	const char *const *targets;     /* NULL: every worker */
 	size_t ntargets;
 	int trust;                      /* take the files' declared hashes unverified */
+	/*
+	 * NULL: each file gets its model's next number. Else the number of each
+	 * file, given (a relay keeps its upstream's): one not above the last its
+	 * model had is refused (65).
+	 */
+	const uint64_t *versions;
 } wsync_commit_info_t;
 
 /*

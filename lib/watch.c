@@ -33,8 +33,9 @@ struct s_watch {
 	uint64_t *aged;         /* verifying: per model, the seq last said to be too old */
 	int *own;               /* per model: the output is a file this watcher wrote */
 	wsync_recycle_t *spares;        /* per model: replaced outputs, with --recycle */
-	char endpoint[512];
-	char store[64];         /* the store id the applied versions come from */
+	char endpoint[512];     /* the hub in use (or tried next) */
+	int next_ep;            /* index of the endpoint after it in o->endpoints */
+	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 };
 
@@ -176,7 +177,9 @@ s_beat(void *ctx)
 /*
  * After a heads round: when the hub now keeps another store than the one the
  * applied versions came from, its numbers start over, so the watcher's do
- * too, and it takes the new store's head.
+ * too, and it takes the new store's head. The hubs of one tree (a root and its
+ * relays) name the root's store as their origin and number alike: moving
+ * between them changes nothing.
  */
 static void
 s_store_changed(struct s_watch *w, const char *now)
@@ -263,7 +266,9 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->client)) != 0)
 			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
 			    from.hub, wsync_client_hub(w->client));
-		s_store_changed(w, from.store);
+		/* A relay that does not know its tree yet cannot tell: nothing to judge. */
+		if (from.origin[0] != '\0')
+			s_store_changed(w, from.origin);
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
@@ -441,6 +446,27 @@ s_wait_announcement(struct s_watch *w, int ms, int *only, wsync_head_t *head)
 	return 0;
 }
 
+/*
+ * Moves to the next endpoint of a list (failover); 0 when there is no list.
+ * The list starts over after its last, so a hub that comes back is found.
+ */
+static int
+s_next_endpoint(struct s_watch *w, wsync_err_t *err)
+{
+	const wsync_watch_opts_t *o = w->o;
+	int had = w->endpoint[0] != '\0';
+
+	if (o->nendpoints < 1 || (had && o->nendpoints == 1))
+		return 0;
+	if (wsync_endpoint_resolve(o->endpoints[w->next_ep], w->endpoint, sizeof(w->endpoint),
+	    err) < 0)
+		return -1;
+	w->next_ep = (w->next_ep + 1) % o->nendpoints;
+	if (had)
+		s_log(w, "trying the next hub, at %s", w->endpoint);
+	return 0;
+}
+
 static int
 s_run(struct s_watch *w, wsync_err_t *err)
 {
@@ -462,10 +488,13 @@ s_run(struct s_watch *w, wsync_err_t *err)
 					return -1;
 				if (!waiting_said++)
 					s_log(w, "waiting for a hub at %s", w->endpoint);
+				if (s_next_endpoint(w, err) < 0)
+					return -1;
 				continue;
 			}
-			s_log(w, "connected to hub %s at %s", wsync_client_hub(w->client),
-			    wsync_client_endpoint(w->client));
+			s_log(w, "connected to hub %s at %s, announcements from %s",
+			    wsync_client_hub(w->client), wsync_client_endpoint(w->client),
+			    wsync_client_pub(w->client));
 			waiting_said = 0;
 		}
 		/* Announcements never replace the heartbeat round: one is due every beat. */
@@ -480,6 +509,8 @@ s_run(struct s_watch *w, wsync_err_t *err)
 				return -1;
 			s_log(w, "lost the hub (%s); reconnecting", err->msg);
 			s_disconnect(w);
+			if (s_next_endpoint(w, err) < 0)
+				return -1;
 			start = wsync_now_ms();
 			only = -1;
 			continue;
@@ -538,7 +569,8 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	/* The seq last applied is the one the output holds: it outlives the watcher. */
 	for (int i = 0; o->nverify > 0 && i < o->nmodels; i++)
 		wsync_applied_read(o->paths[i], &w.in_place[i]);
-	if (wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
+	if (o->nendpoints > 0 ? s_next_endpoint(&w, err) == 0 :
+	    wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
 		rc = s_run(&w, err);
 	if (w.client != NULL) {
 		wsync_err_t ignored;

@@ -405,6 +405,11 @@ typedef struct wsync_heads_ask {
 typedef struct wsync_heads_from {
 	char hub[256];                  /* the hub's identity; empty when not given */
 	char store[64];                 /* its store id; empty when not given */
+	/*
+	 * The store id of its tree's root (its store's when not given); empty: a
+	 * relay that does not know it yet.
+	 */
+	char origin[64];
 } wsync_heads_from_t;
 /*
  * The head of each of ask->n models into heads (n of them); from (may be NULL)
@@ -710,6 +715,14 @@ typedef int (*wsync_apply_fn)(void *arg, wsync_update_t *u);
 
 typedef struct wsync_watch_opts {
 	const char *endpoint;           /* NULL: the default */
+	/*
+	 * With nendpoints > 0, the hubs to follow in order of preference, in place
+	 * of endpoint: the next one is tried when one cannot be reached or is lost.
+	 * They must be hubs of one tree (wsync(7), RELAYS), which number versions
+	 * alike.
+	 */
+	const char *const *endpoints;
+	int nendpoints;
 	const char *worker;             /* the worker id */
 	const char *const *models;
 	const char *const *paths;       /* where each model's file goes */
@@ -763,7 +776,7 @@ typedef struct wsync_hub wsync_hub_t;
  * except log_arg, which is passed to log until wsync_hub_destroy.
  */
 typedef struct wsync_hub_opts {
-	const char *const *endpoints;   /* at least one; the first also names the PUB socket */
+	const char *const *endpoints;   /* at least one; each gets a PUB of its own beside it */
 	int nendpoints;
 	const char *store;              /* NULL: RUNDIR/store */
 	unsigned keep;                  /* versions kept per model, at least 1 */
@@ -789,6 +802,20 @@ typedef struct wsync_hub_opts {
 	int nallow_pull;
 	int insecure;                   /* serve non-loopback tcp without keys */
 	volatile sig_atomic_t *reload;  /* set non-zero (SIGHUP) to reread the allow lists */
+	/*
+	 * A relay (wsync(7), RELAYS): the hubs to mirror versions from, in order
+	 * of preference (the next when one is unreachable); none: a root hub.
+	 * Mirrored models (upstream_models, or every one when none are named) keep
+	 * the upstream's numbers, and pushes of them here are refused (77).
+	 * upstream_key and upstream_hub_key are as wsync_client_opts_t's key and
+	 * hub_key, for the upstream.
+	 */
+	const char *const *upstreams;
+	int nupstreams;
+	const char *const *upstream_models;
+	int nupstream_models;
+	const char *upstream_key;
+	const char *upstream_hub_key;
 } wsync_hub_opts_t;
 
 /* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */

@@ -71,7 +71,7 @@ stop_hub() {
 
 # start_watcher ID [wsync-watch options...]: follows "policy" into $TMP/ID.wsync,
 # its stdout in $TMP/ID.out; ${WPID[ID]} is its PID.
-declare -A WPID
+declare -gA WPID
 start_watcher() {
 	local id=$1
 	shift

@@ -27,6 +27,8 @@ flip_data_byte() {
 usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]
        wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]
            --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...
+       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]
+           --upstream ENDPOINT... [--model MODEL[,MODEL...]] [--key FILE] [--hub-key FILE]
 
 Run a hub: take pushed versions of models, keep them in a store, announce
 them to watchers and serve them. Log lines go to stderr.
@@ -49,6 +51,13 @@ them to watchers and serve them. Log lines go to stderr.
       --allow-pull DIR|FILE
                            public keys that may only pull and watch
       --insecure           listen on non-loopback tcp without keys (warns)
+      --upstream ENDPOINT  be a relay: mirror the versions of the hub at ENDPOINT,
+                           keeping its numbers; repeated: the next one is used
+                           when one is unreachable (failover)
+      --model MODEL,...    mirror only these models (default: all); pushes of a
+                           mirrored model here are refused (77)
+      --key FILE           the relay's secret key for its upstream
+      --hub-key FILE       the upstream's public key
   -h, --help               show this help
   -V, --version            show the version
 

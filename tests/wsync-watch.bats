@@ -179,7 +179,7 @@ PYEOF
 	run -0 --separate-stderr wsync-watch --log-format json --once -m policy -o w.wsync
 	assert_output "policy 1 w.wsync"
 	run -0 jq -r '"\(.program) \(.msg)"' <<<"$stderr"
-	assert_output --regexp "^wsync-watch connected to hub [^ ]+ at $WSYNC_ENDPOINT\$"
+	assert_output --regexp "^wsync-watch connected to hub [^ ]+ at $WSYNC_ENDPOINT, announcements from $WSYNC_ENDPOINT.pub\$"
 }
 
 @test "wsync-watch --quiet prints no message on stderr, only its update lines" {
@@ -209,7 +209,7 @@ PYEOF
 	assert_equal "$(jq -r '.workers[] | "\(.worker) \(.transfer)"' <<<"$output")" \
 	    "$(printf 'far socket\nnear link')"
 	run -0 wsync-inspect --hub
-	assert_line --regexp '^near +policy +2 +0 .* alive  link +-$'
+	assert_line --regexp '^near +policy +2 +0 .* alive  link +- +-$'
 	run -0 grep -c "event=ack worker=near model=policy version=2 transfer=link" hub.log
 }
 

@@ -77,7 +77,7 @@ static uint64_t
 s_commit_n(wsync_store_t *s, const char *model, const char *const *targets,
     size_t ntargets, uint64_t n)
 {
-	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets, 0 };
+	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets, 0, NULL };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err;
@@ -234,7 +234,7 @@ static void
 test_bad_file_fails_the_whole_commit(void)
 {
 	wsync_store_t *s = s_open(3);
-	wsync_commit_info_t info = { "unit:1", 1, NULL, 0, 0 };
+	wsync_commit_info_t info = { "unit:1", 1, NULL, 0, 0, NULL };
 	wsync_store_temp_t t[3];
 	wsync_committed_t out[3];
 	wsync_err_t err = { 0 };
@@ -266,6 +266,33 @@ test_bad_file_fails_the_whole_commit(void)
 	    out[1].version == 2 && out[2].version == head + 3,
 	    "a multi-file commit numbers each model in order");
 	ok(t[0].fd == -1 && t[0].path[0] == '\0', "a commit consumes its uploads");
+	wsync_store_close(&s);
+}
+
+/* A relay's commits: the number given, above the last, and kept across a reopen. */
+static void
+test_commit_takes_a_given_number(void)
+{
+	wsync_store_t *s;
+	uint64_t given = 7;
+	wsync_commit_info_t info = { "", 1, NULL, 0, 1, &given };
+	wsync_store_temp_t t;
+	wsync_committed_t out;
+	wsync_err_t err = { 0 };
+
+	s = s_open(3);
+	s_upload(s, "mirrored", 1, &t);
+	ok(wsync_store_commit(s, &t, 1, &info, &out, &err) == 0 && out.version == 7,
+	    "a commit with a given number takes it (7 for the first)");
+	given = 7;
+	s_upload(s, "mirrored", 2, &t);
+	ok(wsync_store_commit(s, &t, 1, &info, &out, &err) < 0 && err.code == EX_DATAERR &&
+	    strcmp(err.msg, "model \"mirrored\": version 7 is not above the last, 7") == 0,
+	    "a number not above the last is refused: %s", err.msg);
+	wsync_store_temp_remove(&t);
+	wsync_store_close(&s);
+	s = s_open(3);
+	ok(s_commit1(s, "mirrored", NULL, 0) == 8, "after a reopen the next number follows it");
 	wsync_store_close(&s);
 }
 
@@ -301,7 +328,7 @@ static void
 test_refuses_a_version_it_cannot_stamp(void)
 {
 	wsync_store_t *s = s_open(3);
-	wsync_commit_info_t info = { "", 1, NULL, 0, 0 };
+	wsync_commit_info_t info = { "", 1, NULL, 0, 0, NULL };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err = { 0 };
@@ -443,7 +470,7 @@ test_crash_at_every_step_is_all_or_nothing(void)
 		p0 = s_head_after_open("policy", &pn);
 		c0 = s_head_after_open("critic", &cn);
 		if ((pid = fork()) == 0) {
-			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0, 0 };
+			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0, 0, NULL };
 			wsync_store_temp_t t[2];
 			wsync_committed_t out[2];
 			wsync_err_t err;
@@ -638,7 +665,7 @@ test_spares_prefer_the_size_asked(void)
 static void
 test_journal_recovery_finishes_a_commit(void)
 {
-	wsync_commit_info_t info = { "unit:journal", 2000.5, NULL, 0, 0 };
+	wsync_commit_info_t info = { "unit:journal", 2000.5, NULL, 0, 0, NULL };
 	struct wsync_staged st = { .version = 2 };
 	wsync_store_temp_t t;
 	wsync_file_t *f;
@@ -704,6 +731,7 @@ main(void)
 	test_spares_only_when_nobody_holds_them();
 	test_spares_prefer_the_size_asked();
 	test_journal_recovery_finishes_a_commit();
+	test_commit_takes_a_given_number();
 	s_fresh();
 	return tap_done();
 }

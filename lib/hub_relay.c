@@ -1,0 +1,584 @@
+/* hub_relay.c - a relay's upstream side: a thread mirroring an upstream hub's versions into this hub. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_conn_int.h"
+#include "client_int.h"
+#include "hub_int.h"
+
+#define S_CALL_MS 3000          /* bound on one request to the upstream while connected */
+#define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
+#define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
+#define S_INPROC "inproc://wsync-relay-%p"
+#define S_WINDOW 4              /* gets in flight: half a client's, a relay holding a hub's memory too */
+
+/* What the relay has of one model: the newest version it committed, or that failed. */
+struct s_have {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;
+	uint64_t failed;
+};
+
+/*
+ * The mirroring thread's state. The thread owns everything here but the hub's
+ * end of the pair; the hub reads only the lists, which never change.
+ */
+struct hub_relay {
+	pthread_t thread;
+	int started;
+	void *pair;                     /* the thread's end */
+	char **upstreams;
+	int nupstreams, next;
+	char **models;                  /* NULL: every model of the upstream */
+	int nmodels;
+	char *key, *hub_key;
+	char beside[PATH_MAX];          /* STORE/.uploads/relay: fetches go beside it */
+	struct s_have *have;
+	size_t nhave;
+	volatile sig_atomic_t stop;
+	wsync_client_t *client;
+	void *sub;
+	char endpoint[512];             /* the upstream in use */
+	char name[300];                 /* this hub's, as its upstream knows it */
+	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
+	size_t report_len;
+	wsync_log_fn log;
+	void *log_arg;
+};
+
+#define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
+
+/* ---- the thread: following the upstream ---- */
+
+static struct s_have *
+s_have(struct hub_relay *rl, const char *model)
+{
+	struct s_have *n;
+
+	for (size_t i = 0; i < rl->nhave; i++)
+		if (strcmp(rl->have[i].model, model) == 0)
+			return &rl->have[i];
+	if ((n = realloc(rl->have, (rl->nhave + 1) * sizeof(*n))) == NULL)
+		return NULL;
+	rl->have = n;
+	n = &rl->have[rl->nhave++];
+	memset(n, 0, sizeof(*n));
+	snprintf(n->model, sizeof(n->model), "%s", model);
+	return n;
+}
+
+static void
+s_disconnect(struct hub_relay *rl)
+{
+	if (rl->sub != NULL)
+		zmq_close(rl->sub);
+	rl->sub = NULL;
+	wsync_client_destroy(&rl->client);
+}
+
+/* Connects to the next upstream of the list, subscribing to its announcements. */
+static int
+s_connect(struct hub_relay *rl, wsync_err_t *err)
+{
+	wsync_client_opts_t co = { .endpoint = rl->upstreams[rl->next], .role = "relay",
+	    .models = (const char *const *)rl->models, .nmodels = rl->nmodels,
+	    .timeout_ms = S_CONNECT_MS, .transfer = WSYNC_TRANSFER_SOCKET,
+	    .idle_ms = S_CALL_MS, .stop = &rl->stop, .key = rl->key, .hub_key = rl->hub_key };
+	int zero = 0;
+
+	snprintf(rl->endpoint, sizeof(rl->endpoint), "%s", rl->upstreams[rl->next]);
+	rl->next = (rl->next + 1) % rl->nupstreams;
+	if ((rl->client = wsync_client_new(&co, err)) == NULL)
+		return -1;
+	if (rl->client->window > S_WINDOW)
+		rl->client->window = S_WINDOW;
+	if ((rl->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB)) == NULL) {
+		s_disconnect(rl);
+		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",
+		    zmq_strerror(errno));
+	}
+	zmq_setsockopt(rl->sub, ZMQ_LINGER, &zero, sizeof(zero));
+	if (wsync_curve_client(rl->sub, wsync_client_curve(rl->client), err) < 0) {
+		s_disconnect(rl);
+		return -1;
+	}
+	if (rl->models == NULL)
+		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, "", 0);
+	for (int i = 0; i < rl->nmodels; i++)
+		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, rl->models[i], strlen(rl->models[i]));
+	/* Announcements only cut latency: the heads round every heartbeat finds the head. */
+	zmq_connect(rl->sub, wsync_client_pub(rl->client));
+	return 0;
+}
+
+/*
+ * Reads what the hub sent on the pair, without waiting: reports are kept (the
+ * latest replaces the one before), a reply goes into *reply (caller frees) when
+ * reply is not NULL. 1 when a reply came.
+ */
+static int
+s_pair_read(struct hub_relay *rl, wsync_parts_t *reply)
+{
+	wsync_parts_t p;
+
+	while (wsync_recv(rl->pair, &p, ZMQ_DONTWAIT) == 0) {
+		if (p.n == 2 && wsync_part_size(&p, 0) == 6 &&
+		    memcmp(wsync_part_data(&p, 0), "report", 6) == 0) {
+			unsigned char *copy = malloc(wsync_part_size(&p, 1) + 1);
+			if (copy != NULL) {
+				memcpy(copy, wsync_part_data(&p, 1), wsync_part_size(&p, 1));
+				free(rl->report);
+				rl->report = copy;
+				rl->report_len = wsync_part_size(&p, 1);
+			}
+		} else if (p.n == 2 && reply != NULL) {
+			*reply = p;
+			return 1;
+		}
+		wsync_parts_close(&p);
+	}
+	return 0;
+}
+
+/* Sends the hub's latest report of its workers upstream (op subtree); 0 when none. */
+static int
+s_report(struct hub_relay *rl, wsync_err_t *err)
+{
+	wsync_parts_t p = { .n = 0 };
+	wsync_msg_t m;
+	wsync_enc_t e;
+	uint64_t id;
+
+	if (rl->report == NULL)
+		return 0;
+	id = wsync_client_request(rl->client, &e, "subtree", 2);
+	wsync_enc_kv_str(&e, "relay", rl->name);
+	wsync_enc_str(&e, "workers");
+	/* Already packed by the hub's loop: the array goes in as it is. */
+	msgpack_sbuffer_write(&e.sb, (const char *)rl->report, rl->report_len);
+	free(rl->report);
+	rl->report = NULL;
+	if (wsync_client_call(rl->client, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p,
+	    err) < 0)
+		return -1;
+	wsync_client_release(&m, &p);
+	return 0;
+}
+
+/* Hands a fetched version to the hub's loop and waits for its commit; 0 when committed. */
+static int
+s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, const char *path,
+    const char *origin, wsync_err_t *err)
+{
+	zmq_pollitem_t item = { rl->pair, 0, ZMQ_POLLIN, 0 };
+	wsync_parts_t p;
+	wsync_msg_t m;
+	wsync_enc_t e;
+	int ok = 0;
+
+	wsync_enc_init(&e);
+	msgpack_pack_map(&e.pk, 5);
+	wsync_enc_kv_str(&e, "model", model);
+	wsync_enc_kv_u64(&e, "version", v->version);
+	wsync_enc_kv_u64(&e, "content", v->content);
+	wsync_enc_kv_str(&e, "path", path);
+	wsync_enc_kv_str(&e, "origin", origin);
+	if (zmq_send(rl->pair, e.sb.data, e.sb.size, 0) < 0) {
+		wsync_enc_free(&e);
+		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
+		    zmq_strerror(errno));
+	}
+	wsync_enc_free(&e);
+	/* The hub answers every hand-over, unless it stops: then so does this thread. */
+	while (!rl->stop && !s_pair_read(rl, &p))
+		zmq_poll(&item, 1, S_SLICE_MS);
+	if (rl->stop)
+		return wsync_err_set(err, EX_TEMPFAIL, "the hub stops");
+	if (wsync_msg_decode(&m, wsync_part_data(&p, 1), wsync_part_size(&p, 1), err) == 0) {
+		const msgpack_object *o = wsync_msg_get(&m, "ok");
+		ok = o != NULL && o->type == MSGPACK_OBJECT_BOOLEAN && o->via.boolean;
+		if (!ok && wsync_msg_str(&m, "error", err->msg, sizeof(err->msg)) == 0)
+			err->code = EX_DATAERR;
+	}
+	wsync_msg_free(&m);
+	wsync_parts_close(&p);
+	return ok ? 0 : -1;
+}
+
+/*
+ * One round: the upstream's heads (of the models mirrored, or all), then each
+ * version newer than the relay's, fetched, verified and handed over. -1 with
+ * err when the upstream was lost.
+ */
+static int
+s_round(struct hub_relay *rl, wsync_err_t *err)
+{
+	char origin[64] = "", model[WSYNC_MAX_MODEL + 1];
+	const msgpack_object *heads;
+	wsync_parts_t p = { .n = 0 };
+	wsync_msg_t m;
+	wsync_enc_t e;
+	uint64_t id = wsync_client_request(rl->client, &e, "heads", rl->models ? 1 : 0);
+	int rc = 0;
+
+	if (rl->models != NULL) {
+		wsync_enc_str(&e, "models");
+		msgpack_pack_array(&e.pk, (size_t)rl->nmodels);
+		for (int i = 0; i < rl->nmodels; i++)
+			wsync_enc_str(&e, rl->models[i]);
+	}
+	if (wsync_client_call(rl->client, &e, id, NULL, 0, S_CALL_MS, "heads", &m, &p, err) < 0)
+		return -1;
+	if (wsync_msg_str(&m, "origin", origin, sizeof(origin)) < 0 &&
+	    wsync_msg_str(&m, "store", origin, sizeof(origin)) < 0)
+		origin[0] = '\0';
+	heads = wsync_msg_get(&m, "heads");
+	for (uint32_t i = 0; heads != NULL && heads->type == MSGPACK_OBJECT_MAP &&
+	    i < heads->via.map.size && !rl->stop; i++) {
+		struct s_have *have;
+		wsync_head_t head, got;
+		char *tmp = NULL;
+		if (wsync_obj_str(&heads->via.map.ptr[i].key, model, sizeof(model)) < 0 ||
+		    wsync_model_id_check(model) < 0 ||
+		    wsync_head_decode(&heads->via.map.ptr[i].val, &head) < 0) {
+			rc = wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply that does not "
+			    "decode", rl->endpoint);
+			break;
+		}
+		if ((have = s_have(rl, model)) == NULL) {
+			rc = wsync_err_set(err, EX_SOFTWARE, "out of memory");
+			break;
+		}
+		if (head.version <= have->version || head.version == have->failed)
+			continue;
+		{
+			const wsync_fetch_temp_t f = { .what = { .model = model,
+			    .version = head.version }, .known = &head, .beside = rl->beside };
+			if (wsync_client_fetch_temp(rl->client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
+				/* Retired while we fetched it: the next round finds the newer one. */
+				if (err->code == EX_NOINPUT)
+					continue;
+				if (err->code == EX_DATAERR) {
+					s_log(rl, "event=relay-fail model=%s version=%" PRIu64
+					    " upstream=%s", model, head.version, rl->endpoint);
+					have->failed = head.version;
+					continue;
+				}
+				rc = -1;
+				break;
+			}
+		}
+		if (s_hand_over(rl, model, &got, tmp, origin, err) == 0)
+			have->version = got.version;
+		else if (err->code == EX_TEMPFAIL) {
+			unlink(tmp);
+			free(tmp);
+			rc = -1;
+			break;
+		} else
+			have->failed = got.version;
+		unlink(tmp);
+		free(tmp);
+	}
+	wsync_client_release(&m, &p);
+	return rc;
+}
+
+/* Waits up to ms for an announcement from the upstream (keeping the hub's reports); 1 when one came. */
+static int
+s_wait_news(struct hub_relay *rl, int ms)
+{
+	int64_t deadline = wsync_now_ms() + ms, left;
+	int news = 0;
+
+	while (!news && !rl->stop && (left = deadline - wsync_now_ms()) > 0) {
+		zmq_pollitem_t items[2] = { { rl->pair, 0, ZMQ_POLLIN, 0 },
+		    { rl->sub, 0, ZMQ_POLLIN, 0 } };
+		wsync_parts_t p;
+		if (zmq_poll(items, rl->sub != NULL ? 2 : 1, left < S_SLICE_MS ? (long)left :
+		    S_SLICE_MS) <= 0)
+			continue;
+		/* A report to pass on (an ack behind us) is news too. */
+		if (items[0].revents & ZMQ_POLLIN) {
+			s_pair_read(rl, NULL);
+			news = rl->report != NULL && rl->client != NULL;
+		}
+		while (rl->sub != NULL && wsync_recv(rl->sub, &p, ZMQ_DONTWAIT) == 0) {
+			news = 1;
+			wsync_parts_close(&p);
+		}
+	}
+	return news;
+}
+
+static void *
+s_thread(void *arg)
+{
+	struct hub_relay *rl = arg;
+	char quoted[2200];
+	int said = 0;
+
+	while (!rl->stop) {
+		wsync_err_t err;
+		if (rl->client == NULL) {
+			if (s_connect(rl, &err) < 0) {
+				if (!said++)
+					s_log(rl, "event=relay-wait upstream=%s error=\"%s\"",
+					    rl->endpoint, wsync_log_quote(err.msg, quoted,
+					    sizeof(quoted)));
+				s_wait_news(rl, S_SLICE_MS);
+				continue;
+			}
+			said = 0;
+			s_log(rl, "event=relay-connect upstream=%s hub=%s", rl->endpoint,
+			    wsync_client_hub(rl->client));
+		}
+		if (s_round(rl, &err) < 0 || s_report(rl, &err) < 0) {
+			if (rl->stop)
+				break;
+			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->endpoint,
+			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
+			s_disconnect(rl);
+			continue;
+		}
+		s_wait_news(rl, (int)wsync_client_heartbeat_ms(rl->client));
+	}
+	s_disconnect(rl);
+	return NULL;
+}
+
+/* ---- the hub's side: starting, stopping, committing what the thread hands over ---- */
+
+static char *
+s_strdup(const char *s, int *bad)
+{
+	char *d = s != NULL ? strdup(s) : NULL;
+
+	if (s != NULL && d == NULL)
+		*bad = 1;
+	return d;
+}
+
+/* Reads the origin a relay's store came from (STORE/.origin) into h->origin. */
+static void
+s_origin_load(wsync_hub_t *h)
+{
+	char path[PATH_MAX], id[64];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/.origin", wsync_store_dir(h->store));
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		return;
+	n = read(fd, id, sizeof(id) - 1);
+	close(fd);
+	if (n > 0) {
+		id[n] = '\0';
+		id[strcspn(id, "\n")] = '\0';
+		snprintf(h->origin, sizeof(h->origin), "%s", id);
+	}
+}
+
+/* Keeps origin as the tree's root, in memory and in STORE/.origin (so a restart keeps it). */
+static void
+s_origin_set(wsync_hub_t *h, const char *origin)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8];
+	int fd;
+
+	if (origin[0] == '\0' || strcmp(origin, h->origin) == 0)
+		return;
+	snprintf(h->origin, sizeof(h->origin), "%s", origin);
+	snprintf(path, sizeof(path), "%s/.origin", wsync_store_dir(h->store));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		return;
+	if (write(fd, origin, strlen(origin)) == (ssize_t)strlen(origin) && fsync(fd) == 0)
+		rename(tmp, path);
+	close(fd);
+	unlink(tmp);
+}
+
+int
+hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
+{
+	struct hub_relay *rl;
+	char inproc[64];
+	int bad = 0, zero = 0;
+
+	if (o->nupstreams == 0)
+		return 0;
+	if ((rl = h->relay = calloc(1, sizeof(*rl))) == NULL ||
+	    (rl->upstreams = calloc((size_t)o->nupstreams, sizeof(char *))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < o->nupstreams; i++) {
+		rl->upstreams[i] = s_strdup(o->upstreams[i], &bad);
+		rl->nupstreams++;
+	}
+	if (o->nupstream_models > 0 && (rl->models = calloc((size_t)o->nupstream_models,
+	    sizeof(char *))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < o->nupstream_models; i++) {
+		rl->models[i] = s_strdup(o->upstream_models[i], &bad);
+		rl->nmodels++;
+	}
+	rl->key = s_strdup(o->upstream_key, &bad);
+	rl->hub_key = s_strdup(o->upstream_hub_key, &bad);
+	if (bad)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	rl->log = h->log;
+	rl->log_arg = h->log_arg;
+	snprintf(rl->name, sizeof(rl->name), "%s", h->name);
+	snprintf(rl->beside, sizeof(rl->beside), "%s/.uploads/relay", wsync_store_dir(h->store));
+	/* What the store has: the thread mirrors only what is newer. */
+	for (size_t i = 0; i < wsync_store_count(h->store); i++) {
+		const wsync_model_t *m = wsync_store_model(h->store, i);
+		struct s_have *have = s_have(rl, m->id);
+		if (have == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		have->version = m->next > 0 ? m->next - 1 : 0;
+	}
+	s_origin_load(h);
+	snprintf(inproc, sizeof(inproc), S_INPROC, (void *)rl);
+	if ((h->relay_pair = zmq_socket(wsync_zmq_context(), ZMQ_PAIR)) == NULL ||
+	    (rl->pair = zmq_socket(wsync_zmq_context(), ZMQ_PAIR)) == NULL ||
+	    zmq_bind(h->relay_pair, inproc) < 0 || zmq_connect(rl->pair, inproc) < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "relay: %s", zmq_strerror(errno));
+	zmq_setsockopt(h->relay_pair, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(rl->pair, ZMQ_LINGER, &zero, sizeof(zero));
+	if ((errno = pthread_create(&rl->thread, NULL, s_thread, rl)) != 0)
+		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot start a thread: %s",
+		    strerror(errno));
+	rl->started = 1;
+	for (int i = 0; i < rl->nupstreams; i++)
+		hub_log(h, "event=upstream endpoint=%s", rl->upstreams[i]);
+	return 0;
+}
+
+void
+hub_relay_stop(wsync_hub_t *h)
+{
+	struct hub_relay *rl = h->relay;
+
+	if (rl == NULL)
+		return;
+	rl->stop = 1;
+	if (rl->started)
+		pthread_join(rl->thread, NULL);
+	if (rl->pair != NULL)
+		zmq_close(rl->pair);
+	if (h->relay_pair != NULL)
+		zmq_close(h->relay_pair);
+	h->relay_pair = NULL;
+	for (int i = 0; i < rl->nupstreams; i++)
+		free(rl->upstreams[i]);
+	free(rl->upstreams);
+	for (int i = 0; i < rl->nmodels; i++)
+		free(rl->models[i]);
+	free(rl->models);
+	free(rl->key);
+	free(rl->hub_key);
+	free(rl->have);
+	free(rl->report);
+	free(rl);
+	h->relay = NULL;
+}
+
+int
+hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
+{
+	const struct hub_relay *rl = h->relay;
+	int all = rl != NULL && rl->models == NULL;
+
+	for (int i = 0; !all && rl != NULL && i < rl->nmodels; i++)
+		all = strcmp(rl->models[i], model) == 0;
+	if (!all)
+		return 0;
+	wsync_err_set(err, EX_NOPERM, "model %s is mirrored from the upstream %s: push it there",
+	    model, rl->upstreams[0]);
+	return 1;
+}
+
+/* Commits one version the thread fetched, with the upstream's number, and announces it. */
+static int
+s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
+{
+	char origin[64] = "";
+	wsync_store_temp_t t = { .fd = -1 };
+	wsync_commit_info_t info = { .pusher = "", .time = wsync_wall_time(), .trust = 1 };
+	wsync_committed_t out;
+	uint64_t version;
+
+	if (wsync_msg_str(m, "model", t.model, sizeof(t.model)) < 0 ||
+	    wsync_msg_str(m, "path", t.path, sizeof(t.path)) < 0 ||
+	    wsync_msg_u64(m, "version", &version) < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "relay: a hand-over that does not decode");
+	wsync_msg_str(m, "origin", origin, sizeof(origin));
+	/* Verified by the fetch already: hashing it again would double the relay's work. */
+	info.versions = &version;
+	if ((t.fd = open(t.path, O_RDWR | O_CLOEXEC)) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: %s", t.path, strerror(errno));
+	if (wsync_store_commit(h->store, &t, 1, &info, &out, err) < 0) {
+		close(t.fd);
+		return -1;
+	}
+	s_origin_set(h, origin);
+	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
+	    PRIx64 " pusher=- relay=%s", out.model, out.version, out.size, out.content,
+	    h->relay->upstreams[0]);
+	hub_announce(h, &out, &t, 1, NULL, 0);
+	hub_waits_check(h, out.model);
+	return 0;
+}
+
+void
+hub_relay_serve(wsync_hub_t *h)
+{
+	wsync_parts_t p;
+	wsync_msg_t m;
+	wsync_err_t err = { 0 };
+	char quoted[2200];
+	wsync_enc_t e;
+	int ok;
+
+	if (wsync_recv(h->relay_pair, &p, ZMQ_DONTWAIT) < 0)
+		return;
+	ok = wsync_msg_decode(&m, wsync_part_data(&p, 0), wsync_part_size(&p, 0), &err) == 0 &&
+	    s_commit(h, &m, &err) == 0;
+	if (!ok)
+		hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg, quoted,
+		    sizeof(quoted)));
+	wsync_msg_free(&m);
+	wsync_parts_close(&p);
+	wsync_enc_init(&e);
+	msgpack_pack_map(&e.pk, ok ? 1 : 2);
+	wsync_enc_kv_bool(&e, "ok", ok);
+	if (!ok)
+		wsync_enc_kv_str(&e, "error", err.msg);
+	if (zmq_send(h->relay_pair, "reply", 5, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
+		zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+	wsync_enc_free(&e);
+}
+
+void
+hub_relay_report(wsync_hub_t *h, int64_t now)
+{
+	wsync_enc_t e;
+
+	if (h->relay == NULL || now - h->reported < WSYNC_HEARTBEAT_MS)
+		return;
+	h->reported = now;
+	wsync_enc_init(&e);
+	hub_subtree_pack(h, &e);
+	if (zmq_send(h->relay_pair, "report", 6, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
+		zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+	wsync_enc_free(&e);
+}

@@ -1,0 +1,154 @@
+/* hub_subtree.c - acks end to end: a relay's report of the workers behind it, made and merged. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "hub_int.h"
+
+/* Workers reported long dead are left out: the upstream forgets them the same way. */
+#define S_REPORT_DEAD_MS (10 * WSYNC_ALIVE_MS)
+
+/* Packs one worker: {worker, host, pid, ago, gone, via, models: {model: {...}}}. */
+static void
+s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
+{
+	msgpack_pack_map(&e->pk, 7);
+	wsync_enc_kv_str(e, "worker", w->id);
+	wsync_enc_kv_str(e, "host", w->host);
+	wsync_enc_kv_u64(e, "pid", w->pid);
+	wsync_enc_kv_u64(e, "ago", (uint64_t)(now > w->seen ? now - w->seen : 0));
+	wsync_enc_kv_bool(e, "gone", w->gone);
+	wsync_enc_kv_str(e, "via", w->via);
+	wsync_enc_str(e, "models");
+	msgpack_pack_map(&e->pk, w->nmodels);
+	for (size_t i = 0; i < w->nmodels; i++) {
+		const struct hub_wmodel *wm = &w->models[i];
+		wsync_enc_str(e, wm->model);
+		msgpack_pack_map(&e->pk, 5);
+		wsync_enc_kv_bool(e, "watching", wm->watching);
+		wsync_enc_kv_u64(e, "applied", wm->applied);
+		wsync_enc_kv_u64(e, "failed", wm->failed);
+		wsync_enc_kv_u64(e, "failures", wm->failures);
+		wsync_enc_kv_str(e, "reason", wm->reason != NULL ? wm->reason : "");
+	}
+}
+
+size_t
+hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e)
+{
+	int64_t now = wsync_now_ms();
+	size_t n = 0;
+
+	for (size_t i = 0; i < h->nworkers; i++)
+		n += now - h->workers[i]->seen <= S_REPORT_DEAD_MS;
+	msgpack_pack_array(&e->pk, n);
+	for (size_t i = 0; i < h->nworkers; i++)
+		if (now - h->workers[i]->seen <= S_REPORT_DEAD_MS)
+			s_pack_worker(e, h->workers[i], now);
+	return n;
+}
+
+/* Sets what one reported model record says into w's record of it. */
+static int
+s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
+    wsync_err_t *err)
+{
+	char reason[WSYNC_MAX_REASON + 1] = "";
+	struct hub_wmodel *wm;
+	uint64_t applied = 0, failed = 0;
+	const msgpack_object *watching = wsync_obj_get(o, "watching");
+
+	if (o->type != MSGPACK_OBJECT_MAP ||
+	    wsync_obj_u64(wsync_obj_get(o, "applied"), &applied) < 0 ||
+	    wsync_obj_u64(wsync_obj_get(o, "failed"), &failed) < 0)
+		return wsync_err_set(err, EX_PROTOCOL, "worker %s: model %s is not {watching, "
+		    "applied, failed, reason}", w->id, model);
+	wsync_obj_str(wsync_obj_get(o, "reason"), reason, sizeof(reason));
+	if ((wm = hub_wmodel_get(w, model, err)) == NULL)
+		return -1;
+	wsync_obj_u64(wsync_obj_get(o, "failures"), &wm->failures);
+	wm->watching = watching != NULL && watching->type == MSGPACK_OBJECT_BOOLEAN &&
+	    watching->via.boolean;
+	wm->applied = applied;
+	if (failed != wm->failed) {
+		char *copy = failed != 0 ? strdup(reason) : NULL;
+		if (failed != 0 && copy == NULL)
+			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		free(wm->reason);
+		wm->reason = copy;
+		wm->failed = failed;
+		wm->fail_time = wsync_wall_time();
+	}
+	return 0;
+}
+
+/* Merges one reported worker, reached through relay. */
+static int
+s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpack_object *o,
+    int64_t now, wsync_err_t *err)
+{
+	char id[WSYNC_MAX_ID + 1], host[WSYNC_MAX_ID + 1] = "", via[HUB_VIA] = "";
+	char conn[WSYNC_PEER_NAME + 8];
+	const msgpack_object *models = wsync_obj_get(o, "models"), *gone = wsync_obj_get(o, "gone");
+	struct hub_worker *w;
+	uint64_t ago = 0, pid = 0;
+
+	if (wsync_obj_str(wsync_obj_get(o, "worker"), id, sizeof(id)) < 0 || wsync_id_check(id) < 0 ||
+	    wsync_obj_u64(wsync_obj_get(o, "ago"), &ago) < 0 || models == NULL ||
+	    models->type != MSGPACK_OBJECT_MAP || models->via.map.size > HUB_WORKER_MODELS)
+		return wsync_err_set(err, EX_PROTOCOL, "field \"workers\" is not a list of {worker, "
+		    "ago, models, ...}");
+	wsync_obj_str(wsync_obj_get(o, "host"), host, sizeof(host));
+	wsync_obj_u64(wsync_obj_get(o, "pid"), &pid);
+	wsync_obj_str(wsync_obj_get(o, "via"), via, sizeof(via));
+	/* A fresher word from elsewhere (the worker failed over to us or another relay) wins. */
+	w = hub_worker_find(h, id);
+	if (w != NULL && w->seen > now - (int64_t)ago && strncmp(w->via, relay, strlen(relay)) != 0)
+		return 0;
+	/* A relay speaks for many workers: its connection is not held to one connection's share. */
+	snprintf(conn, sizeof(conn), "relay:%s", r->conn);
+	if ((w = hub_worker_touch(h, id, conn, err)) == NULL)
+		return -1;
+	w->seen = now - (int64_t)ago;
+	w->gone = gone != NULL && gone->type == MSGPACK_OBJECT_BOOLEAN && gone->via.boolean;
+	w->pid = pid;
+	snprintf(w->host, sizeof(w->host), "%s", host);
+	snprintf(w->via, sizeof(w->via), "%s%s%s", relay, via[0] ? ">" : "", via);
+	for (uint32_t i = 0; i < models->via.map.size; i++) {
+		char model[WSYNC_MAX_MODEL + 1];
+		if (wsync_obj_str(&models->via.map.ptr[i].key, model, sizeof(model)) < 0 ||
+		    wsync_model_id_check(model) < 0)
+			return wsync_err_set(err, EX_PROTOCOL, "worker %s: a model that is not a "
+			    "model id", id);
+		if (s_merge_model(w, model, &models->via.map.ptr[i].val, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int
+hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
+{
+	char relay[WSYNC_MAX_ID + 1];
+	const msgpack_object *workers = wsync_msg_get(&r->msg, "workers");
+	int64_t now = wsync_now_ms();
+	wsync_enc_t e;
+
+	if (hub_str(r, "relay", 1, wsync_id_check, relay, sizeof(relay), err) < 0)
+		return -1;
+	if (workers == NULL || workers->type != MSGPACK_OBJECT_ARRAY ||
+	    workers->via.array.size > HUB_MAX_WORKERS)
+		return wsync_err_set(err, EX_PROTOCOL, "field \"workers\" is not a list of at most "
+		    "%d workers", HUB_MAX_WORKERS);
+	for (uint32_t i = 0; i < workers->via.array.size; i++)
+		if (s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err) < 0)
+			return -1;
+	/* Any model may have moved: every wait is checked. */
+	for (size_t i = 0; i < wsync_store_count(h->store); i++)
+		hub_waits_check(h, wsync_store_model(h->store, i)->id);
+	hub_ok(&e, r->id, 0);
+	hub_reply(h, r, &e);
+	return 0;
+}

@@ -1,0 +1,255 @@
+#!/usr/bin/env bats
+# Several endpoints and relays (wsync(7), RELAYS): each client learns the
+# announcements of the endpoint it came in on; watchers fail over between hubs
+# of one tree; relays mirror a root's versions with its numbers.
+
+load test_helper
+load hub_helper
+
+@test "a hub on ipc and tcp tells a tcp client the tcp announcement address" {
+	local port
+	make_versions 1
+	port=$(free_port)
+	start_hub -e "ipc://$TMP/hub" -e "tcp://127.0.0.1:$port"
+	wait_log "event=listen endpoint=tcp://127.0.0.1:$port pub=tcp://127.0.0.1:[0-9]\+ hub="
+	wsync-push -m policy v1.wsync
+	run -0 --separate-stderr wsync-watch --once -e "tcp://127.0.0.1:$port" -m policy -o t.wsync
+	assert_output "policy 1 t.wsync"
+	assert_regex "$stderr" "^wsync-watch: connected to hub [^ ]+ at tcp://127.0.0.1:$port, announcements from tcp://127.0.0.1:[0-9]+\$"
+	run -0 --separate-stderr wsync-watch --once -e "ipc://$TMP/hub" -m policy -o i.wsync
+	assert_regex "$stderr" "^wsync-watch: connected to hub [^ ]+ at ipc://$TMP/hub, announcements from ipc://$TMP/hub.pub\$"
+}
+
+@test "wsync-watch -e A -e B follows B when A does not answer" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	run -0 --separate-stderr wsync-watch --once -e "ipc://$TMP/nobody" -e "$WSYNC_ENDPOINT" \
+		-m policy -o w.wsync
+	assert_output "policy 1 w.wsync"
+	assert_regex "$stderr" "trying the next hub, at $WSYNC_ENDPOINT"
+}
+
+# start_relay NAME [wsync-serve options...]: a relay at ipc://$TMP/NAME with the
+# store $TMP/NAME.store, mirroring the hub at $WSYNC_ENDPOINT; its log in
+# $TMP/NAME.log; RPID[NAME] is its PID.
+declare -gA RPID
+start_relay() {
+	local name=$1
+	shift
+	wsync-serve -e "ipc://$TMP/$name" --store "$TMP/$name.store" \
+		--upstream "$WSYNC_ENDPOINT" "$@" 2>>"$TMP/$name.log" &
+	RPID[$name]=$!
+	PIDS+=("$!")
+	wait_until grep -q "event=listen" "$TMP/$name.log"
+}
+
+# 0 when the hub at $1 has version $3 of model $2 (its head).
+head_at() {
+	[ "$(WSYNC_ENDPOINT=$1 wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -r --arg m "$2" '.models[] | select(.model == $m) | .versions[-1].version')" = "$3" ]
+}
+
+@test "a relay keeps the root's numbers and content ids, and serves them to its watchers" {
+	make_versions 5
+	start_hub
+	for v in 1 2; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	start_relay r1
+	start_watcher w1 -e "ipc://$TMP/r1"
+	wait_until watcher_at w1 2
+	for v in 3 4 5; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at w1 5
+	run -0 versions_increase w1
+	assert_equal "$(content_of w1.wsync)" "$(content_of v5.wsync)"
+	assert_equal "$(wsync-inspect --json w1.wsync | jq .version)" 5
+	# Latest wins: the relay may skip a version pushed while it fetched another.
+	grep "event=commit model=policy version=[0-9]* .*relay=$WSYNC_ENDPOINT" r1.log |
+	    sed 's/.*version=\([0-9]*\).*/\1/' >relayed
+	run -0 sort -nuc relayed
+	assert_equal "$(tail -n 1 relayed)" 5
+}
+
+@test "a relay started after 3 pushes numbers the root's head 3, not 1" {
+	make_versions 3
+	start_hub
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 3
+	run -0 --separate-stderr wsync-pull -e "ipc://$TMP/r1" -m policy -o p.wsync
+	assert_equal "$(wsync-inspect --json p.wsync | jq .version)" 3
+	assert_equal "$(content_of p.wsync)" "$(content_of v3.wsync)"
+}
+
+@test "a push to a relay of a mirrored model is refused with 77, naming the upstream" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	run -77 --separate-stderr wsync-push -e "ipc://$TMP/r1" -m policy v1.wsync
+	assert_equal "$stderr" "wsync-push: model policy is mirrored from the upstream $WSYNC_ENDPOINT: push it there"
+}
+
+@test "a relay of a relay of the root: any depth keeps the numbers" {
+	make_versions 3
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher deep -e "ipc://$TMP/r2"
+	for v in 1 2 3; do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	wait_until watcher_at deep 3
+	run -0 versions_increase deep
+	assert_equal "$(content_of deep.wsync)" "$(content_of v3.wsync)"
+}
+
+@test "a relay killed with -9 and restarted resumes mirroring from where it was" {
+	make_versions 4
+	start_hub
+	start_relay r1
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until head_at "ipc://$TMP/r1" policy 2
+	kill -9 "${RPID[r1]}"
+	wait "${RPID[r1]}" 2>/dev/null || true
+	wsync-push -m policy v3.wsync >/dev/null
+	wsync-push -m policy v4.wsync >/dev/null
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 4
+	# Only the versions it lacked: 1 and 2 before the kill, 4 (the head) after.
+	run -0 grep -o "event=commit model=policy version=[0-9]*" r1.log
+	assert_output "$(printf 'event=commit model=policy version=%s\n' 1 2 4)"
+}
+
+# 0 when the hub at $WSYNC_ENDPOINT counts worker $1 alive, reached by relays $2.
+root_has() {
+	wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -e --arg id "$1" --arg via "$2" \
+	    '.workers[] | select(.worker == $id and .alive and .via == $via)' >/dev/null
+}
+
+@test "the root's --wait all returns only once the watchers behind a relay applied" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	start_watcher a -e "ipc://$TMP/r1"
+	start_watcher b -e "ipc://$TMP/r1"
+	wait_until root_has a "$(hostname):${RPID[r1]}"
+	wait_until root_has b "$(hostname):${RPID[r1]}"
+	run -0 wsync-push --wait all --timeout 20 -m policy v1.wsync
+	assert_output 1
+	# A watcher prints a version before it acks it: both lines are there already.
+	assert_equal "$(last_version a) $(last_version b)" "1 1"
+}
+
+@test "a watcher stopped behind a relay is named in the root's timeout with its relay" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	start_watcher a -e "ipc://$TMP/r1"
+	start_watcher b -e "ipc://$TMP/r1"
+	wait_until root_has b "$(hostname):${RPID[r1]}"
+	wait_until root_has a "$(hostname):${RPID[r1]}"
+	kill -STOP "${WPID[b]}"
+	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
+	assert_output 1
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 2 workers have not applied it after 3.0 s"
+	assert_regex "${stderr_lines[1]}" "^  b: has no version, last seen [0-9.]+ s ago, behind relay $(hostname):${RPID[r1]}\$"
+	kill -CONT "${WPID[b]}"
+}
+
+@test "wsync-inspect --hub at the root shows the workers behind two levels of relays with their path" {
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher deep -e "ipc://$TMP/r2"
+	wait_until root_has deep "$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]}"
+	run -0 wsync-inspect --hub
+	assert_line --regexp "^deep +policy +0 +0 .* alive  - +$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]} +-\$"
+}
+
+@test "the workers of a relay killed with -9 go stale at the root" {
+	start_hub
+	start_relay r1
+	start_watcher a -e "ipc://$TMP/r1"
+	wait_until root_has a "$(hostname):${RPID[r1]}"
+	kill -9 "${RPID[r1]}"
+	# Within the liveness window (5 s) and a heartbeat.
+	WAIT_S=8 wait_until bash -c "wsync-inspect --hub --json | jq -e '.workers[] | select(.worker == \"a\" and (.alive | not))'"
+}
+
+@test "with keys, a relay whose key is on the root's pull list mirrors and reports over CURVE" {
+	make_versions 1
+	mkdir push pull rpull
+	for k in root pusher relay rhub worker; do wsync-keygen "$k" >/dev/null; done
+	cp pusher push/
+	cp relay pull/
+	cp worker rpull/
+	start_hub --secret-key root_secret --allow-push push --allow-pull pull
+	start_relay r1 --key relay_secret --hub-key root --secret-key rhub_secret --allow-pull rpull
+	start_watcher w --key worker_secret --hub-key rhub -e "ipc://$TMP/r1"
+	WSYNC_KEY=pusher_secret WSYNC_HUB_KEY=root wait_until root_has w "$(hostname):${RPID[r1]}"
+	run -0 wsync-push --key pusher_secret --hub-key root --wait all --timeout 20 -m policy v1.wsync
+	assert_output 1
+	assert_equal "$(content_of w.wsync)" "$(content_of v1.wsync)"
+	# The relay's key may read and report, not push.
+	run -77 --separate-stderr wsync-push --key relay_secret --hub-key root -m other v1.wsync
+	assert_regex "$stderr" "may only pull: put is for keys on the hub's --allow-push list"
+}
+
+@test "a root, 2 relays, 6 watchers, 20 versions: --wait all, a relay killed with -9, failover, restart" {
+	local w v
+	make_versions 20
+	start_hub
+	start_relay r1
+	start_relay r2
+	for w in a1 a2 a3; do start_watcher "$w" -e "ipc://$TMP/r1" -e "$WSYNC_ENDPOINT"; done
+	for w in b1 b2 b3; do start_watcher "$w" -e "ipc://$TMP/r2" -e "$WSYNC_ENDPOINT"; done
+	for w in a1 a2 a3; do wait_until root_has "$w" "$(hostname):${RPID[r1]}"; done
+	for w in b1 b2 b3; do wait_until root_has "$w" "$(hostname):${RPID[r2]}"; done
+	for ((v = 1; v <= 9; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	run -0 wsync-push --wait all --timeout 30 -m policy v10.wsync
+	assert_output 10
+	for w in a1 a2 a3 b1 b2 b3; do assert_equal "$w $(last_version "$w")" "$w 10"; done
+	kill -9 "${RPID[r1]}"
+	for ((v = 11; v <= 15; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	for w in a1 a2 a3; do WAIT_S=30 wait_until watcher_at "$w" 15; done
+	start_relay r1
+	WAIT_S=20 wait_until head_at "ipc://$TMP/r1" policy 15
+	for ((v = 16; v <= 19; v++)); do wsync-push -m policy "v$v.wsync" >/dev/null; done
+	run -0 wsync-push --wait all --timeout 30 -m policy v20.wsync
+	assert_output 20
+	for w in a1 a2 a3 b1 b2 b3; do
+		assert_equal "$w $(last_version "$w")" "$w 20"
+		run -0 versions_increase "$w"
+		assert_equal "$(content_of "$w.wsync")" "$(content_of v20.wsync)"
+	done
+	WAIT_S=20 wait_until head_at "ipc://$TMP/r1" policy 20
+}
+
+@test "a relay with two upstreams mirrors from the second when the first dies, with the same numbers" {
+	local root=$WSYNC_ENDPOINT
+	make_versions 3
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2 --upstream "$root"
+	wsync-push -m policy v1.wsync >/dev/null
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until head_at "ipc://$TMP/r2" policy 2
+	kill -9 "${RPID[r1]}"
+	wsync-push -m policy v3.wsync >/dev/null
+	WAIT_S=20 wait_until head_at "ipc://$TMP/r2" policy 3
+	run -0 grep -c "event=relay-connect upstream=$root " r2.log
+	assert_output 1
+	run -0 grep -o "event=commit model=policy version=[0-9]*" r2.log
+	assert_output "$(printf 'event=commit model=policy version=%s\n' 1 2 3)"
+}
+
+@test "wsync-push --wait ID at the root waits for a worker two relays down" {
+	make_versions 1
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher deep -e "ipc://$TMP/r2"
+	wait_until root_has deep "$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]}"
+	run -0 --separate-stderr wsync-push --wait deep --timeout 20 -m policy v1.wsync
+	assert_output 1
+	assert_equal "$(last_version deep)" 1
+}
