@@ -261,10 +261,10 @@ PYEOF
 	assert_equal "$(jq -r '.workers[0].failure.version' <<<"$output")" 1
 }
 
-# start_reader ID [options...]: a watcher with --ack stdin whose stdin is the
+# start_ack_watcher ID [options...]: a watcher with --ack stdin whose stdin is the
 # FIFO $TMP/ID.in, held open on descriptor 8 (bats has 3) so that answers can be written
 # to it one at a time.
-start_reader() {
+start_ack_watcher() {
 	local id=$1
 	shift
 	mkfifo "$TMP/$id.in"
@@ -284,7 +284,7 @@ lines_of() {
 @test "--ack stdin announces each update and acknowledges it only after the reader's ok" {
 	make_versions 2
 	start_hub
-	start_reader r1
+	start_ack_watcher r1
 	wait_until hub_has_worker r1
 	wsync-push -m policy v1.wsync
 	wait_until lines_of r1 1
@@ -311,7 +311,7 @@ policy 2 $TMP/r1.wsync"
 @test "--ack stdin reports the reader's fail REASON to the hub and the waiting pusher" {
 	make_versions 1
 	start_hub
-	start_reader r1
+	start_ack_watcher r1
 	wait_until hub_has_worker r1
 	wsync-push -m policy v1.wsync &
 	PIDS+=("$!")
@@ -331,7 +331,7 @@ policy 2 $TMP/r1.wsync"
 @test "--ack stdin reports an update the reader never answers, and skips its late answer" {
 	make_versions 2
 	start_hub
-	start_reader r1 --ack-timeout 0.5
+	start_ack_watcher r1 --ack-timeout 0.5
 	wait_until hub_has_worker r1
 	wsync-push -m policy v1.wsync
 	wait_until grep -q "event=fail" hub.log
@@ -349,7 +349,7 @@ policy 2 $TMP/r1.wsync"
 @test "--ack stdin takes a line that is neither ok nor fail as a failure, naming it" {
 	make_versions 1
 	start_hub
-	start_reader r1
+	start_ack_watcher r1
 	wait_until hub_has_worker r1
 	wsync-push -m policy v1.wsync
 	wait_until lines_of r1 1
@@ -379,6 +379,7 @@ policy 2 $TMP/r1.wsync"
 	assert_equal "${stderr_lines[0]}" "wsync-watch: --ack stdin or -x CMD: one says when an update is applied"
 	run -64 --separate-stderr wsync-watch --ack hook -m policy -o p.wsync
 	assert_equal "${stderr_lines[0]}" 'wsync-watch: --ack wants stdin, not "hook"'
+}
 
 @test "no tearing with --recycle: a leased, mapped output stays whole while 50 newer ones arrive" {
 	make_versions 52
@@ -464,3 +465,4 @@ holds_inode() {
 	run -0 find "$TMP" -maxdepth 1 -name 'w1.wsync.tmp.*'
 	assert_output ""
 }
+
