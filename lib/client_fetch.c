@@ -39,15 +39,12 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 	return 0;
 }
 
-/*
- * Gets bytes [0, h->size) of a version into fd with up to window gets in
- * flight, writing each chunk at its offset as it arrives.
- */
-static int
-s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
-    int fd, int64_t deadline, wsync_err_t *err)
+int
+wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version, uint64_t base,
+    uint64_t size, const char *worker, int fd, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0;
+	const wsync_head_t head = { .version = version, .size = size }, *h = &head;
 	unsigned inflight = 0;
 
 	while (done < h->size) {
@@ -60,10 +57,13 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 		while (inflight < c->window && next_off < h->size) {
 			wsync_enc_t e;
 			uint64_t n = h->size - next_off < c->chunk ? h->size - next_off : c->chunk;
-			ids[inflight] = wsync_client_request(c, &e, "get", worker != NULL ? 5 : 4);
+			ids[inflight] = wsync_client_request(c, &e, "get", 4 + (worker != NULL) +
+			    (base != 0));
 			offs[inflight] = next_off;
 			if (worker != NULL)
 				wsync_enc_kv_str(&e, "worker", worker);
+			if (base != 0)
+				wsync_enc_kv_u64(&e, "base", base);
 			wsync_enc_kv_str(&e, "model", model);
 			wsync_enc_kv_u64(&e, "version", h->version);
 			wsync_enc_kv_u64(&e, "off", next_off);
@@ -117,6 +117,7 @@ s_get_all(wsync_client_t *c, const char *model, const wsync_head_t *h, const cha
 			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
 		}
 		done += len;
+		c->wire += len;
 		wsync_client_release(&m, &p);
 		if (c->progress != NULL)
 			c->progress(c->progress_arg, done, h->size);
@@ -302,6 +303,23 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 	return 0;
 }
 
+/*
+ * 1 when version got came as a delta from f->base, rebuilt into buf (open as
+ * *fd); 0 when it must come whole (no base, or c->delta_note says why); -1
+ * with err when the hub was lost or the fetch stopped.
+ */
+static int
+s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
+    const char *path, char *buf, size_t size, int *fd, int64_t deadline, wsync_err_t *err)
+{
+	int rc;
+
+	if (f->base == NULL)
+		return 0;
+	rc = wsync_client_fetch_delta(c, f, got, path, buf, size, fd, deadline, err);
+	return rc == 0 ? 1 : rc == 1 ? 0 : -1;
+}
+
 int
 wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err)
@@ -309,10 +327,12 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char *model = f->what.model, *path = f->beside;
 	char buf[PATH_MAX];
-	int fd = -1, linked = 0;
+	int fd = -1, linked = 0, rebuilt = 0;
 
 	*tmp = NULL;
 	buf[0] = '\0';
+	c->wire = 0;
+	c->delta_note[0] = '\0';
 	if (!c->store_here && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
 	    WSYNC_TRANSFER_SOCKET)
 		return wsync_client_not_visible(c, err);
@@ -323,7 +343,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
 		if ((linked = s_fetch_from_store(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
-	} else {
+	} else if ((rebuilt = s_try_delta(c, &f->what, got, path, buf, sizeof(buf), &fd, deadline,
+	    err)) < 0) {
+		return -1;
+	} else if (!rebuilt) {
 		c->travelled = WSYNC_TRANSFER_SOCKET;
 		if ((fd = wsync_temp_open(path, buf, sizeof(buf), err)) < 0)
 			return -1;
@@ -331,7 +354,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
-		if (s_get_all(c, model, got, f->what.worker, fd, deadline, err) < 0)
+		if (wsync_client_get_all(c, model, got->version, 0, got->size, f->what.worker, fd,
+		    deadline, err) < 0)
 			goto fail;
 	}
 	/*
@@ -341,7 +365,9 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	 * in the store is never given to another file, and a retired one is only
 	 * rewritten once no one links it. Nothing to read again.
 	 */
-	if (!(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
+	/* A version rebuilt from a delta was verified as it was written (client_delta.c). */
+	if (!rebuilt && !(linked && s_unchanged(fd, got)) &&
+	    s_verify_fd(fd, model, got, 1, err) < 0)
 		goto fail;
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -459,4 +485,16 @@ int
 wsync_client_transfer(const wsync_client_t *c)
 {
 	return c->travelled;
+}
+
+uint64_t
+wsync_client_wire(const wsync_client_t *c)
+{
+	return c->wire;
+}
+
+const char *
+wsync_client_delta_note(const wsync_client_t *c)
+{
+	return c->delta_note;
 }

@@ -24,6 +24,7 @@ s_timers(wsync_hub_t *h)
 
 	hub_waits_expire(h, now);
 	hub_uploads_expire(h, now);
+	hub_deltas_tick(h);
 }
 
 /* How long the next poll may sleep: until the nearest wait deadline, at most S_POLL_MS. */
@@ -41,8 +42,11 @@ s_poll_ms(const wsync_hub_t *h)
 int
 wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 {
-	zmq_pollitem_t items[1 + WSYNC_AUTH_ITEMS] = { { h->router, 0, ZMQ_POLLIN, 0 } };
+	zmq_pollitem_t items[2 + WSYNC_AUTH_ITEMS] = { { h->router, 0, ZMQ_POLLIN, 0 } };
 	int nitems = 1 + wsync_auth_items(h->auth, &items[1]);
+
+	/* A delta made in its thread wakes the loop (hub_delta.c). */
+	items[nitems++] = (zmq_pollitem_t){ NULL, h->delta_pipe[0], ZMQ_POLLIN, 0 };
 
 	while (!*stop) {
 		if (h->reload != NULL && *h->reload) {
@@ -95,6 +99,7 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	h->log = opts->log;
 	h->log_arg = opts->log_arg;
 	h->keep = opts->keep;
+	h->delta_pipe[0] = h->delta_pipe[1] = -1;
 #ifdef WSYNC_TEST_HOOKS
 	h->flip_get = getenv("WSYNC_TEST_FLIP_GET") != NULL;
 #endif
@@ -109,6 +114,8 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	    err)) == NULL)
 		goto fail;
 	wsync_store_set_spares(h->store, opts->recycle);
+	if (hub_deltas_open(h, err) < 0)
+		goto fail;
 	hub_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(
 	    wsync_store_dir(h->store), quoted, sizeof(quoted)), wsync_store_count(h->store),
 	    opts->keep, opts->recycle);
@@ -138,6 +145,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	free(h->workers);
 	wsync_auth_destroy(&h->auth);
 	hub_endpoints_close(h);
+	hub_deltas_close(h);
 	wsync_store_close(&h->store);
 	free(h);
 	*hp = NULL;

@@ -25,9 +25,10 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 		watching += w->models[i].watching;
 		applied += w->models[i].applied != 0;
 	}
-	msgpack_pack_map(&e->pk, 9);
+	msgpack_pack_map(&e->pk, 10);
 	wsync_enc_kv_str(e, "worker", w->id);
 	wsync_enc_kv_str(e, "transfer", w->transfer[0] ? w->transfer : "-");
+	wsync_enc_kv_u64(e, "wire", w->wire);
 	wsync_enc_kv_str(e, "host", w->host);
 	wsync_enc_kv_u64(e, "pid", w->pid);
 	wsync_enc_str(e, "models");
