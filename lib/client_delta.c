@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -183,6 +185,11 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 		    base, version, content, got->version, got->content);
 	else
 		rc = 0;
+#ifdef WSYNC_TEST_HOOKS
+	/* WSYNC_TEST_DELTA_STOP (wsync-watch(1)): stopped with the head rebuilt, not yet in place. */
+	if (rc == 0 && getenv("WSYNC_TEST_DELTA_STOP") != NULL)
+		raise(SIGSTOP);
+#endif
 	if (rc == 1)
 		s_tell(c, f, got, base, base_content);
 out:
