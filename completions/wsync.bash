@@ -185,6 +185,7 @@ _wsync_optarg() {
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
+	wsync-pull:--base) _wsync_paths f ;;
 	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
 		*:--key | *:--hub-key) _wsync_paths f ;;
 	wsync-push:-m | wsync-push:--model)
@@ -243,10 +244,10 @@ _wsync() {
 		--wait-for --transfer -q --quiet --progress --batch --key --hub-key -h --help
 		-V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer --transfer -t --timeout -q --quiet --progress --key --hub-key -h --help
+		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --key --hub-key -h --help
 		-V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--once --max-lag --keep --transfer -t --timeout -q --quiet --log-format --key --hub-key
+		--once --max-lag --keep --transfer --no-delta -t --timeout -q --quiet --log-format --key --hub-key
 		-h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json -t --timeout --verify
 		--key --hub-key -h --help -V --version" ;;
@@ -280,7 +281,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
+			*:--exec-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | *:--base | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
