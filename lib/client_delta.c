@@ -73,7 +73,7 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
     uint64_t base_content, int64_t deadline, uint64_t *size, wsync_err_t *err)
 {
 	int64_t until = wsync_now_ms() + S_PENDING_MS;
-	int nap_ms = 2;
+	int nap_ms = 1;
 
 	if (c->idle_ms <= 0 && deadline < until)
 		until = deadline;
@@ -108,7 +108,7 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
 		if (c->stop != NULL && *c->stop)
 			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
 		poll(NULL, 0, nap_ms);
-		if (nap_ms < 100)
+		if (nap_ms < 10)
 			nap_ms *= 2;
 	}
 }

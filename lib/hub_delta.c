@@ -70,8 +70,8 @@ hub_deltas_open(wsync_hub_t *h, wsync_err_t *err)
 	if (s_dir(h, NULL, dir, sizeof(dir)) < 0)
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", wsync_store_dir(h->store));
 	s_empty(dir, 1);
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return wsync_err_set(err, EX_IOERR, "%s: %s", dir, strerror(errno));
+	/* Made again with the first delta: a store that never serves one does not show it. */
+	rmdir(dir);
 	if (pipe2(h->delta_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
 		return wsync_err_set(err, EX_OSERR, "pipe: %s", strerror(errno));
 	return 0;
@@ -121,7 +121,7 @@ s_start(wsync_hub_t *h)
 {
 	struct hub_delta_job *j = &h->job;
 	struct hub_delta *d = NULL;
-	char dir[PATH_MAX], path[PATH_MAX];
+	char top[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
 
 	if (j->running)
 		return;
@@ -137,7 +137,8 @@ s_start(wsync_hub_t *h)
 	j->base_fd = s_open_version(h, d->model, d->base);
 	j->head_fd = s_open_version(h, d->model, d->head);
 	j->out_fd = -1;
-	if (s_dir(h, d->model, dir, sizeof(dir)) < 0 || s_path(h, d, path, sizeof(path)) < 0 ||
+	if (s_dir(h, NULL, top, sizeof(top)) < 0 || s_dir(h, d->model, dir, sizeof(dir)) < 0 ||
+	    s_path(h, d, path, sizeof(path)) < 0 || (mkdir(top, 0700) < 0 && errno != EEXIST) ||
 	    snprintf(j->tmp, sizeof(j->tmp), "%s.tmp", path) >= (int)sizeof(j->tmp) ||
 	    j->base_fd < 0 || j->head_fd < 0 || (mkdir(dir, 0700) < 0 && errno != EEXIST) ||
 	    (j->out_fd = open(j->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {

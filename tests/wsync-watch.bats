@@ -195,7 +195,7 @@ PYEOF
 	make_versions 2
 	start_hub
 	start_watcher near
-	start_watcher far --transfer socket
+	start_watcher far --transfer socket --no-delta
 	wsync-push -m policy v1.wsync >/dev/null
 	wsync-push -m policy v2.wsync >/dev/null
 	wait_until watcher_at near 2
@@ -209,7 +209,7 @@ PYEOF
 	assert_equal "$(jq -r '.workers[] | "\(.worker) \(.transfer)"' <<<"$output")" \
 	    "$(printf 'far socket\nnear link')"
 	run -0 wsync-inspect --hub
-	assert_line --regexp '^near +policy +2 +0 .* alive  link +-$'
+	assert_line --regexp '^near +policy +2 +0 .* alive  link +- +-$'
 	run -0 grep -c "event=ack worker=near model=policy version=2 transfer=link" hub.log
 }
 
