@@ -84,8 +84,13 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
 
 		if (s_ask(c, f, got, base, base_content, NULL, s_call_ms(c, deadline), &m, &p,
 		    err) < 0) {
-			/* The hub no longer has the base, or has it as another content. */
-			if (err->code == EX_NOINPUT || err->code == EX_USAGE)
+			/*
+			 * A refusal: the hub no longer has the base, or has it as another
+			 * content, or (an older hub) knows no delta op. Only silence, or
+			 * a stop, means the hub is lost.
+			 */
+			if (err->code != EX_TEMPFAIL && err->code != EX_UNAVAILABLE &&
+			    !(c->stop != NULL && *c->stop))
 				return s_whole(c, "%s", err->msg);
 			return -1;
 		}
