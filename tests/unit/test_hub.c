@@ -221,7 +221,7 @@ test_decoding(void)
 	wsync_enc_kv_str(&e, "model", "m");
 	wsync_enc_kv_u64(&e, "version", 1);
 	wsync_enc_kv_str(&e, "transfer", "carrier-pigeon");
-	s_expect_refusal(&e, EX_PROTOCOL, "field \"transfer\" is not link, copy or socket",
+	s_expect_refusal(&e, EX_PROTOCOL, "field \"transfer\" is not link, copy, socket or delta",
 	    "an ack with an unknown transfer is refused (76)");
 
 	s_req(&e, "heads", 1);
