@@ -215,7 +215,7 @@ hub_op_fn *hub_op_find(const char *op);
 
 /* -1 with err: field key is missing. */
 int hub_missing(const char *key, wsync_err_t *err);
-/* 0 when s names a way a version reaches a worker: link, copy or socket. */
+/* 0 when s names a way a version reaches a worker: link, copy, socket or delta. */
 int hub_transfer_check(const char *s);
 /* A string field checked by check (may be NULL); "" in buf when absent and optional. */
 int hub_str(const struct hub_req *r, const char *key, int required, int (*check)(const char *),
