@@ -520,26 +520,29 @@ s_show_hub_text(json_t *st, const char *endpoint)
 			    s_jtext(v, "content"), s_jtext(v, "pusher"));
 		}
 	}
-	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %-8s  %-24s  %s\n", "WORKER", "MODEL",
-	    "APPLIED", "LAG", "SEEN", "STATE", "TRANSFER", "VIA", "LAST FAILURE");
+	printf("\n%-24s %-20s %9s %5s %8s  %-5s  %-8s %12s  %-24s  %s\n", "WORKER", "MODEL",
+	    "APPLIED", "LAG", "SEEN", "STATE", "TRANSFER", "WIRE", "VIA", "LAST FAILURE");
 	json_array_foreach(workers, i, w) {
 		json_t *applied = json_object_get(w, "applied"), *fail = json_object_get(w, "failure");
 		json_array_foreach(json_object_get(w, "models"), j, name) {
 			const char *model = json_is_string(name) ? json_string_value(name) : "";
 			json_int_t a = json_integer_value(json_object_get(applied, model));
 			json_int_t head = s_head_of(models, model);
-			char failure[700] = "-";
+			char failure[700] = "-", wire[24] = "-";
+			json_int_t bytes = json_integer_value(json_object_get(w, "wire"));
 			if (json_is_object(fail) && strcmp(s_jraw(fail, "model"), model) == 0)
 				snprintf(failure, sizeof(failure), "version %lld: %s",
 				    (long long)json_integer_value(json_object_get(fail, "version")),
 				    s_jtext(fail, "reason"));
 			const char *via = s_jtext(w, "via");
-			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %-8s  %-24s  %s\n",
+			if (bytes > 0)
+				snprintf(wire, sizeof(wire), "%lld", (long long)bytes);
+			printf("%-24s %-20s %9lld %5lld %7.1fs  %-5s  %-8s %12s  %-24s  %s\n",
 			    s_jtext(w, "worker"), s_safe(model), (long long)a,
 			    (long long)(head > a ? head - a : 0),
 			    json_number_value(json_object_get(w, "seen")),
 			    json_is_true(json_object_get(w, "alive")) ? "alive" : "gone",
-			    s_jtext(w, "transfer"), via[0] ? via : "-", failure);
+			    s_jtext(w, "transfer"), wire, via[0] ? via : "-", failure);
 		}
 	}
 	/* A worker that fetches only some tensors (wsync-watch --select) says which. */

@@ -13,8 +13,8 @@
 
 static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
-    "                  [--transfer MODE] [-t SEC] [-q|--progress]\n"
-    "                  [--verify-key FILE]... [--max-age SEC]\n"
+    "                  [--transfer MODE] [--base FILE|--no-delta] [-t SEC]\n"
+    "                  [-q|--progress] [--verify-key FILE]... [--max-age SEC]\n"
     "                  [--format wsync|safetensors] [--shard-size BYTES] -m MODEL\n";
 
 static void
@@ -37,6 +37,10 @@ s_help(void)
 	    "      --transfer MODE      auto (default), link (FILE becomes a hard link to the\n"
 	    "                           hub's file), copy, or socket; link and copy need the\n"
 	    "                           hub's store on this host\n"
+	    "      --base FILE          over the socket, fetch the version as a delta from\n"
+	    "                           the older version FILE holds (default: FILE of -o,\n"
+	    "                           when it holds one)\n"
+	    "      --no-delta           over the socket, fetch the version whole\n"
 	    "  -t, --timeout SEC        bound on the whole pull (default 30)\n"
 	    "      --progress           show the download's progress on stderr even when it\n"
 	    "                           is not a terminal or the pull is short\n"
@@ -71,8 +75,9 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS, OPT_VERIFY_KEY, OPT_MAX_AGE,
-	    OPT_FORMAT, OPT_SHARD_SIZE };
+	    OPT_FORMAT, OPT_SHARD_SIZE, OPT_BASE, OPT_NO_DELTA };
 	static const struct option opts[] = {
+		{ "base", required_argument, NULL, OPT_BASE },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "format", required_argument, NULL, OPT_FORMAT },
@@ -80,6 +85,7 @@ main(int argc, char **argv)
 		{ "if-newer", required_argument, NULL, OPT_IF_NEWER },
 		{ "max-age", required_argument, NULL, OPT_MAX_AGE },
 		{ "model", required_argument, NULL, 'm' },
+		{ "no-delta", no_argument, NULL, OPT_NO_DELTA },
 		{ "output", required_argument, NULL, 'o' },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "pull-version", required_argument, NULL, 'v' },
@@ -92,9 +98,10 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *endpoint = NULL, *model = NULL, *out = NULL, *key = NULL, *hub_key = NULL;
+	const char *base = NULL;
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
-	int have_if_newer = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
+	int have_if_newer = 0, no_delta = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
 	int max_age_s = 0, nkeys;
 	const wsync_verifykey_t *keys;
 	int safetensors = 0;
@@ -136,6 +143,8 @@ main(int argc, char **argv)
 			if ((ckpt.shard_size = cli_number("--shard-size", optarg)) == 0)
 				cli_usage_error("--shard-size wants 1 byte or more");
 			break;
+		case OPT_BASE: base = optarg; break;
+		case OPT_NO_DELTA: no_delta = 1; break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -149,10 +158,15 @@ main(int argc, char **argv)
 	if (wsync_model_id_check(model) < 0)
 		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
 		    "starting with '.')", model, WSYNC_MAX_MODEL);
+	if (base != NULL && no_delta)
+		cli_usage_error("--base and --no-delta exclude each other");
 	if (out == NULL) {
 		snprintf(defout, sizeof(defout), safetensors ? "%s" : "%s.wsync", model);
 		out = defout;
 	}
+	/* The file a pull replaces holds an older version, most often: the delta's base. */
+	if (base == NULL && !no_delta && strcmp(out, "-") != 0 && !safetensors)
+		base = out;
 	if (!safetensors && ckpt.shard_size > 0)
 		cli_usage_error("--shard-size needs --format safetensors");
 	if (safetensors) {
@@ -186,9 +200,15 @@ main(int argc, char **argv)
 	}
 	int64_t left = deadline - wsync_now_ms();
 	if (wsync_client_pull(client, &(wsync_fetch_t){ .model = model, .version = version,
-	    .keys = keys, .nkeys = nkeys }, out, &got, left > 0 ? (int)left : 0, &err) < 0)
+	    .keys = keys, .nkeys = nkeys, .base = base }, out, &got, left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	if (wsync_client_delta_note(client)[0] != '\0') {
+		char line[WSYNC_MAX_REASON + 100];
+		snprintf(line, sizeof(line), "%s version %" PRIu64 " fetched whole: %s", model,
+		    got.version, wsync_client_delta_note(client));
+		cli_log_msg(NULL, line);
+	}
 	if (safetensors) {
 		char real[PATH_MAX];
 		wsync_file_t *f = wsync_file_open(staging, &err);

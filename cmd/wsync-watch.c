@@ -20,7 +20,8 @@
 static const char s_usage[] =
     "usage: wsync-watch [-e ENDPOINT]... [--id ID] [-x CMD] [--exec-timeout SEC] [--once]\n"
     "                   [--ack stdin] [--ack-timeout SEC]\n"
-    "                   [--max-lag N] [--keep N] [--recycle] [--transfer MODE] [-t SEC] [-q]\n"
+    "                   [--max-lag N] [--keep N] [--recycle] [--transfer MODE] [--no-delta]\n"
+    "                   [-t SEC] [-q]\n"
     "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
     "                   [--format wsync|safetensors]\n"
     "                   [--shard-size BYTES] [--select PATTERN]... [--select-from FILE]\n"
@@ -68,6 +69,8 @@ s_help(void)
 	    "      --transfer MODE      auto (default), link (each file a hard link to the\n"
 	    "                           hub's, read-only), copy, or socket; link and copy need\n"
 	    "                           the hub's store on this host\n"
+	    "      --no-delta           over the socket, fetch every version whole, never as\n"
+	    "                           a delta from the version the output holds\n"
 	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
 	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
 	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
@@ -315,7 +318,7 @@ main(int argc, char **argv)
 	enum {
 		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_RECYCLE, OPT_EXEC_TIMEOUT,
 		OPT_TRANSFER, OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE,
-		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM
+		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM, OPT_NO_DELTA
 	};
 	static const struct option opts[] = {
 		{ "ack", required_argument, NULL, OPT_ACK },
@@ -332,6 +335,7 @@ main(int argc, char **argv)
 		{ "max-lag", required_argument, NULL, OPT_MAX_LAG },
 		{ "keep", required_argument, NULL, OPT_KEEP },
 		{ "model", required_argument, NULL, 'm' },
+		{ "no-delta", no_argument, NULL, OPT_NO_DELTA },
 		{ "once", no_argument, NULL, OPT_ONCE },
 		{ "transfer", required_argument, NULL, OPT_TRANSFER },
 		{ "output", required_argument, NULL, 'o' },
@@ -378,6 +382,7 @@ main(int argc, char **argv)
 		case OPT_ID: snprintf(worker, sizeof(worker), "%s", optarg); break;
 		case OPT_LOG_FORMAT: cli_log_format(optarg); break;
 		case OPT_ONCE: w.once = 1; break;
+		case OPT_NO_DELTA: w.no_delta = 1; break;
 		case OPT_MAX_LAG: w.max_lag = cli_number("--max-lag", optarg); break;
 		case OPT_KEEP: {
 			uint64_t keep = cli_number("--keep", optarg);

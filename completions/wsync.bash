@@ -185,6 +185,7 @@ _wsync_optarg() {
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint | wsync-serve:--upstream) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
+	wsync-pull:--base) _wsync_paths f ;;
 	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
 		*:--key | *:--hub-key | wsync-push:--sign-key | *:--verify-key) _wsync_paths f ;;
 	wsync-push:-m | wsync-push:--model)
@@ -248,10 +249,10 @@ _wsync() {
 		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --key --hub-key
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
-		--if-newer --transfer -t --timeout -q --quiet --progress --verify-key --max-age
-		--format --shard-size --key --hub-key -h --help -V --version" ;;
+		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --verify-key
+		--max-age --format --shard-size --key --hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
-		--ack --ack-timeout --once --max-lag --keep --recycle --transfer -t --timeout -q --quiet --log-format
+		--ack --ack-timeout --once --max-lag --keep --recycle --transfer --no-delta -t --timeout -q --quiet --log-format
 		--verify-key --max-age --format --shard-size --select --select-from --key --hub-key
 		-h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json --prometheus -t --timeout --verify --verify-key
@@ -287,7 +288,7 @@ _wsync() {
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
-			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | \
+			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | *:--base | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age | \
 			*:--format | *:--shard-size | *:--select | *:--select-from | *:--upstream) ((i++)) ;;

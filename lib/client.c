@@ -11,7 +11,7 @@
 
 #include "client_conn_int.h"
 
-static const char *const s_transfers[] = { "auto", "link", "copy", "socket" };
+static const char *const s_transfers[] = { "auto", "link", "copy", "socket", "delta" };
 
 int
 wsync_transfer_parse(const char *name)
@@ -22,7 +22,7 @@ wsync_transfer_parse(const char *name)
 const char *
 wsync_transfer_name(int mode)
 {
-	return wsync_name_of(s_transfers, 4, mode);
+	return wsync_name_of(s_transfers, 5, mode);
 }
 
 static void
@@ -435,7 +435,8 @@ wsync_client_report(wsync_client_t *c, const wsync_report_t *r, int timeout_ms,
 	const char *op = r->reason != NULL ? "fail" : "ack";
 	int said = r->transfer != WSYNC_TRANSFER_AUTO;
 	wsync_enc_t e;
-	uint64_t id = wsync_client_request(c, &e, op, 3 + (r->reason != NULL) + said);
+	uint64_t id = wsync_client_request(c, &e, op, 3 + (r->reason != NULL) + said +
+	    (r->wire != 0));
 
 	wsync_enc_kv_str(&e, "worker", r->worker);
 	wsync_enc_kv_str(&e, "model", r->model);
@@ -444,6 +445,8 @@ wsync_client_report(wsync_client_t *c, const wsync_report_t *r, int timeout_ms,
 		wsync_enc_kv_str(&e, "reason", r->reason);
 	if (said)
 		wsync_enc_kv_str(&e, "transfer", wsync_transfer_name(r->transfer));
+	if (r->wire != 0)
+		wsync_enc_kv_u64(&e, "wire", r->wire);
 	return s_simple(c, &e, id, timeout_ms, op, err);
 }
 

@@ -51,6 +51,8 @@ struct wsync_client {
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
 	int travelled;                  /* WSYNC_TRANSFER_*: how the last fetch travelled */
 	uint64_t fetched;               /* bytes the last fetch asked the hub for */
+	uint64_t wire;                  /* bytes of data the last fetch received */
+	char delta_note[WSYNC_MAX_REASON]; /* why the last fetch with a base came whole */
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
 	struct wsync_next_slot next_slot;
@@ -128,6 +130,27 @@ int wsync_client_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size
     int64_t deadline, wsync_err_t *err);
 /* The error (64) for a transfer mode asked for that needs the hub's store visible here. */
 int wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err);
+/*
+ * Gets bytes [0, size) of version of model (with base non-zero: of the delta
+ * from base to it) into fd, up to the window of gets in flight, each chunk
+ * written at its offset as it comes.
+ */
+int wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version,
+    uint64_t base, uint64_t size, const char *worker, int fd, int64_t deadline,
+    wsync_err_t *err);
+
+/* ---- deltas (client_delta.c) ---- */
+
+/*
+ * Fetches version got of f->model as a delta from the file f->base and
+ * rebuilds it, verified, into a new temporary file beside path, named in buf
+ * and open as *fd. 0 when done; 1 when the version must come whole (why in
+ * c->delta_note; the hub heard of a delta that did not apply); -1 with err
+ * when the hub is lost or the fetch was stopped.
+ */
+int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
+    const wsync_head_t *got, const char *path, char *buf, size_t size, int *fd,
+    int64_t deadline, wsync_err_t *err);
 
 /* ---- uploading (client_upload.c) ---- */
 

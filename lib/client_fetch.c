@@ -42,12 +42,13 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 }
 
 /*
- * Gets the nranges byte ranges of a version into fd, each chunk written at
- * its offset as it arrives, with up to window gets in flight. With a bound
- * on silence, each get is as long as arrives well within it (pace_int.h).
+ * Gets the nranges byte ranges of a version (of the delta to it from base,
+ * when base is not 0) into fd, each chunk written at its offset as it
+ * arrives, with up to window gets in flight. With a bound on silence, each
+ * get is as long as arrives well within it (pace_int.h).
  */
-int
-wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
+static int
+s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64_t base,
     const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
     wsync_err_t *err)
 {
@@ -83,11 +84,14 @@ wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t
 		while (inflight < c->window && r < nranges) {
 			wsync_enc_t e;
 			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
-			ids[inflight] = wsync_client_request(c, &e, "get", worker != NULL ? 5 : 4);
+			ids[inflight] = wsync_client_request(c, &e, "get", 4 + (worker != NULL) +
+			    (base != 0));
 			offs[inflight] = next_off;
 			asked[inflight] = wsync_now_ms();
 			if (worker != NULL)
 				wsync_enc_kv_str(&e, "worker", worker);
+			if (base != 0)
+				wsync_enc_kv_u64(&e, "base", base);
 			wsync_enc_kv_str(&e, "model", model);
 			wsync_enc_kv_u64(&e, "version", h->version);
 			wsync_enc_kv_u64(&e, "off", next_off);
@@ -148,6 +152,7 @@ wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t
 			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
 		}
 		done += len;
+		c->wire += len;
 		wsync_client_release(&m, &p);
 		wsync_pace_arrived(&pace, len, asked[at], wsync_now_ms());
 		if (c->progress != NULL)
@@ -161,6 +166,24 @@ wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t
 		inflight--;
 	}
 	return 0;
+}
+
+int
+wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
+    wsync_err_t *err)
+{
+	return s_get_ranges(c, model, h, 0, worker, fd, ranges, nranges, deadline, err);
+}
+
+int
+wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version, uint64_t base,
+    uint64_t size, const char *worker, int fd, int64_t deadline, wsync_err_t *err)
+{
+	const wsync_head_t head = { .version = version, .size = size };
+
+	return s_get_ranges(c, model, &head, base, worker, fd, &(wsync_range_t){ 0, size }, 1,
+	    deadline, err);
 }
 
 /* Where version of model lives in the hub's store (wsync-serve(1), FILES). */
@@ -335,6 +358,23 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 	return 0;
 }
 
+/*
+ * 1 when version got came as a delta from f->base, rebuilt into buf (open as
+ * *fd); 0 when it must come whole (no base, or c->delta_note says why); -1
+ * with err when the hub was lost or the fetch stopped.
+ */
+static int
+s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
+    const char *path, char *buf, size_t size, int *fd, int64_t deadline, wsync_err_t *err)
+{
+	int rc;
+
+	if (f->base == NULL)
+		return 0;
+	rc = wsync_client_fetch_delta(c, f, got, path, buf, size, fd, deadline, err);
+	return rc == 0 ? 1 : rc == 1 ? 0 : -1;
+}
+
 int
 wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err)
@@ -342,11 +382,13 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char *model = f->what.model, *path = f->beside;
 	char buf[PATH_MAX];
-	int fd = -1, linked = 0, selected = 0;
+	int fd = -1, linked = 0, selected = 0, rebuilt = 0;
 
 	*tmp = NULL;
 	c->fetched = 0;
 	buf[0] = '\0';
+	c->wire = 0;
+	c->delta_note[0] = '\0';
 	if (!c->store_here && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
 	    WSYNC_TRANSFER_SOCKET)
 		return wsync_client_not_visible(c, err);
@@ -357,7 +399,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
 		if ((linked = s_fetch_from_store(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
-	} else {
+	} else if (!(f->select != NULL && f->select->nselect > 0) && (rebuilt = s_try_delta(c,
+	    &f->what, got, path, buf, sizeof(buf), &fd, deadline, err)) < 0) {
+		return -1;
+	} else if (!rebuilt) {
 		c->travelled = WSYNC_TRANSFER_SOCKET;
 		/* A spare's pages exist: writing it costs a copy, not fresh pages. */
 		if ((fd = f->recycle != NULL ? wsync_recycle_take(f->recycle, buf, sizeof(buf)) :
@@ -383,8 +428,9 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	 * in the store is never given to another file, and a retired one is only
 	 * rewritten once no one links it. Nothing to read again.
 	 */
-	if (selected ? wsync_client_verify_selected(fd, model, got, f->select, err) < 0 :
-	    !(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
+	/* A version rebuilt from a delta was verified as it was written (client_delta.c). */
+	if (rebuilt ? 0 : selected ? wsync_client_verify_selected(fd, model, got, f->select,
+	    err) < 0 : !(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
 		goto fail;
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -526,4 +572,16 @@ uint64_t
 wsync_client_fetched(const wsync_client_t *c)
 {
 	return c->fetched;
+}
+
+uint64_t
+wsync_client_wire(const wsync_client_t *c)
+{
+	return c->wire;
+}
+
+const char *
+wsync_client_delta_note(const wsync_client_t *c)
+{
+	return c->delta_note;
 }

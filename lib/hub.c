@@ -25,6 +25,7 @@ s_timers(wsync_hub_t *h)
 	hub_waits_expire(h, now);
 	hub_uploads_expire(h, now);
 	hub_relay_report(h, now);
+	hub_deltas_tick(h);
 }
 
 /* How long the next poll may sleep: until the nearest wait deadline, at most S_POLL_MS. */
@@ -42,7 +43,7 @@ s_poll_ms(const wsync_hub_t *h)
 int
 wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 {
-	zmq_pollitem_t *items = calloc((size_t)h->neps + 1 + WSYNC_AUTH_ITEMS, sizeof(*items));
+	zmq_pollitem_t *items = calloc((size_t)h->neps + 2 + WSYNC_AUTH_ITEMS, sizeof(*items));
 	int nitems, relay = h->neps;
 
 	if (items == NULL)
@@ -52,6 +53,9 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 	/* A relay's thread hands over what it mirrored: the store is this loop's alone. */
 	items[relay] = (zmq_pollitem_t){ h->relay_pair, -1, h->relay_pair ? ZMQ_POLLIN : 0, 0 };
 	nitems = h->neps + 1 + wsync_auth_items(h->auth, &items[h->neps + 1]);
+
+	/* A delta made in its thread wakes the loop (hub_delta.c). */
+	items[nitems++] = (zmq_pollitem_t){ NULL, h->delta_pipe[0], ZMQ_POLLIN, 0 };
 
 	while (!*stop) {
 		if (h->reload != NULL && *h->reload) {
@@ -112,6 +116,7 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	h->log = opts->log;
 	h->log_arg = opts->log_arg;
 	h->keep = opts->keep;
+	h->delta_pipe[0] = h->delta_pipe[1] = -1;
 #ifdef WSYNC_TEST_HOOKS
 	h->flip_get = getenv("WSYNC_TEST_FLIP_GET") != NULL;
 #endif
@@ -124,7 +129,7 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	    err)) == NULL)
 		goto fail;
 	wsync_store_set_spares(h->store, opts->recycle);
-	if (hub_relay_start(h, opts, err) < 0)
+	if (hub_deltas_open(h, err) < 0 || hub_relay_start(h, opts, err) < 0)
 		goto fail;
 	hub_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(
 	    wsync_store_dir(h->store), quoted, sizeof(quoted)), wsync_store_count(h->store),
@@ -156,6 +161,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	free(h->workers);
 	wsync_auth_destroy(&h->auth);
 	hub_endpoints_close(h);
+	hub_deltas_close(h);
 	wsync_store_close(&h->store);
 	free(h);
 	*hp = NULL;

@@ -9,11 +9,14 @@
 #ifndef WSYNC_HUB_INT_H
 #define WSYNC_HUB_INT_H
 
+#include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <signal.h>
 #include <stdint.h>
 
 #include "auth_int.h"
+#include "delta_int.h"
 #include "log_int.h"
 #include "net_int.h"
 #include "peer_int.h"
@@ -36,6 +39,7 @@
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
 #define HUB_VIA 512                     /* bytes of a worker's path of relays */
 #define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
+#define HUB_DELTAS 64                   /* deltas kept, being made or waiting to be */
 
 /* ---- the hub's state ---- */
 
@@ -58,7 +62,8 @@ struct hub_worker {
 	int64_t seen;                   /* monotonic ms; for a worker behind a relay, as it reported */
 	int gone;                       /* said bye */
 	char conn[WSYNC_PEER_NAME];     /* the connection that made it known */
-	char transfer[8];               /* how its last applied version came: link, copy, socket */
+	char transfer[8];               /* how its last applied version came: link, copy, socket, delta */
+	uint64_t wire;                  /* bytes of that version on the wire; 0: none or not said */
 	char via[HUB_VIA];              /* the relays it is reached by, "r1>r2"; "": directly */
 	struct hub_wmodel *models;
 	size_t nmodels, cap;
@@ -113,6 +118,32 @@ struct hub_wait {
 	uint64_t size, content;         /* commit: the version's */
 };
 
+/* A delta from a base to a head of one model, in STORE/.deltas (hub_delta.c). */
+enum hub_delta_state { HUB_DELTA_FREE, HUB_DELTA_QUEUED, HUB_DELTA_MAKING, HUB_DELTA_READY,
+    HUB_DELTA_WHOLE };
+struct hub_delta {
+	enum hub_delta_state state;
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t base, head;
+	wsync_version_t file;           /* READY: the delta's file (version: the head's number) */
+	char why[160];                  /* WHOLE: why H travels whole */
+	int64_t used;                   /* monotonic ms of the last request for it */
+};
+
+/* The one delta being made, in a thread of its own; the loop hears of its end through a pipe. */
+struct hub_delta_job {
+	int running;                    /* a thread was started and not joined */
+	size_t slot;                    /* its entry in deltas */
+	int base_fd, head_fd, out_fd;
+	char tmp[PATH_MAX];
+	int rc;
+	wsync_err_t err;
+	wsync_delta_stats_t stats;
+	int64_t start;
+	int done_fd;                    /* the pipe's write end: the thread writes a byte when done */
+	pthread_t thread;
+};
+
 /* What the hub did since it started, for wsync-inspect --prometheus (hub_status.c). */
 struct hub_counters {
 	uint64_t uploads;               /* begun (begin, put, slot) */
@@ -161,6 +192,9 @@ struct wsync_hub {
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
 	struct hub_counters counts;
+	struct hub_delta deltas[HUB_DELTAS];
+	struct hub_delta_job job;
+	int delta_pipe[2];              /* the job's end: the loop polls [0] */
 #ifdef WSYNC_TEST_HOOKS
 	int flip_get;                   /* WSYNC_TEST_FLIP_GET: spoil the data of gets */
 #endif
@@ -220,7 +254,7 @@ hub_op_fn *hub_op_find(const char *op);
 
 /* -1 with err: field key is missing. */
 int hub_missing(const char *key, wsync_err_t *err);
-/* 0 when s names a way a version reaches a worker: link, copy or socket. */
+/* 0 when s names a way a version reaches a worker: link, copy, socket or delta. */
 int hub_transfer_check(const char *s);
 /* A string field checked by check (may be NULL); "" in buf when absent and optional. */
 int hub_str(const struct hub_req *r, const char *key, int required, int (*check)(const char *),
@@ -369,6 +403,20 @@ int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 size_t hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e);
 /* The op subtree: merges a relay's report into the registry, each worker with its path. */
 int hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_delta.c: deltas between versions, made once in a thread, served by get ---- */
+
+/* Empties STORE/.deltas and makes the job's pipe. */
+int hub_deltas_open(wsync_hub_t *h, wsync_err_t *err);
+/* Waits for the job, then drops every delta and closes the pipe. */
+void hub_deltas_close(wsync_hub_t *h);
+/* Finishes a job that ended, drops deltas whose base or head retired, starts the next job. */
+void hub_deltas_tick(wsync_hub_t *h);
+/* The ready delta of model from base to head, as a file get reads; NULL with err (66). */
+const wsync_version_t *hub_delta_file(wsync_hub_t *h, const char *model, uint64_t base,
+    uint64_t head, wsync_err_t *err);
+
+int hub_op_delta(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_status.c: the status document ---- */
 

@@ -36,8 +36,8 @@ hub_missing(const char *key, wsync_err_t *err)
 int
 hub_transfer_check(const char *s)
 {
-	return strcmp(s, "link") == 0 || strcmp(s, "copy") == 0 || strcmp(s, "socket") == 0 ?
-	    0 : -1;
+	return strcmp(s, "link") == 0 || strcmp(s, "copy") == 0 || strcmp(s, "socket") == 0 ||
+	    strcmp(s, "delta") == 0 ? 0 : -1;
 }
 
 int
@@ -54,7 +54,7 @@ hub_str(const struct hub_req *r, const char *key, int required, int (*check)(con
 		return wsync_err_set(err, EX_PROTOCOL, "field \"%s\" is not %s", key,
 		    check == wsync_model_id_check ? "a model id (1 to 64 of A-Z a-z 0-9 . _ -)" :
 		    check == wsync_id_check ? "an id (1 to 128 printable ASCII bytes, no space)" :
-		    check == hub_transfer_check ? "link, copy or socket" :
+		    check == hub_transfer_check ? "link, copy, socket or delta" :
 		    "a string of the right size");
 	}
 	return 0;
@@ -198,6 +198,7 @@ static const struct {
 	{ "bye", hub_op_bye },
 	{ "chunk", hub_op_chunk },
 	{ "commit", hub_op_commit },
+	{ "delta", hub_op_delta },
 	{ "fail", hub_op_ack_or_fail },
 	{ "get", hub_op_get },
 	{ "heads", hub_op_heads },

@@ -26,7 +26,7 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 		applied += w->models[i].applied != 0;
 		failing += w->models[i].failures != 0;
 	}
-	msgpack_pack_map(&e->pk, 11 + (w->nselect > 0));
+	msgpack_pack_map(&e->pk, 12 + (w->nselect > 0));
 	wsync_enc_kv_str(e, "worker", w->id);
 	wsync_enc_kv_str(e, "via", w->via);
 	if (w->nselect > 0) {
@@ -36,6 +36,7 @@ s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 			wsync_enc_str(e, w->select[i]);
 	}
 	wsync_enc_kv_str(e, "transfer", w->transfer[0] ? w->transfer : "-");
+	wsync_enc_kv_u64(e, "wire", w->wire);
 	wsync_enc_kv_str(e, "host", w->host);
 	wsync_enc_kv_u64(e, "pid", w->pid);
 	wsync_enc_str(e, "models");

@@ -399,13 +399,14 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	int fail = strcmp(r->op, "fail") == 0;
 	struct hub_worker *w;
 	struct hub_wmodel *wm;
-	uint64_t version;
+	uint64_t version, wire = 0;
 	wsync_enc_t e;
 
 	if (hub_worker_field(r, 1, worker, err) < 0 || hub_model_field(r, model, err) < 0 ||
 	    hub_u64(r, "version", 1, &version, err) < 0 ||
 	    (fail && hub_str(r, "reason", 1, NULL, reason, sizeof(reason), err) < 0) ||
-	    hub_str(r, "transfer", 0, hub_transfer_check, transfer, sizeof(transfer), err) < 0)
+	    hub_str(r, "transfer", 0, hub_transfer_check, transfer, sizeof(transfer), err) < 0 ||
+	    hub_u64(r, "wire", 0, &wire, err) < 0)
 		return -1;
 	if (version == 0)
 		return wsync_err_set(err, EX_USAGE, "%s of version 0: versions start at 1", r->op);
@@ -426,10 +427,17 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		    model, version, wsync_log_quote(reason, quoted, sizeof(quoted)));
 	} else {
 		s_applied_set(wm, version, 1);
-		if (transfer[0] != '\0')
+		if (transfer[0] != '\0') {
 			memcpy(w->transfer, transfer, sizeof(w->transfer));
-		hub_log(h, "event=ack worker=%s model=%s version=%" PRIu64 "%s%s", worker, model,
-		    version, transfer[0] ? " transfer=" : "", transfer);
+			w->wire = wire;
+		}
+		if (wire != 0)
+			hub_log(h, "event=ack worker=%s model=%s version=%" PRIu64 " transfer=%s "
+			    "wire=%" PRIu64, worker, model, version, transfer[0] ? transfer : "-",
+			    wire);
+		else
+			hub_log(h, "event=ack worker=%s model=%s version=%" PRIu64 "%s%s", worker,
+			    model, version, transfer[0] ? " transfer=" : "", transfer);
 		hub_waits_check(h, model);
 	}
 	/* A relay tells its upstream at once: a wait at the root is waiting for this. */

@@ -458,7 +458,8 @@ s_scan(wsync_store_t *s, wsync_err_t *err)
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 ||
 		    strcmp(e->d_name, ".uploads") == 0 || strcmp(e->d_name, ".lock") == 0 ||
 		    strcmp(e->d_name, ".id") == 0 || strcmp(e->d_name, ".id.tmp") == 0 ||
-		    strcmp(e->d_name, ".journal") == 0 || strcmp(e->d_name, ".journal.tmp") == 0)
+		    strcmp(e->d_name, ".journal") == 0 || strcmp(e->d_name, ".journal.tmp") == 0 ||
+		    strcmp(e->d_name, ".deltas") == 0)
 			continue;
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISDIR(st.st_mode) || wsync_model_id_check(e->d_name) < 0) {

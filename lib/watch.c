@@ -27,6 +27,7 @@ struct s_watch {
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
 	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
+	uint64_t *wire;         /* per model: its bytes on the wire */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
 	wsync_applied_t *in_place;  /* verifying: per model, what its output holds */
 	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
@@ -272,8 +273,10 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		uint64_t v = w->heads[i].version;
+		/* The output holds the version applied last: the base of a delta to the head. */
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
-		    .worker = o->worker }, .known = &w->heads[i], .beside = o->paths[i],
+		    .worker = o->worker, .base = o->no_delta ? NULL : o->paths[i] },
+		    .known = &w->heads[i], .beside = o->paths[i],
 		    .recycle = o->recycle ? &w->spares[i] : NULL, .select = o->select };
 		wsync_head_t got;
 		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
@@ -290,12 +293,16 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			}
 			return -1;
 		}
+		if (wsync_client_delta_note(w->client)[0] != '\0')
+			s_log(w, "%s version %" PRIu64 " fetched whole: %s", o->models[i], v,
+			    wsync_client_delta_note(w->client));
 		w->heads[i] = got;
 		w->how[i] = wsync_client_transfer(w->client);
 		if (o->select != NULL && o->select->nselect > 0 && w->how[i] == WSYNC_TRANSFER_SOCKET)
 			s_log(w, "%s version %" PRIu64 ": fetched %" PRIu64 " of %" PRIu64 " bytes "
 			    "for the selection", o->models[i], v, wsync_client_fetched(w->client),
 			    got.size);
+		w->wire[i] = wsync_client_wire(w->client);
 		moved = 1;
 	}
 	if (!moved)
@@ -329,7 +336,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		    .path = o->paths[i], .beat_ms = (int)wsync_client_heartbeat_ms(w->client),
 		    .beat = s_beat, .beat_ctx = w };
 		wsync_report_t r = { .worker = o->worker, .model = o->models[i],
-		    .transfer = w->how[i] };
+		    .transfer = w->how[i], .wire = w->wire[i] };
 		wsync_err_t rerr;
 
 		if (w->tmp[i] == NULL)
@@ -551,6 +558,7 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.heads = calloc(n, sizeof(*w.heads));
 	w.tmp = calloc(n, sizeof(*w.tmp));
 	w.how = calloc(n, sizeof(*w.how));
+	w.wire = calloc(n, sizeof(*w.wire));
 	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
 	w.in_place = calloc(n, sizeof(*w.in_place));
 	w.next = calloc(n, sizeof(*w.next));
@@ -558,8 +566,8 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	w.own = calloc(n, sizeof(*w.own));
 	w.spares = calloc(n, sizeof(*w.spares));
 	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
-	    w.how == NULL || w.leases == NULL || w.in_place == NULL || w.next == NULL ||
-	    w.aged == NULL || w.own == NULL || w.spares == NULL) {
+	    w.how == NULL || w.wire == NULL || w.leases == NULL || w.in_place == NULL ||
+	    w.next == NULL || w.aged == NULL || w.own == NULL || w.spares == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -585,6 +593,7 @@ out:
 	free(w.heads);
 	free(w.tmp);
 	free(w.how);
+	free(w.wire);
 	for (size_t i = 0; w.leases != NULL && i < n * (o->keep + 1); i++)
 		if (w.leases[i] >= 0)
 			close(w.leases[i]);

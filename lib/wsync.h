@@ -340,9 +340,10 @@ enum {
 	WSYNC_TRANSFER_AUTO,
 	WSYNC_TRANSFER_LINK,            /* a hard link to the store's immutable file */
 	WSYNC_TRANSFER_COPY,            /* a copy of it made in the kernel */
-	WSYNC_TRANSFER_SOCKET           /* bytes over the connection */
+	WSYNC_TRANSFER_SOCKET,          /* bytes over the connection */
+	WSYNC_TRANSFER_DELTA            /* a delta from an older version over the connection */
 };
-/* The mode a name (auto, link, copy, socket) stands for; -1 for anything else. */
+/* The mode a name (auto, link, copy, socket) stands for; -1 for anything else (delta too). */
 int wsync_transfer_parse(const char *name);
 /* The name of a mode ("?" out of range); static. */
 const char *wsync_transfer_name(int mode);
@@ -425,6 +426,7 @@ typedef struct wsync_report {
 	uint64_t version;
 	const char *reason;             /* NULL: applied (wire: ack); else why not (wire: fail) */
 	int transfer;                   /* WSYNC_TRANSFER_*: how it came; AUTO: not said */
+	uint64_t wire;                  /* its bytes on the wire; 0: not said */
 } wsync_report_t;
 /* Tells the hub a worker applied or failed to apply a version. */
 int wsync_client_report(wsync_client_t *client, const wsync_report_t *report, int timeout_ms,
@@ -449,6 +451,12 @@ typedef struct wsync_fetch {
 	 * the output's (wsync_verify_update); else 77 naming the reason. */
 	const struct wsync_verifykey *keys;
 	int nkeys;
+	/*
+	 * A file holding an older version of the model: over the socket, the
+	 * version comes as a delta from it when the hub has one smaller than the
+	 * version (wsync(7), DELTAS), else whole. NULL: always whole.
+	 */
+	const char *base;
 } wsync_fetch_t;
 /*
  * Fetches f's version, verifies every hash and the content id, and writes it
@@ -456,10 +464,17 @@ typedef struct wsync_fetch {
  */
 int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char *path,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err);
-/* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY or SOCKET. */
+/* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY, SOCKET or DELTA. */
 int wsync_client_transfer(const wsync_client_t *client);
 /* Bytes the last fetch of this client asked the hub for over the socket (0: none). */
 uint64_t wsync_client_fetched(const wsync_client_t *client);
+/* The bytes of data the last pull or fetch received over the connection (0: none). */
+uint64_t wsync_client_wire(const wsync_client_t *client);
+/*
+ * Why the last pull or fetch that had a base fetched the version whole; ""
+ * when it came as a delta or had no base. Borrowed until the next fetch.
+ */
+const char *wsync_client_delta_note(const wsync_client_t *client);
 
 /* ---- clients: uploading (client_upload.c) ---- */
 
@@ -745,6 +760,7 @@ typedef struct wsync_watch_opts {
 	 */
 	int recycle;
 	int transfer;                   /* WSYNC_TRANSFER_*: how versions come */
+	int no_delta;                   /* always fetch versions whole, never as deltas */
 	wsync_apply_fn apply;
 	void *arg;
 	void (*log)(void *arg, const char *line);  /* what a person should know; may be NULL */

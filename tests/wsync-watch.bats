@@ -195,7 +195,7 @@ PYEOF
 	make_versions 2
 	start_hub
 	start_watcher near
-	start_watcher far --transfer socket
+	start_watcher far --transfer socket --no-delta
 	wsync-push -m policy v1.wsync >/dev/null
 	wsync-push -m policy v2.wsync >/dev/null
 	wait_until watcher_at near 2

@@ -221,7 +221,7 @@ test_decoding(void)
 	wsync_enc_kv_str(&e, "model", "m");
 	wsync_enc_kv_u64(&e, "version", 1);
 	wsync_enc_kv_str(&e, "transfer", "carrier-pigeon");
-	s_expect_refusal(&e, EX_PROTOCOL, "field \"transfer\" is not link, copy or socket",
+	s_expect_refusal(&e, EX_PROTOCOL, "field \"transfer\" is not link, copy, socket or delta",
 	    "an ack with an unknown transfer is refused (76)");
 
 	s_req(&e, "heads", 1);
@@ -364,6 +364,45 @@ test_wait_expiry(void)
 	wsync_enc_free(&e);
 }
 
+/* The delta op's refusals, each with its code and exact text (wsync(7), delta). */
+static void
+test_delta_refusals(void)
+{
+	wsync_enc_t e;
+
+	s_req(&e, "delta", 3);
+	wsync_enc_kv_str(&e, "model", "policy");
+	wsync_enc_kv_u64(&e, "version", 2);
+	wsync_enc_kv_u64(&e, "base_content", 7);
+	s_expect_refusal(&e, EX_PROTOCOL, "field \"base\" is missing",
+	    "a delta without its base is refused (76) naming the field");
+
+	s_req(&e, "delta", 4);
+	wsync_enc_kv_str(&e, "model", "policy");
+	wsync_enc_kv_u64(&e, "version", 2);
+	wsync_enc_kv_u64(&e, "base", 2);
+	wsync_enc_kv_u64(&e, "base_content", 7);
+	s_expect_refusal(&e, EX_USAGE, "a delta goes from an older version to a newer one "
+	    "(base 2, version 2)", "a delta from a base not older than its head is refused (64)");
+
+	s_req(&e, "delta", 4);
+	wsync_enc_kv_str(&e, "model", "nomodel");
+	wsync_enc_kv_u64(&e, "version", 2);
+	wsync_enc_kv_u64(&e, "base", 1);
+	wsync_enc_kv_u64(&e, "base_content", 7);
+	s_expect_refusal(&e, EX_NOINPUT, "model \"nomodel\" has no version",
+	    "a delta of a model the hub does not have is refused (66)");
+
+	s_req(&e, "get", 5);
+	wsync_enc_kv_str(&e, "model", "nomodel");
+	wsync_enc_kv_u64(&e, "version", 2);
+	wsync_enc_kv_u64(&e, "base", 1);
+	wsync_enc_kv_u64(&e, "off", 0);
+	wsync_enc_kv_u64(&e, "len", 1);
+	s_expect_refusal(&e, EX_NOINPUT, "model \"nomodel\" has no delta from version 1 to 2 "
+	    "(ask for it with the delta op)", "a get of a delta not made is refused (66)");
+}
+
 int
 main(void)
 {
@@ -375,6 +414,7 @@ main(void)
 	test_wait_modes();
 	test_wait_satisfied();
 	test_wait_expiry();
+	test_delta_refusals();
 	s_stop();
 	return tap_done();
 }

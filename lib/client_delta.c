@@ -1,0 +1,215 @@
+/* client_delta.c - a version fetched as a delta from an older one, rebuilt beside its path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_conn_int.h"
+#include "delta_int.h"
+#include "tempfile_int.h"
+
+#define S_PENDING_MS 30000      /* longest wait for the hub to make a delta */
+#define S_TELL_MS 1000          /* bound on telling the hub a delta did not apply */
+
+/* Says in c->delta_note why the version comes whole; 1, what the caller returns then. */
+__attribute__((format(printf, 2, 3)))
+static int
+s_whole(wsync_client_t *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->delta_note, sizeof(c->delta_note), fmt, ap);
+	va_end(ap);
+	return 1;
+}
+
+/*
+ * Asks the hub for the delta from version base (content base_content) to
+ * got's version, or with failed tells it why the one it sent did not apply.
+ * The reply in m and p (the caller frees both); -1 with err.
+ */
+static int
+s_ask(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint64_t base,
+    uint64_t base_content, const char *failed, int timeout_ms, wsync_msg_t *m,
+    wsync_parts_t *p, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	uint64_t id = wsync_client_request(c, &e, "delta", 4 + (f->worker != NULL) +
+	    (failed != NULL));
+
+	wsync_enc_kv_str(&e, "model", f->model);
+	wsync_enc_kv_u64(&e, "version", got->version);
+	wsync_enc_kv_u64(&e, "base", base);
+	wsync_enc_kv_u64(&e, "base_content", base_content);
+	if (f->worker != NULL)
+		wsync_enc_kv_str(&e, "worker", f->worker);
+	if (failed != NULL)
+		wsync_enc_kv_str(&e, "failed", failed);
+	return wsync_client_call(c, &e, id, NULL, 0, timeout_ms, "delta", m, p, err);
+}
+
+/* How long one request may take: the silence a watcher bounds, else what is left. */
+static int
+s_call_ms(const wsync_client_t *c, int64_t deadline)
+{
+	return c->idle_ms > 0 ? c->idle_ms : wsync_ms_left(deadline);
+}
+
+/*
+ * Waits until the hub has the delta from base to got's version: 0 with its
+ * size in *size, 1 when the version comes whole (c->delta_note says why), -1
+ * with err when the hub is lost.
+ */
+static int
+s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint64_t base,
+    uint64_t base_content, int64_t deadline, uint64_t *size, wsync_err_t *err)
+{
+	int64_t until = wsync_now_ms() + S_PENDING_MS;
+	int nap_ms = 1;
+
+	if (c->idle_ms <= 0 && deadline < until)
+		until = deadline;
+	for (;;) {
+		char state[16] = "", reason[WSYNC_MAX_REASON] = "";
+		wsync_msg_t m;
+		wsync_parts_t p = { .n = 0 };
+
+		if (s_ask(c, f, got, base, base_content, NULL, s_call_ms(c, deadline), &m, &p,
+		    err) < 0) {
+			/*
+			 * A refusal: the hub no longer has the base, or has it as another
+			 * content, or (an older hub) knows no delta op. Only silence, or
+			 * a stop, means the hub is lost.
+			 */
+			if (err->code != EX_TEMPFAIL && err->code != EX_UNAVAILABLE &&
+			    !(c->stop != NULL && *c->stop))
+				return s_whole(c, "%s", err->msg);
+			return -1;
+		}
+		wsync_msg_str(&m, "state", state, sizeof(state));
+		wsync_msg_str(&m, "reason", reason, sizeof(reason));
+		int rc = strcmp(state, "ready") == 0 && wsync_msg_u64(&m, "size", size) == 0 ? 0 :
+		    strcmp(state, "whole") == 0 ? 1 : strcmp(state, "pending") == 0 ? 2 : -1;
+		wsync_client_release(&m, &p);
+		if (rc == 0)
+			return 0;
+		if (rc == 1)
+			return s_whole(c, "the hub sends it whole: %s", reason[0] ? reason :
+			    "no reason given");
+		if (rc < 0)
+			return wsync_err_set(err, EX_PROTOCOL, "%s: a delta reply without a state "
+			    "(ready with a size, pending or whole)", c->endpoint);
+		if (wsync_now_ms() + nap_ms > until)
+			return s_whole(c, "the hub was still making the delta after %.1f s",
+			    (double)(wsync_now_ms() - until + S_PENDING_MS) / 1000.0);
+		if (c->stop != NULL && *c->stop)
+			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
+		poll(NULL, 0, nap_ms);
+		if (nap_ms < 10)
+			nap_ms *= 2;
+	}
+}
+
+/* Tells the hub that its delta did not apply here, and why; an answer is not needed. */
+static void
+s_tell(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint64_t base,
+    uint64_t base_content)
+{
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	wsync_err_t ignored;
+
+	if (s_ask(c, f, got, base, base_content, c->delta_note, S_TELL_MS, &m, &p,
+	    &ignored) == 0)
+		wsync_client_release(&m, &p);
+}
+
+int
+wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
+    const char *path, char *buf, size_t size, int *fd, int64_t deadline, wsync_err_t *err)
+{
+	uint64_t base, base_content, dsize, version, content;
+	int base_fd, dfd = -1, rc = 1;
+	char dtmp[PATH_MAX];
+	wsync_file_t *bf;
+	wsync_err_t why;
+
+	*fd = -1;
+	buf[0] = '\0';
+	if ((base_fd = open(f->base, O_RDONLY | O_CLOEXEC)) < 0)
+		return errno == ENOENT ? 1 : s_whole(c, "%s: %s", f->base, strerror(errno));
+	/* The base's header says which version it holds; its bytes are checked as it is used. */
+	if ((bf = wsync_file_open_fd(base_fd, f->base, &why)) == NULL) {
+		close(base_fd);
+		return s_whole(c, "no delta from %s: %s", f->base, why.msg);
+	}
+	base = wsync_file_version(bf);
+	base_content = wsync_file_content_id(bf);
+	wsync_file_close(&bf);
+	if (base == 0 || base >= got->version) {
+		close(base_fd);
+		return base == 0 ? s_whole(c, "%s holds no numbered version", f->base) : 1;
+	}
+	if ((rc = s_ready(c, f, got, base, base_content, deadline, &dsize, err)) != 0)
+		goto out;
+	/* The delta itself needs no name: a watcher killed while it comes leaves nothing. */
+	if ((dfd = wsync_temp_open(path, dtmp, sizeof(dtmp), err)) < 0) {
+		rc = -1;
+		goto out;
+	}
+	unlink(dtmp);
+	if (ftruncate(dfd, (off_t)dsize) < 0) {
+		rc = s_whole(c, "cannot hold the delta: %s", strerror(errno));
+		goto out;
+	}
+	if (wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd,
+	    c->idle_ms > 0 ? wsync_now_ms() + c->idle_ms : deadline, err) < 0) {
+		/* Dropped since (its base retired): the version comes whole. */
+		rc = err->code == EX_NOINPUT ? s_whole(c, "%s", err->msg) : -1;
+		goto out;
+	}
+	/* Never in place: the version is rebuilt into a new file; the base stays whole. */
+	if ((*fd = wsync_temp_open(path, buf, size, err)) < 0) {
+		rc = -1;
+		goto out;
+	}
+	if (wsync_delta_apply(base_fd, dfd, *fd, f->model, &version, &content, &why) < 0)
+		rc = s_whole(c, "the delta from version %" PRIu64 " did not apply: %s", base,
+		    why.msg);
+	else if (version != got->version || content != got->content)
+		rc = s_whole(c, "the delta from version %" PRIu64 " rebuilt version %" PRIu64
+		    " content %016" PRIx64 ", the hub announced %" PRIu64 " content %016" PRIx64,
+		    base, version, content, got->version, got->content);
+	else
+		rc = 0;
+#ifdef WSYNC_TEST_HOOKS
+	/* WSYNC_TEST_DELTA_STOP (wsync-watch(1)): stopped with the head rebuilt, not yet in place. */
+	if (rc == 0 && getenv("WSYNC_TEST_DELTA_STOP") != NULL)
+		raise(SIGSTOP);
+#endif
+	if (rc == 1)
+		s_tell(c, f, got, base, base_content);
+out:
+	if (rc != 0 && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
+	}
+	if (rc != 0 && buf[0] != '\0') {
+		unlink(buf);
+		buf[0] = '\0';
+	}
+	if (rc == 0)
+		c->travelled = WSYNC_TRANSFER_DELTA;
+	if (dfd >= 0)
+		close(dfd);
+	close(base_fd);
+	return rc;
+}

@@ -1,0 +1,289 @@
+#!/usr/bin/env bats
+# delta-wire.bats - deltas on the wire (wsync(7), DELTAS): real hubs and
+# watchers on the socket, models made by optimizer-like steps
+# (fixtures/mkstep.py). What a watcher rebuilds from a delta equals the
+# version fetched whole; the bytes on the wire are counted outside wsync, by
+# a TCP proxy (fixtures/countproxy.py); every fault gives the whole version,
+# never a damaged one.
+
+load test_helper
+load hub_helper
+
+DELTA=$WSYNC_BIN/../bench/delta
+
+# steps DTYPE FRACTION BYTES N: $TMP/sV.wsync for V in 1..N, each a step from the one before.
+steps() {
+	"$PY" "$FIXTURES/mkstep.py" chain "$1" "$2" "$3" "$4" "$TMP/s"
+}
+
+# push_step V: pushes $TMP/sV.wsync as the next version of "policy".
+push_step() {
+	wsync-push -q -m policy "$TMP/s$1.wsync" >/dev/null
+}
+
+# 0 when the process PID is stopped (SIGSTOP).
+stopped() {
+	[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = T ]
+}
+
+# start_counter NAME TARGET_PORT: a counting proxy in front of TARGET_PORT;
+# ${CPORT[NAME]} its port, $TMP/NAME.counts its counts.
+declare -gA CPORT
+start_counter() {
+	CPORT[$1]=$(free_port)
+	"$PY" "$FIXTURES/countproxy.py" "${CPORT[$1]}" "$2" "$TMP/$1.counts" >"$TMP/$1.proxy" &
+	PIDS+=("$!")
+	wait_until grep -q ready "$TMP/$1.proxy"
+}
+
+# counted NAME: the bytes the proxy NAME carried both ways so far.
+counted() {
+	awk '{print $1 + $2}' "$TMP/$1.counts"
+}
+
+@test "fifty steps with skips: every version a watcher rebuilt from a delta equals it fetched whole" {
+	steps bf16 0.01 262144 50
+	start_hub --keep 64
+	mkdir applied
+	push_step 1
+	start_watcher w --transfer socket -x 'cp "$WSYNC_PATH" "applied/$WSYNC_VERSION.wsync"'
+	wait_until watcher_at w 1
+	v=1
+	RANDOM=17
+	while ((v < 50)); do
+		if ((v % 12 == 5)); then
+			# Stopped for a while: the versions pushed meanwhile are skipped.
+			before=$v
+			kill -STOP "${WPID[w]}"
+			wait_until stopped "${WPID[w]}"
+			for _ in 1 2 3 4; do
+				push_step $((++v))
+			done
+			kill -CONT "${WPID[w]}"
+			wait_until watcher_at w "$v"
+			# One delta from what it held straight to the head, nothing in between.
+			run -0 awk -v a="$before" -v b="$v" '$2 > a && $2 < b' "$TMP/w.out"
+			assert_output ""
+			run -0 grep -c "event=ack worker=w model=policy version=$v transfer=delta " hub.log
+			assert_output 1
+			run -0 grep -c "event=delta model=policy base=$before version=$v state=ready" hub.log
+			assert_output 1
+			continue
+		fi
+		# One to three versions at once: latest wins, some are skipped.
+		for ((k = RANDOM % 3 + 1; k > 0 && v < 50; k--)); do
+			push_step $((++v))
+		done
+		wait_until watcher_at w "$v"
+	done
+	versions_increase w
+	deltas=0
+	for f in applied/*.wsync; do
+		n=$(basename "$f" .wsync)
+		wsync-pull -q -m policy -v "$n" --transfer socket --no-delta -o whole.wsync >/dev/null
+		cmp "$f" whole.wsync
+		if grep -q "event=ack worker=w model=policy version=$n transfer=delta " hub.log; then
+			deltas=$((deltas + 1))
+		fi
+	done
+	# All but the first came as deltas.
+	applied=$(find applied -name '*.wsync' | wc -l)
+	((applied >= 20))
+	[ "$deltas" -eq $((applied - 1)) ]
+	run -1 grep "event=fail" hub.log
+}
+
+# wire_test FRACTION RATIO: a bf16 step of FRACTION reaches a watcher through
+# a counting proxy in at most 1/RATIO of the bytes that a watcher fetching it
+# whole needs through another, and in no more than xor+zstd-1 of the changed
+# tensors (bench/delta: what NeMo-RL, slime and verl send).
+wire_test() {
+	"$PY" "$FIXTURES/mkstep.py" bf16 "$1" 8000000 "$TMP/s1.wsync" "$TMP/s2.wsync" >/dev/null
+	hub_port=$(free_port)
+	export WSYNC_ENDPOINT=tcp://127.0.0.1:$hub_port
+	start_hub
+	start_counter delta "$hub_port"
+	start_counter whole "$hub_port"
+	push_step 1
+	start_watcher d -e "tcp://127.0.0.1:${CPORT[delta]}" --transfer socket
+	start_watcher w -e "tcp://127.0.0.1:${CPORT[whole]}" --transfer socket --no-delta
+	wait_until watcher_at d 1
+	wait_until watcher_at w 1
+	d1=$(counted delta)
+	w1=$(counted whole)
+	push_step 2
+	wait_until watcher_at d 2
+	wait_until watcher_at w 2
+	delta=$(($(counted delta) - d1))
+	whole=$(($(counted whole) - w1))
+	peers=$("$DELTA" "$TMP/s1.wsync" "$TMP/s2.wsync" "$TMP/d" | awk '/^xor\+zstd-1/ {print $3}')
+	echo "# fraction $1: delta $delta bytes, whole $whole, peers $peers" >&3
+	((delta > 0 && peers > 0))
+	grep -q "event=ack worker=d model=policy version=2 transfer=delta wire=" hub.log
+	grep -q "event=ack worker=w model=policy version=2 transfer=socket wire=" hub.log
+	((delta * $2 <= whole))
+	((delta <= peers))
+	cmp "$TMP/d.wsync" "$TMP/w.wsync"
+}
+
+@test "at 1% changed a delta is at most 1/40 of the whole version on the wire, and no more than xor+zstd-1" {
+	wire_test 0.01 40
+}
+
+@test "at 3% changed a delta is at most 1/15 of the whole version on the wire, and no more than xor+zstd-1" {
+	wire_test 0.03 15
+}
+
+@test "a watcher killed while it applies a delta keeps its old file and completes on restart" {
+	need_test_hooks WSYNC_TEST_DELTA_STOP
+	steps bf16 0.01 262144 2
+	start_hub
+	push_step 1
+	start_watcher w --transfer socket --once
+	wait_until watcher_at w 1
+	wait "${WPID[w]}"
+	push_step 2
+	WSYNC_TEST_DELTA_STOP=1 start_watcher w --transfer socket --once
+	# Stopped with version 2 rebuilt beside the output, not yet renamed: killed there.
+	wait_until stopped "${WPID[w]}"
+	ls w.wsync.tmp.*
+	kill -KILL "${WPID[w]}"
+	wait "${WPID[w]}" || true
+	cmp w.wsync "$STORE/policy/1.wsync"
+	start_watcher w --transfer socket --once
+	wait_until watcher_at w 2
+	wait "${WPID[w]}"
+	cmp w.wsync "$STORE/policy/2.wsync"
+	run -0 grep -c "event=ack worker=w model=policy version=2 transfer=delta " hub.log
+	assert_output 1
+	run ls w.wsync.tmp.*
+	assert_failure
+}
+
+# held_v1 ID: gives watcher ID's output version 1 of "policy", as if it had applied it.
+held_v1() {
+	cp "$STORE/policy/1.wsync" "$TMP/$1.wsync"
+	chmod 644 "$TMP/$1.wsync"
+}
+
+@test "a flipped byte in the hub's delta is detected, never applied: the version comes whole and the hub logs why" {
+	steps bf16 0.01 262144 2
+	start_hub
+	push_step 1
+	push_step 2
+	held_v1 first
+	# A first worker makes the hub make the delta; then a byte of it flips in the store.
+	run -0 wsync-pull -q -m policy --transfer socket -o first.wsync
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready" hub.log
+	assert_output 1
+	"$PY" - "$STORE/.deltas/policy/1-2.delta" <<-'PYEOF'
+	import os, sys
+	with open(sys.argv[1], "r+b") as f:
+	    f.seek(os.path.getsize(sys.argv[1]) - 100)
+	    b = f.read(1)
+	    f.seek(-1, 1)
+	    f.write(bytes([b[0] ^ 0x10]))
+	PYEOF
+	held_v1 w
+	start_watcher w --transfer socket --once
+	wait_until watcher_at w 2
+	wait "${WPID[w]}"
+	cmp w.wsync "$STORE/policy/2.wsync"
+	run -0 grep "fetched whole" w.err
+	assert_output --regexp '^wsync-watch: policy version 2 fetched whole: the delta from version 1 did not apply: '
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=failed worker=w reason=\"the delta from version 1 did not apply: " hub.log
+	assert_output 1
+	run -0 grep -c "event=ack worker=w model=policy version=2 transfer=socket " hub.log
+	assert_output 1
+	# Dropped: the next worker on that base gets a delta made anew, and sound.
+	held_v1 x
+	start_watcher x --transfer socket --once
+	wait_until watcher_at x 2
+	cmp x.wsync "$STORE/policy/2.wsync"
+	run -0 grep -c "event=ack worker=x model=policy version=2 transfer=delta " hub.log
+	assert_output 1
+}
+
+@test "a flipped byte in the watcher's base is detected, never applied: the version comes whole and the hub logs why" {
+	steps bf16 0.01 262144 2
+	start_hub
+	push_step 1
+	push_step 2
+	held_v1 w
+	# In the data of a tensor: the header, and so the content id, stays as it was.
+	size=$(stat -c %s w.wsync)
+	printf '\x55' | dd of=w.wsync bs=1 seek=$((size / 2)) conv=notrunc status=none
+	start_watcher w --transfer socket --once
+	wait_until watcher_at w 2
+	wait "${WPID[w]}"
+	cmp w.wsync "$STORE/policy/2.wsync"
+	run -0 grep "fetched whole" w.err
+	assert_output --regexp 'fetched whole: the delta from version 1 did not apply: .*damaged base'
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=failed worker=w reason=.*damaged base" hub.log
+	assert_output 1
+}
+
+@test "a base the hub retired gives the whole version" {
+	steps bf16 0.01 262144 3
+	start_hub --keep 2
+	push_step 1
+	held_v1 w
+	push_step 2
+	push_step 3
+	start_watcher w --transfer socket --once
+	wait_until watcher_at w 3
+	wait "${WPID[w]}"
+	cmp w.wsync "$STORE/policy/3.wsync"
+	run -0 grep "fetched whole" w.err
+	assert_output 'wsync-watch: policy version 3 fetched whole: model "policy" has no version 1 any more (retired: the hub keeps the last 2)'
+	run -0 grep -c 'event=refuse op=delta .*code=66 error="model \\"policy\\" has no version 1 any more' hub.log
+	assert_output 1
+	run -0 grep -c "event=ack worker=w model=policy version=3 transfer=socket " hub.log
+	assert_output 1
+}
+
+@test "pull takes a delta from the file it replaces, or from --base; --no-delta fetches whole" {
+	steps bf16 0.01 262144 3
+	start_hub
+	push_step 1
+	run -0 wsync-pull -q -m policy --transfer socket -o p.wsync
+	cp p.wsync base1.wsync
+	push_step 2
+	run -0 wsync-pull -q -m policy --transfer socket -o p.wsync
+	assert_output 2
+	cmp p.wsync "$STORE/policy/2.wsync"
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready" hub.log
+	assert_output 1
+	push_step 3
+	run -0 wsync-pull -q -m policy --transfer socket --base base1.wsync -o q.wsync
+	cmp q.wsync "$STORE/policy/3.wsync"
+	run -0 grep -c "event=delta model=policy base=1 version=3 state=ready" hub.log
+	assert_output 1
+	run -0 wsync-pull -q -m policy --transfer socket --no-delta -o p.wsync
+	run -1 grep "event=delta model=policy base=2 version=3" hub.log
+	run -64 wsync-pull -m policy --base base1.wsync --no-delta
+	assert_output "wsync-pull: --base and --no-delta exclude each other
+Try 'wsync-pull --help'."
+}
+
+@test "inspect --hub shows how each worker's last update came and its bytes on the wire" {
+	steps bf16 0.01 262144 2
+	start_hub
+	push_step 1
+	start_watcher d --transfer socket
+	start_watcher w --transfer socket --no-delta
+	wait_until watcher_at d 1
+	wait_until watcher_at w 1
+	push_step 2
+	wait_until watcher_at d 2
+	wait_until watcher_at w 2
+	wait_until grep -q "event=ack worker=w model=policy version=2" hub.log
+	run -0 wsync-inspect --hub --json
+	whole=$(stat -c %s "$STORE/policy/2.wsync")
+	delta=$(stat -c %s "$STORE/.deltas/policy/1-2.delta")
+	run -0 jq -c '[.workers[] | {worker, transfer, wire}] | sort_by(.worker)' <<<"$output"
+	assert_output "[{\"worker\":\"d\",\"transfer\":\"delta\",\"wire\":$delta},{\"worker\":\"w\",\"transfer\":\"socket\",\"wire\":$whole}]"
+	run -0 wsync-inspect --hub
+	assert_line --regexp "^d +policy +2 +0 +[0-9.]+s +alive +delta +$delta +-$"
+	assert_line --regexp "^w +policy +2 +0 +[0-9.]+s +alive +socket +$whole +-$"
+}
