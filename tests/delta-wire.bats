@@ -284,6 +284,6 @@ Try 'wsync-pull --help'."
 	run -0 jq -c '[.workers[] | {worker, transfer, wire}] | sort_by(.worker)' <<<"$output"
 	assert_output "[{\"worker\":\"d\",\"transfer\":\"delta\",\"wire\":$delta},{\"worker\":\"w\",\"transfer\":\"socket\",\"wire\":$whole}]"
 	run -0 wsync-inspect --hub
-	assert_line --regexp "^d +policy +2 +0 +[0-9.]+s +alive +delta +$delta +-$"
-	assert_line --regexp "^w +policy +2 +0 +[0-9.]+s +alive +socket +$whole +-$"
+	assert_line --regexp "^d +policy +2 +0 +[0-9.]+s +alive +delta +$delta +- +-$"
+	assert_line --regexp "^w +policy +2 +0 +[0-9.]+s +alive +socket +$whole +- +-$"
 }

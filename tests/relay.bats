@@ -162,7 +162,7 @@ root_has() {
 	start_watcher deep -e "ipc://$TMP/r2"
 	wait_until root_has deep "$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]}"
 	run -0 wsync-inspect --hub
-	assert_line --regexp "^deep +policy +0 +0 .* alive  - +$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]} +-\$"
+	assert_line --regexp "^deep +policy +0 +0 .* alive  - +- +$(hostname):${RPID[r1]}>$(hostname):${RPID[r2]} +-\$"
 }
 
 @test "the workers of a relay killed with -9 go stale at the root" {

@@ -209,7 +209,7 @@ PYEOF
 	assert_equal "$(jq -r '.workers[] | "\(.worker) \(.transfer)"' <<<"$output")" \
 	    "$(printf 'far socket\nnear link')"
 	run -0 wsync-inspect --hub
-	assert_line --regexp '^near +policy +2 +0 .* alive  link +- +-$'
+	assert_line --regexp '^near +policy +2 +0 .* alive  link +- +- +-$'
 	run -0 grep -c "event=ack worker=near model=policy version=2 transfer=link" hub.log
 }
 
@@ -384,7 +384,8 @@ policy 2 $TMP/r1.wsync"
 @test "no tearing with --recycle: a leased, mapped output stays whole while 50 newer ones arrive" {
 	make_versions 52
 	start_hub
-	start_watcher w1 --transfer socket --recycle
+	# Whole versions: a delta is rebuilt into a new file, never into a spare.
+	start_watcher w1 --transfer socket --recycle --no-delta
 	wsync-push -m policy v1.safetensors
 	wait_until watcher_at w1 1
 	# A reader with the lease on version 1, through the watcher's output.
@@ -442,7 +443,7 @@ holds_inode() {
 	"$PY" "$FIXTURES/delayproxy.py" 100 127.0.0.2 "$port" "$pub" >"$TMP/proxy.out" 2>&1 &
 	PIDS+=("$!")
 	wait_until grep -q ready "$TMP/proxy.out"
-	start_watcher w1 -e "tcp://127.0.0.1:$port" --transfer socket --recycle
+	start_watcher w1 -e "tcp://127.0.0.1:$port" --transfer socket --recycle --no-delta
 	wsync-push -m policy big.safetensors
 	WAIT_S=30 wait_until watcher_at w1 1
 	local first
@@ -458,7 +459,7 @@ holds_inode() {
 	run -0 wsync-inspect --verify "$TMP/w1.wsync"
 	assert_equal "$(wsync-inspect --json "$TMP/w1.wsync" | jq .version)" 2
 	# Started again, it removes what was left and takes version 3, whole.
-	start_watcher w1 -e "tcp://127.0.0.1:$port" --transfer socket --recycle
+	start_watcher w1 -e "tcp://127.0.0.1:$port" --transfer socket --recycle --no-delta
 	WAIT_S=30 wait_until watcher_at w1 3
 	run -0 wsync-inspect --verify "$TMP/w1.wsync"
 	assert_equal "$(wsync-inspect --json "$TMP/w1.wsync" | jq .version)" 3
