@@ -31,7 +31,7 @@ s_need() {
 
 @test "Publisher, watch, push and pull work against a real hub (test_publish_watch.py)" {
 	s_need pytest
-	s_pytest test_publish_watch.py 6
+	s_pytest test_publish_watch.py 7
 }
 
 @test "a signed Publisher's versions are taken by verifying workers (test_signed_publish.py)" {

@@ -1,4 +1,6 @@
 """The wsync programs run as subprocesses: push and pull."""
+import ctypes
+import signal
 import subprocess
 from typing import Iterable, List, Optional, Sequence, Union
 
@@ -6,6 +8,24 @@ from .errors import InternalError, error
 from .signing import check_seq
 
 Wait = Union[str, int, Sequence[str]]
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In a coprocess: end it (SIGTERM) when the Python process that started it dies,
+    so a worker or trainer killed outright leaves no wsync program behind."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def coprocess(args: List[str]) -> "subprocess.Popen[str]":
+    """Starts a wsync program talked to through its stdin and stdout, lines of text."""
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=_die_with_parent)
 
 
 def client_args(endpoint: Optional[str] = None, key: Optional[str] = None,

@@ -2,13 +2,12 @@
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _lib, signing, slots
 from .errors import InternalError, UsageError, WsyncError, error
-from .programs import Wait, client_args, send_line, wait_arg
+from .programs import Wait, client_args, coprocess, send_line, wait_arg
 
 StateDict = Mapping[str, Any]
 _MODEL_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
@@ -74,8 +73,7 @@ class Publisher:
         self.slots = True
 
     def _start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+        self.proc = coprocess(self.args)
 
     def _restart(self) -> None:
         """A new coprocess; the old one aborts its slots when its input ends."""

@@ -1,10 +1,9 @@
 """A worker's loop: wsync-watch --ack stdin as a coprocess, one Update per version."""
-import subprocess
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import files, tensors
 from .errors import InternalError, WsyncError, error
-from .programs import client_args, send_line, verify_args
+from .programs import client_args, coprocess, send_line, verify_args
 
 
 class Update:
@@ -67,8 +66,7 @@ class Watcher:
 
     def __init__(self, args: List[str], framework: str) -> None:
         self.framework = framework
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+        self.proc = coprocess(args)
         self._last: Optional[Update] = None
 
     def _send(self, line: str) -> None:

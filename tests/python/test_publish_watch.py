@@ -88,3 +88,32 @@ def test_a_failed_program_raises_its_exit_status_as_a_typed_error(hub, tmp_path)
         wsync.pull("policy", str(tmp_path / "x.wsync"), endpoint=f"ipc://{tmp_path}/none",
                    timeout=0.5)
     assert e.value.status == 69
+
+
+def test_a_watcher_process_killed_outright_leaves_no_wsync_watch_behind(hub, procs, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    code = ("import sys, wsync\n"
+            "w = wsync.watch('policy', sys.argv[2], worker='k1', endpoint=sys.argv[1])\n"
+            "print(w.proc.pid, flush=True)\n"
+            "sys.stdin.read()\n")
+    p = subprocess.Popen([sys.executable, "-c", code, hub.endpoint, str(tmp_path / "k.wsync")],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    procs.append(p)
+    child = int(p.stdout.readline())
+    wait_until(lambda: (hub.worker("k1") or {}).get("alive"), what="k1")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+
+    def gone():
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        # A zombie of init's is gone too: it no longer runs.
+        with open(f"/proc/{child}/stat") as f:
+            return f.read().split(") ")[1].startswith("Z")
+    wait_until(gone, what=f"wsync-watch {child} to end with its parent")
