@@ -87,6 +87,8 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 				wsync_parts_close(&p);
 			}
 		}
+		/* Versions retired by these requests are closed now that they are answered. */
+		wsync_store_bury(h->store);
 		s_timers(h);
 	}
 	free(items);
