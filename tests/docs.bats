@@ -384,8 +384,10 @@ EOF
 	sed -i "s|\$PWD/build/cc/bin|$WSYNC_BIN|; s|\$PWD/examples|$ROOT/examples|" tour.sh
 	mkdir -m 700 run
 	cd "$ROOT"
-	run -0 --separate-stderr env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" TMPDIR="$TMP" \
-	    timeout 60 bash -e "$TMP/tour.sh"
+	# Whatever the tour started in the background ends with it, even when a step fails.
+	run -0 --separate-stderr with_libwsync env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" \
+	    TMPDIR="$TMP" timeout 60 bash -c 'trap "kill \$(jobs -p) 2>/dev/null; wait" EXIT
+	    set -e; . "$1"' tour "$TMP/tour.sh"
 	assert_line --index 0 "1"
 	assert_line --index 1 "policy 1 policy.wsync"
 	assert_line "model     policy"

@@ -8,14 +8,10 @@ load hub_helper
 
 EX="$ROOT/examples"
 
-# py CODE: runs CODE with the Python package (python/) on the module path.
+# py CODE: runs CODE with the Python package (python/) on the module path; the
+# package loads libwsync through ctypes, which a sanitizer build's needs libasan for.
 py() {
-	PYTHONPATH="$ROOT/python" "$PY" -c "$1"
-}
-
-# pylib CODE: py, for code that loads libwsync.so.0 through ctypes.
-pylib() {
-	with_libwsync py "$1"
+	PYTHONPATH="$ROOT/python" with_libwsync "$PY" -c "$1"
 }
 
 # The arrays the helper tests write: every dtype the helper knows, a scalar
@@ -58,7 +54,7 @@ def slot(name, size):
 '
 
 @test "the Python package writes into a file of wsync_size bytes what write() and wsync-convert write" {
-	run -0 pylib "$ARRAYS$SLOT"'
+	run -0 py "$ARRAYS$SLOT"'
 a["strided"] = np.arange(20, dtype=np.float32).reshape(4, 5)[:, ::2]
 a["big_endian"] = np.arange(3, dtype=">i4")
 meta = {"step": 7, "lr": "0.1"}
@@ -78,7 +74,7 @@ print(size, os.path.getsize("ref.wsync"), len(wsync.slots.maps))'
 }
 
 @test "the Python package writes into a slot again through the mapping it kept, unless told not to" {
-	run -0 pylib "$ARRAYS$SLOT"'
+	run -0 py "$ARRAYS$SLOT"'
 fd = slot("slot.wsync", wsync.wsync_size(a, "policy"))
 for step in (1, 2, 3):
     wsync.slots.KEEP_MAPPED = 0 if step == 3 else 4
@@ -94,7 +90,7 @@ wsync.write("ref.wsync", a, model="policy")'
 	start_hub --keep 1 --recycle 2
 	start_watcher w1 --transfer link
 	wait_until hub_has_worker w1
-	run -0 --separate-stderr pylib "$ARRAYS"'
+	run -0 --separate-stderr py "$ARRAYS"'
 import os, subprocess
 batch = subprocess.Popen(["wsync-push", "--batch"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
@@ -119,7 +115,7 @@ wsync.write("ref.wsync", a, meta={"step": 3}, model="policy")'
 }
 
 @test "the Python package's write_into raises WsyncError 64 for a file of another size" {
-	run -0 pylib "$ARRAYS$SLOT"'
+	run -0 py "$ARRAYS$SLOT"'
 fd = slot("slot.wsync", wsync.wsync_size(a, "policy") + 1)
 try:
     wsync.write_into(fd, a, "policy")
@@ -130,7 +126,7 @@ except wsync.WsyncError as e:
 }
 
 @test "the Python package's wsync_size raises WsyncError 65 for a dtype wsync lacks" {
-	run -0 pylib '
+	run -0 py '
 import numpy as np, wsync
 try:
     wsync.wsync_size({"z": np.zeros(2, np.complex64)}, "policy")
@@ -142,7 +138,7 @@ except wsync.WsyncError as e:
 @test "the Python package writes PyTorch tensors into a slot as their numpy arrays" {
 	"$PY" -c 'import torch' 2>/dev/null ||
 	    skip "python3-torch is not installed (scripts/deps install torch, as root)"
-	run -0 pylib "$SLOT"'
+	run -0 py "$SLOT"'
 import torch, wsync
 t = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3).requires_grad_(),
      "b": torch.ones(3, dtype=torch.float16)}
@@ -195,13 +191,15 @@ except wsync.WsyncError as e:
 	local i pid
 	local -a workers=()
 	for i in 1 2 3; do
-		"$PY" "$EX/pytorch/worker.py" --id "w$i" --dir "$TMP" --ref "$TMP/ref" \
+		LD_PRELOAD=$(libasan_preload) ASAN_OPTIONS=detect_leaks=0:exitcode=99 \
+		    "$PY" "$EX/pytorch/worker.py" --id "w$i" --dir "$TMP" --ref "$TMP/ref" \
 		    >"$TMP/w$i.out" 2>"$TMP/w$i.err" &
 		workers+=("$!")
 		PIDS+=("$!")
 	done
 	# Each push returns once 3 workers have loaded it: every worker sees each version.
-	run -0 --separate-stderr timeout 180 "$PY" "$EX/pytorch/trainer.py" --steps 60 --every 20 --workers 3 \
+	run -0 --separate-stderr with_libwsync timeout 180 "$PY" "$EX/pytorch/trainer.py" --steps 60 \
+	    --every 20 --workers 3 \
 	    --ref "$TMP/ref"
 	assert_output $'version 1 step 20\nversion 2 step 40\nversion 3 step 60'
 	for pid in "${workers[@]}"; do
@@ -294,7 +292,7 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	start_hub
 	start_watcher w1
 	wait_until hub_has_worker w1
-	run -0 --separate-stderr pylib "$ARRAYS"'
+	run -0 --separate-stderr py "$ARRAYS"'
 with wsync.Publisher("policy") as pub:
     for step in (1, 2, 3):
         a["steps"] = np.array(step, np.int64)
@@ -321,7 +319,7 @@ EOF
 	start_hub --keep 1 --recycle 4
 	start_watcher w1 --transfer link
 	wait_until hub_has_worker w1
-	run -0 --separate-stderr pylib "$ARRAYS"'
+	run -0 --separate-stderr py "$ARRAYS"'
 with wsync.Publisher("policy") as pub:
     for step in range(1, 7):
         a["steps"] = np.array(step, np.int64)

@@ -52,10 +52,17 @@ need_test_hooks() {
 # (and Python's own leaks are not the library's).
 with_libwsync() {
 	if [ "${SANITIZE:-}" = 1 ]; then
-		LD_PRELOAD=$(cc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0:exitcode=99 "$@"
+		LD_PRELOAD=$(libasan_preload) ASAN_OPTIONS=detect_leaks=0:exitcode=99 "$@"
 	else
 		"$@"
 	fi
+}
+
+# The ASan runtime a program that loads a sanitizer build's libwsync must
+# preload; nothing for a plain build. For a command started in the background,
+# where with_libwsync's function would stand between $! and the program.
+libasan_preload() {
+	[ "${SANITIZE:-}" != 1 ] || cc -print-file-name=libasan.so
 }
 
 # sign_helper ARGS...: tests/sign_helper.py, which signs and verifies .wsync
