@@ -521,45 +521,18 @@ s_ckpt_release(void *arg)
 wsync_source_t *
 wsync_ckpt_source(const char *dir, const char *model, wsync_err_t *err)
 {
-	static const unsigned char empty[1];
 	wsync_ckpt_t *ck = wsync_ckpt_open(dir, err);
+	wsync_tree_t *tree;
 	wsync_source_t *src;
 
 	if (ck == NULL)
 		return NULL;
 	/* Shards and small files are file mappings: their pages can go once written. */
-	if ((src = wsync_source_new(model, 1, err)) == NULL) {
+	if ((tree = wsync_ckpt_tree(ck, model, 0, err)) == NULL ||
+	    (src = wsync_source_of_tree(tree, 1, err)) == NULL) {
 		wsync_ckpt_close(&ck);
 		return NULL;
 	}
 	wsync_source_hold(src, s_ckpt_release, ck);
-	/* Every shard's __metadata__; where two disagree, the first shard's value stays. */
-	for (size_t s = ck->nshards; s-- > 0;)
-		for (size_t i = 0; i < wsync_file_meta_count(ck->shards[s]); i++) {
-			const wsync_meta_t *m = wsync_file_meta(ck->shards[s], i);
-			if (wsync_source_meta(src, m->key, m->value, err) < 0)
-				goto fail;
-		}
-	for (size_t i = 0; i < ck->nentries; i++) {
-		const wsync_tensor_t *t = wsync_ckpt_tensor(ck, i);
-		if (wsync_source_add(src, t->path, t->dtype, t->ndim, t->shape, t->data,
-		    t->nbytes, err) < 0) {
-			s_prefix(err, ck->dir, ck->shard_names[ck->entries[i].shard]);
-			goto fail;
-		}
-	}
-	for (size_t i = 0; i < ck->nfiles; i++) {
-		const wsync_ckpt_file_t *f = &ck->files[i];
-		const char *keys[2] = { WSYNC_CKPT_FILES, f->name };
-		uint64_t shape[1] = { f->size };
-		if (wsync_source_add_keys(src, keys, 2, WSYNC_U8, 1, shape,
-		    f->data != NULL ? f->data : empty, f->size, err) < 0) {
-			s_prefix(err, ck->dir, f->name);
-			goto fail;
-		}
-	}
 	return src;
-fail:
-	wsync_source_destroy(&src);
-	return NULL;
 }

@@ -107,17 +107,21 @@ wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int
 	    err);
 }
 
-int
-wsync_source_add_keys(wsync_source_t *src, const char *const *keys, int nkeys,
-    wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data, uint64_t nbytes,
-    wsync_err_t *err)
+wsync_source_t *
+wsync_source_of_tree(wsync_tree_t *tree, int shared, wsync_err_t *err)
 {
-	if (wsync_tree_add_keys(src->tree, keys, nkeys, dtype, ndim, shape, data, nbytes,
-	    err) < 0)
-		return -1;
-	src->tree->t[src->tree->n - 1].tag = (uint64_t)(uintptr_t)data;
-	src->size = 0;
-	return 0;
+	wsync_source_t *src = s_alloc(tree->model, err);
+
+	if (src == NULL) {
+		wsync_tree_destroy(&tree);
+		return NULL;
+	}
+	src->tree = tree;
+	src->shared = shared;
+	/* Each tensor's data is where the tree points: read in the order of addresses. */
+	for (size_t i = 0; i < tree->n; i++)
+		tree->t[i].tag = (uint64_t)(uintptr_t)tree->t[i].data;
+	return src;
 }
 
 void

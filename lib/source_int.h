@@ -50,10 +50,12 @@ int wsync_source_meta(wsync_source_t *src, const char *key, const char *value,
  */
 int wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype, int ndim,
     const uint64_t *shape, const void *data, uint64_t nbytes, wsync_err_t *err);
-/* Declares a tensor under nkeys keys as they are (not split), as wsync_source_add. */
-int wsync_source_add_keys(wsync_source_t *src, const char *const *keys, int nkeys,
-    wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data, uint64_t nbytes,
-    wsync_err_t *err);
+/*
+ * A source of tree's document (tree taken over, destroyed with the source,
+ * or at once on failure): tensors declared in it by the caller, their data
+ * read once, in the order of their addresses. shared as for wsync_source_new.
+ */
+wsync_source_t *wsync_source_of_tree(wsync_tree_t *tree, int shared, wsync_err_t *err);
 /* Gives src what its data is borrowed from: release(arg) runs when src is destroyed. */
 void wsync_source_hold(wsync_source_t *src, void (*release)(void *arg), void *arg);
 /*
