@@ -638,8 +638,9 @@ wsync_file_open_fd(int fd, const char *name, wsync_err_t *err)
 	return s_open_fd(fd, name, 0, err);
 }
 
-wsync_file_t *
-wsync_file_open_buffer(const void *buf, size_t len, const char *name, wsync_err_t *err)
+/* A caller's buffer parsed as .wsync (or any input, with input). */
+static wsync_file_t *
+s_open_buffer(const void *buf, size_t len, const char *name, int input, wsync_err_t *err)
 {
 	wsync_file_t *f = s_new(name, err);
 
@@ -648,24 +649,21 @@ wsync_file_open_buffer(const void *buf, size_t len, const char *name, wsync_err_
 	f->base = buf;
 	f->size = len;
 	f->mem = WSYNC_MEM_BORROWED;
-	if (s_parse(f, 0, err) < 0)
+	if (s_parse(f, input, err) < 0)
 		wsync_file_close(&f);
 	return f;
 }
 
 wsync_file_t *
+wsync_file_open_buffer(const void *buf, size_t len, const char *name, wsync_err_t *err)
+{
+	return s_open_buffer(buf, len, name, 0, err);
+}
+
+wsync_file_t *
 wsync_input_open_buffer(const void *buf, size_t len, const char *name, wsync_err_t *err)
 {
-	wsync_file_t *f = s_new(name, err);
-
-	if (f == NULL)
-		return NULL;
-	f->base = buf;
-	f->size = len;
-	f->mem = WSYNC_MEM_BORROWED;
-	if (s_parse(f, 1, err) < 0)
-		wsync_file_close(&f);
-	return f;
+	return s_open_buffer(buf, len, name, 1, err);
 }
 
 wsync_file_t *

@@ -1,0 +1,57 @@
+/*
+ * delta_impl_int.h - what the delta writer (delta_make.c) and the reader and
+ * applier (delta.c) share: limits, the buffered output, page release.
+ */
+#ifndef WSYNC_DELTA_IMPL_INT_H
+#define WSYNC_DELTA_IMPL_INT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <xxhash.h>
+
+#include "delta_int.h"
+#include "file_int.h"
+
+#define CHUNK (1u << 20)                /* bytes of a tensor encoded or decoded at once */
+#define OUT_BUF (1u << 20)              /* the output buffer */
+#define LEVEL 3                         /* zstd level of every encoded form but xor */
+#define XOR_LEVEL 1                     /* xor's: level 3 is larger on dense xors */
+#define WINDOW_LOG 22                   /* zstd window the writer uses (4 MiB) */
+#define WINDOW_LOG_MAX 23               /* and the largest the applier accepts */
+#define GROUP_MAX 65536                 /* changed elements in one sparse group */
+/* The most a head's header can take: the top level and meta, then per tensor. */
+#define SKELETON_FIXED_MAX ((uint64_t)WSYNC_MAX_META * \
+	(WSYNC_MAX_KEY + WSYNC_MAX_META_VALUE + 16) + 4096)
+#define SKELETON_TENSOR_MAX ((uint64_t)WSYNC_MAX_PATH + WSYNC_MAX_DEPTH * 8 + \
+	WSYNC_MAX_DIMS * 9 + 256)
+#define PATH_KEYS 7                     /* keys a tensor entry may hold */
+
+/* A buffered writer that can fill in lengths and take back. */
+typedef struct delta_out {
+	int fd;
+	const char *name;
+	off_t start;                    /* fd's offset when writing began */
+	uint64_t pos;                   /* bytes emitted */
+	uint64_t flushed;               /* of which written to fd */
+	unsigned char *buf;
+	size_t n;
+	XXH3_state_t *hash;             /* when set, emitted bytes are hashed too */
+} delta_out_t;
+
+/* Writes out what is buffered. */
+int delta_out_flush(delta_out_t *o, wsync_err_t *err);
+/* Emits len bytes (hashed too when o->hash is set). */
+int delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err);
+/* Overwrites 4 bytes emitted at at with v, big-endian (a bin32 length). */
+int delta_out_patch32(delta_out_t *o, uint64_t at, uint32_t v, wsync_err_t *err);
+/* Forgets everything emitted after at, which a cheaper form replaces. */
+int delta_out_rewind(delta_out_t *o, uint64_t at, wsync_err_t *err);
+/*
+ * Lets go of a mapped file's pages in [p, p + len) once read, and of the page
+ * p starts in.
+ */
+void delta_release_map(const void *p, size_t len);
+/* delta_release_map for an input that is mapped, never for one read into memory. */
+void delta_release(const wsync_file_t *f, const void *p, size_t len);
+
+#endif
