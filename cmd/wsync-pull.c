@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -15,19 +16,23 @@ static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
     "                  [--transfer MODE] [--base FILE|--no-delta] [-t SEC]\n"
     "                  [-q|--progress] [--verify-key FILE]... [--max-age SEC]\n"
-    "                  [--format wsync|safetensors] [--shard-size BYTES] -m MODEL\n";
+    "                  [--format wsync|safetensors] [--shard-size BYTES] -m MODEL\n"
+    "       wsync-pull [options] [-o DIR] -m MODEL -m MODEL...\n";
 
 static void
 s_help(void)
 {
 	printf("%s\n"
 	    "Fetch a version of a model from the hub (the newest by default), verify every\n"
-	    "tensor's hash, write it atomically, and print its version number.\n"
+	    "tensor's hash, write it atomically, and print its version number. Several\n"
+	    "models are fetched at the heads of one instant, all verified before any is\n"
+	    "written, each into DIR/MODEL.wsync; a line \"MODEL VERSION\" each.\n"
 	    "\n"
 	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub)\n"
-	    "  -m, --model MODEL        the model to fetch\n"
+	    "  -m, --model MODEL        the model to fetch (repeatable)\n"
 	    "  -o, --output FILE|-      where to write it (default MODEL.wsync; - is stdout,\n"
-	    "                           written only once verified, and no number is printed)\n"
+	    "                           written only once verified, and no number is printed);\n"
+	    "                           with several models a directory (default .)\n"
 	    "      --format FORMAT      wsync (default) or safetensors: the version as a\n"
 	    "                           checkpoint directory FILE.vN (shards, index, small\n"
 	    "                           files), FILE a symlink swapped onto it\n"
@@ -71,6 +76,80 @@ s_check_age(const char *path, const char *model, uint64_t version, int max_age_s
 		    a.seq, now - a.time, max_age_s);
 }
 
+/* Options that name one version or one file do not go with several models. */
+static void
+s_check_several(const char *out, uint64_t version, int have_if_newer, const char *base)
+{
+	struct stat st;
+
+	if (version != 0 || have_if_newer || base != NULL)
+		cli_usage_error("%s names one model's version: pull several models one by one",
+		    version != 0 ? "-v" : have_if_newer ? "--if-newer" : "--base");
+	if (out != NULL && strcmp(out, "-") == 0)
+		cli_usage_error("several models are written into a directory, not stdout");
+	if (out != NULL && (stat(out, &st) < 0 || !S_ISDIR(st.st_mode)))
+		cli_die(EX_NOINPUT, "%s: no such directory (with several models, -o names one)",
+		    out);
+}
+
+/* What a pull of several models writes, and how. */
+struct s_several {
+	const char **models;
+	int n;
+	const char *dir;
+	int safetensors;
+	const wsync_ckpt_out_t *ckpt;
+	const wsync_verifykey_t *keys;
+	int nkeys, no_delta, max_age_s;
+};
+
+/* Pulls several models as one round and prints "MODEL VERSION" for each. */
+static void
+s_pull_several(wsync_client_t *client, const struct s_several *p, int64_t deadline)
+{
+	wsync_fetch_t *f = calloc((size_t)p->n, sizeof(*f));
+	wsync_head_t *got = calloc((size_t)p->n, sizeof(*got));
+	char **path = calloc((size_t)p->n, sizeof(*path)), **link = calloc((size_t)p->n,
+	    sizeof(*link));
+	int64_t left;
+	wsync_err_t err;
+
+	if (f == NULL || got == NULL || path == NULL || link == NULL)
+		cli_die(EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < p->n; i++) {
+		if (p->safetensors)
+			cli_ckpt_paths(p->dir, p->models[i], &link[i], &path[i]);
+		else if (asprintf(&path[i], "%s/%s.wsync", p->dir, p->models[i]) < 0)
+			cli_die(EX_SOFTWARE, "out of memory");
+		f[i] = (wsync_fetch_t){ .model = p->models[i], .keys = p->keys, .nkeys = p->nkeys,
+		    .base = p->no_delta || p->safetensors ? NULL : path[i] };
+	}
+	left = deadline - wsync_now_ms();
+	if (wsync_client_pull_models(client, f, p->n, (const char *const *)path, got,
+	    left > 0 ? (int)left : 0, &err) < 0)
+		cli_die_err(&err);
+	cli_progress_end();
+	for (int i = 0; i < p->n; i++) {
+		if (p->safetensors) {
+			char real[PATH_MAX];
+			wsync_file_t *file = wsync_file_open(path[i], &err);
+			if (file == NULL || wsync_ckpt_publish(file, link[i], got[i].version, p->ckpt, 0,
+			    real, sizeof(real), &err) < 0)
+				cli_die_err(&err);
+			wsync_file_close(&file);
+		}
+		if (p->max_age_s > 0)
+			s_check_age(path[i], p->models[i], got[i].version, p->max_age_s);
+		printf("%s %" PRIu64 "\n", p->models[i], got[i].version);
+		free(path[i]);
+		free(link[i]);
+	}
+	free(f);
+	free(got);
+	free(path);
+	free(link);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -98,6 +177,8 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *endpoint = NULL, *model = NULL, *out = NULL, *key = NULL, *hub_key = NULL;
+	const char **models = calloc((size_t)argc, sizeof(*models));
+	int nmodels = 0;
 	const char *base = NULL;
 	char defout[WSYNC_MAX_MODEL + 8];
 	uint64_t version = 0, if_newer = 0;
@@ -114,6 +195,8 @@ main(int argc, char **argv)
 	wsync_err_t err;
 
 	cli_init("wsync-pull");
+	if (models == NULL)
+		cli_die(EX_SOFTWARE, "out of memory");
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":e:hm:o:qt:v:V", opts, NULL)) != -1) {
 		switch (c) {
@@ -121,7 +204,7 @@ main(int argc, char **argv)
 		case CLI_OPT_KEY: key = optarg; break;
 		case CLI_OPT_HUB_KEY: hub_key = optarg; break;
 		case 'h': s_help(); break;
-		case 'm': model = optarg; break;
+		case 'm': models[nmodels++] = model = optarg; break;
 		case 'o': out = optarg; break;
 		case 'q': cli_quiet(); break;
 		case 't': timeout_ms = cli_seconds("--timeout", optarg); break;
@@ -155,21 +238,28 @@ main(int argc, char **argv)
 	keys = cli_verify_keys(&nkeys);
 	if (max_age_s > 0 && nkeys == 0)
 		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
-	if (wsync_model_id_check(model) < 0)
-		cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
-		    "starting with '.')", model, WSYNC_MAX_MODEL);
+	for (int i = 0; i < nmodels; i++) {
+		if (wsync_model_id_check(models[i]) < 0)
+			cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "
+			    "starting with '.')", models[i], WSYNC_MAX_MODEL);
+		for (int j = 0; j < i; j++)
+			if (strcmp(models[i], models[j]) == 0)
+				cli_usage_error("model \"%s\" given twice", models[i]);
+	}
 	if (base != NULL && no_delta)
 		cli_usage_error("--base and --no-delta exclude each other");
-	if (out == NULL) {
+	if (nmodels > 1)
+		s_check_several(out, version, have_if_newer, base);
+	if (!safetensors && ckpt.shard_size > 0)
+		cli_usage_error("--shard-size needs --format safetensors");
+	if (nmodels == 1 && out == NULL) {
 		snprintf(defout, sizeof(defout), safetensors ? "%s" : "%s.wsync", model);
 		out = defout;
 	}
 	/* The file a pull replaces holds an older version, most often: the delta's base. */
-	if (base == NULL && !no_delta && strcmp(out, "-") != 0 && !safetensors)
+	if (nmodels == 1 && base == NULL && !no_delta && strcmp(out, "-") != 0 && !safetensors)
 		base = out;
-	if (!safetensors && ckpt.shard_size > 0)
-		cli_usage_error("--shard-size needs --format safetensors");
-	if (safetensors) {
+	if (nmodels == 1 && safetensors) {
 		if (strcmp(out, "-") == 0)
 			cli_usage_error("--format safetensors writes a directory, not stdout");
 		cli_ckpt_paths(out, model, &link, &staging);
@@ -180,11 +270,18 @@ main(int argc, char **argv)
 	deadline = wsync_now_ms() + timeout_ms;
 	client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = endpoint, .role = "pull",
 	    .key = key, .hub_key = hub_key,
-	    .models = &model, .nmodels = 1, .transfer = transfer, .progress = cli_progress,
+	    .models = models, .nmodels = nmodels, .transfer = transfer, .progress = cli_progress,
 	    .stop = stop,
 	    .timeout_ms = timeout_ms < S_CONNECT_MS ? timeout_ms : S_CONNECT_MS }, &err);
 	if (client == NULL)
 		cli_die_err(&err);
+	if (nmodels > 1) {
+		s_pull_several(client, &(struct s_several){ .models = models, .n = nmodels,
+		    .dir = out != NULL ? out : ".", .safetensors = safetensors, .ckpt = &ckpt,
+		    .keys = keys, .nkeys = nkeys, .no_delta = no_delta, .max_age_s = max_age_s },
+		    deadline);
+		goto done;
+	}
 	if (have_if_newer) {
 		wsync_head_t head;
 		int64_t left = deadline - wsync_now_ms();
@@ -221,7 +318,9 @@ main(int argc, char **argv)
 		s_check_age(out, model, got.version, max_age_s);
 	if (strcmp(out, "-") != 0)
 		printf("%" PRIu64 "\n", got.version);
+done:
 	wsync_client_destroy(&client);
+	free(models);
 	free(link);
 	free(staging);
 	if (fflush(stdout) != 0)

@@ -153,8 +153,8 @@ complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(_
 
 # wsync-pull
 complete -c wsync-pull -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
-complete -c wsync-pull -s m -l model -x -a '(__wsync_hub models)' -d 'The model to fetch'
-complete -c wsync-pull -s o -l output -r -F -d 'Where to write it (- is stdout)'
+complete -c wsync-pull -s m -l model -x -a '(__wsync_hub models)' -d 'The model to fetch (repeatable)'
+complete -c wsync-pull -s o -l output -r -F -d 'Where to write it (- is stdout; a directory with several models)'
 complete -c wsync-pull -s v -l pull-version -x -a '(__wsync_hub versions)' -d 'Fetch this version instead of the newest'
 complete -c wsync-pull -l if-newer -x -a '(__wsync_hub versions)' -d 'Exit 1 unless the newest is above this version'
 complete -c wsync-pull -l transfer -x -a 'auto link copy socket' -d 'How the version comes'

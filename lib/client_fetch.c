@@ -15,6 +15,7 @@
 #include "io_int.h"
 #include "pace_int.h"
 #include "signcheck_int.h"
+#include "signround_int.h"
 #include "tempfile_int.h"
 
 static int
@@ -561,6 +562,127 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	return rc;
 }
 
+
+/* Unlinks and frees the n temporary files of a pull of several models. */
+static void
+s_drop_temps(char **tmp, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (tmp[i] != NULL)
+			unlink(tmp[i]);
+		free(tmp[i]);
+		tmp[i] = NULL;
+	}
+}
+
+/* Fetches the heads got of n models into tmp, beside paths; -1 with err. */
+static int
+s_fetch_round(wsync_client_t *c, const wsync_fetch_t *f, int n, const char *const *paths,
+    wsync_head_t *got, char **tmp, int64_t deadline, wsync_err_t *err)
+{
+	for (int i = 0; i < n; i++) {
+		wsync_fetch_temp_t into = { .what = f[i], .known = &got[i], .beside = paths[i] };
+		into.what.version = got[i].version;
+		if (wsync_client_fetch_temp(c, &into, &tmp[i], &got[i], wsync_ms_left(deadline),
+		    err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* With keys, the round of n fetched models as one (signround.c); -1 with err (77). */
+static int
+s_check_round(const wsync_fetch_t *f, int n, const char *const *paths, char **tmp,
+    const wsync_head_t *got, wsync_err_t *err)
+{
+	const char **models = calloc((size_t)n, sizeof(*models));
+	wsync_applied_t *in_place = calloc((size_t)n, sizeof(*in_place));
+	wsync_applied_t *next = calloc((size_t)n, sizeof(*next));
+	char (*why)[WSYNC_MAX_REASON] = calloc((size_t)n, sizeof(*why));
+	int rc = -1;
+
+	if (models == NULL || in_place == NULL || next == NULL || why == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		models[i] = f[i].model;
+		wsync_applied_read(paths[i], &in_place[i]);
+	}
+	if (wsync_check_round(&(wsync_round_t){ .models = models, .n = n, .keys = f[0].keys,
+	    .nkeys = f[0].nkeys }, in_place, tmp, got, why, next) < 0) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	rc = 0;
+	for (int i = 0; i < n && rc == 0; i++)
+		if (why[i][0] != '\0')
+			rc = wsync_err_set(err, EX_NOPERM, "%s", why[i]);
+out:
+	free(models);
+	free(in_place);
+	free(next);
+	free(why);
+	return rc;
+}
+
+int
+wsync_client_pull_models(wsync_client_t *c, const wsync_fetch_t *f, int n,
+    const char *const *paths, wsync_head_t *got, int timeout_ms, wsync_err_t *err)
+{
+	int64_t deadline = wsync_now_ms() + timeout_ms;
+	const char **models = calloc((size_t)n, sizeof(*models));
+	char **tmp = calloc((size_t)n, sizeof(*tmp));
+	int rc = -1;
+
+	if (models == NULL || tmp == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++)
+		models[i] = f[i].model;
+	/*
+	 * One heads request sees every model at one instant of the hub, so the
+	 * models of one push come together; a head retired while the round is
+	 * fetched starts the round over at the newer heads, within the bound.
+	 */
+	for (;;) {
+		if (wsync_client_heads(c, &(wsync_heads_ask_t){ .models = models, .n = n }, got,
+		    NULL, wsync_ms_left(deadline), err) < 0)
+			goto out;
+		for (int i = 0; i < n; i++)
+			if (got[i].version == 0) {
+				wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", models[i]);
+				goto out;
+			}
+		if (s_fetch_round(c, f, n, paths, got, tmp, deadline, err) == 0)
+			break;
+		s_drop_temps(tmp, n);
+		if (err->code != EX_NOINPUT || wsync_ms_left(deadline) == 0)
+			goto out;
+	}
+	if (f[0].nkeys > 0 && s_check_round(f, n, paths, tmp, got, err) < 0)
+		goto out;
+	/* Every version is whole and verified: only now is any put in place. */
+	for (int i = 0; i < n; i++) {
+		if (rename(tmp[i], paths[i]) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", paths[i],
+			    strerror(errno));
+			goto out;
+		}
+		/* Also when paths[i] was a link to the same file already: rename left it. */
+		unlink(tmp[i]);
+		free(tmp[i]);
+		tmp[i] = NULL;
+	}
+	rc = 0;
+out:
+	if (tmp != NULL)
+		s_drop_temps(tmp, n);
+	free(tmp);
+	free(models);
+	return rc;
+}
 
 int
 wsync_client_transfer(const wsync_client_t *c)

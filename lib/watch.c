@@ -13,7 +13,7 @@
 
 #include "client_int.h"
 #include "net_int.h"
-#include "watch_sign_int.h"
+#include "signround_int.h"
 
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
@@ -198,14 +198,16 @@ s_store_changed(struct s_watch *w, const char *now)
 
 /*
  * Verifying: refuses each fetched version whose signature, seq or push
- * partners do not hold (wsync_watch_check_round); the hub hears why.
+ * partners do not hold (wsync_check_round); the hub hears why.
  */
 static int
 s_check_signed(struct s_watch *w, wsync_err_t *err)
 {
 	char (*why)[WSYNC_MAX_REASON] = calloc((size_t)w->o->nmodels, sizeof(*why));
+	wsync_round_t round = { .models = w->o->models, .n = w->o->nmodels,
+	    .keys = w->o->verify, .nkeys = w->o->nverify };
 
-	if (why == NULL || wsync_watch_check_round(w->o, w->in_place, w->tmp, w->heads, why,
+	if (why == NULL || wsync_check_round(&round, w->in_place, w->tmp, w->heads, why,
 	    w->next) < 0) {
 		free(why);
 		s_drop_temps(w);

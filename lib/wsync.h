@@ -464,6 +464,18 @@ typedef struct wsync_fetch {
  */
 int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char *path,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+/*
+ * Pulls the heads of n models (each f[i].version 0), as one instant of the
+ * hub shows them, into paths[i] (files; not "-"): every version fetched and
+ * verified before any is put in place. With keys (f[0]'s, for all), they are
+ * checked as one round: each signed and newer than paths[i]'s, and the models
+ * of one signed push together or not at all (77 naming the reason). got
+ * receives the n heads. 0, or -1 with err and nothing put in place (unless
+ * a rename itself fails, 74: those before it stay).
+ */
+int wsync_client_pull_models(wsync_client_t *client, const wsync_fetch_t *f, int n,
+    const char *const *paths, wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+
 /* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY, SOCKET or DELTA. */
 int wsync_client_transfer(const wsync_client_t *client);
 /* Bytes the last fetch of this client asked the hub for over the socket (0: none). */

@@ -168,13 +168,18 @@ nothing_applied() {
 	cmp p.wsync "$STORE/policy/1.wsync"
 }
 
-@test "the new actor of a signed two-model push beside the old critic is refused by the watcher" {
+# Two versions each of an actor (a1, a2) and a critic (c1, c2), a hub, out/.
+actor_critic_hub() {
 	"$PY" "$FIXTURES/mkmodel.py" a1.safetensors w=float32:4:1,2,3,4
 	"$PY" "$FIXTURES/mkmodel.py" a2.safetensors w=float32:4:5,6,7,8
 	"$PY" "$FIXTURES/mkmodel.py" c1.safetensors w=float32:2:1,2
 	"$PY" "$FIXTURES/mkmodel.py" c2.safetensors w=float32:2:3,4
 	start_hub
 	mkdir out
+}
+
+@test "the new actor of a signed two-model push beside the old critic is refused by the watcher" {
+	actor_critic_hub
 	run -0 wsync-push -q --sign-key key.key -m actor=a1.safetensors -m critic=c1.safetensors
 	wsync-watch --id w1 --verify-key key.pub -m actor,critic -o out >w1.out 2>w1.err &
 	PIDS+=("$!")
@@ -193,6 +198,38 @@ nothing_applied() {
 	assert_output "3 refused (mixed): actor version 3: its signed push (seq 2) has critic at content $critic2, but critic in place is $critic1: the models of one push are applied together or not at all"
 	cmp out/actor.wsync actor.before
 	run -1 grep "^actor 3" w1.out
+}
+
+@test "a pull of actor and critic refuses the new actor beside an old critic, and writes neither" {
+	actor_critic_hub
+	run -0 wsync-push -q --sign-key key.key -m actor=a1.safetensors -m critic=c1.safetensors
+	run -0 wsync-pull -q --verify-key key.pub -m actor -m critic -o out
+	assert_output "actor 1
+critic 1"
+	cp out/actor.wsync actor.before
+	cp out/critic.wsync critic.before
+	run -0 wsync-push -q --sign-key key.key -m actor=a2.safetensors -m critic=c2.safetensors
+	# The hub serves the old critic, signed in the first push, as critic 3.
+	run -0 wsync-push -q -m critic "$STORE/critic/1.wsync"
+	assert_output "3"
+	critic1=$(wsync-inspect --json out/critic.wsync | jq -r .content_id)
+	critic2=$(wsync-inspect --json "$STORE/critic/2.wsync" | jq -r .content_id)
+	run -77 wsync-pull -q --verify-key key.pub -m actor -m critic -o out
+	assert_output "wsync-pull: refused (mixed): actor version 2: its signed push (seq 2) has critic at content $critic2, but critic comes at $critic1: the models of one push are applied together or not at all"
+	cmp out/actor.wsync actor.before
+	cmp out/critic.wsync critic.before
+	run -1 compgen -G "$TMP/out/*.tmp.*"
+	# Pulled one by one, each model alone is a whole signed version.
+	run -0 wsync-pull -q --verify-key key.pub -m actor -o out/actor.wsync
+	assert_output "2"
+	# Once the hub serves the second push's critic again, the pair is taken.
+	run -0 wsync-push -q -m critic "$STORE/critic/2.wsync"
+	assert_output "4"
+	run -0 wsync-pull -q --verify-key key.pub -m critic -m actor -o out
+	assert_output "critic 4
+actor 2"
+	cmp out/critic.wsync "$STORE/critic/4.wsync"
+	cmp out/actor.wsync "$STORE/actor/2.wsync"
 }
 
 @test "wsync-push --seq takes the trainer's step, only above the counter beside the key" {

@@ -41,6 +41,38 @@ load hub_helper
 	[ ! -e x.wsync ]
 }
 
+@test "wsync-pull of several models writes each into the directory, or none when one is missing" {
+	make_versions 2
+	start_hub
+	wsync-push -q -m policy=v1.wsync -m critic=v2.wsync
+	mkdir out
+	run -0 wsync-pull -q -m policy -m critic -o out
+	assert_output "policy 1
+critic 1"
+	cmp out/policy.wsync "$STORE/policy/1.wsync"
+	cmp out/critic.wsync "$STORE/critic/1.wsync"
+	run -66 wsync-pull -q -m policy -m nope -o out
+	assert_output 'wsync-pull: model "nope" has no version'
+	run -1 compgen -G "$TMP/out/*.tmp.*"
+	run -0 ls out
+	assert_output "critic.wsync
+policy.wsync"
+}
+
+@test "wsync-pull of several models refuses options that name one model's file or version" {
+	run -64 wsync-pull -m a -m b -v 2
+	assert_output "wsync-pull: -v names one model's version: pull several models one by one
+Try 'wsync-pull --help'."
+	run -64 wsync-pull -m a -m b --base x.wsync
+	assert_line -n 0 "wsync-pull: --base names one model's version: pull several models one by one"
+	run -64 wsync-pull -m a -m b -o -
+	assert_line -n 0 "wsync-pull: several models are written into a directory, not stdout"
+	run -64 wsync-pull -m a -m a
+	assert_line -n 0 'wsync-pull: model "a" given twice'
+	run -66 wsync-pull -m a -m b -o nodir
+	assert_output "wsync-pull: nodir: no such directory (with several models, -o names one)"
+}
+
 @test "an interrupted pull exits 130 and leaves no temporary file" {
 	"$PY" - <<'PYEOF'
 import json, struct

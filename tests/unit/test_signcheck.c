@@ -6,7 +6,7 @@
 
 #include "signcheck_int.h"
 #include "tap.h"
-#include "watch_sign_int.h"
+#include "signround_int.h"
 
 static char s_dir[64];
 static wsync_signkey_t *s_key;
@@ -122,7 +122,7 @@ test_round(void)
 	char why[2][WSYNC_MAX_REASON];
 	wsync_applied_t in_place[2], next[2];
 	wsync_head_t heads[2] = { { .version = 2 }, { .version = 2 } };
-	wsync_watch_opts_t o = { .models = models, .nmodels = 2, .verify = &s_pub, .nverify = 1 };
+	wsync_round_t o = { .models = models, .n = 2, .keys = &s_pub, .nkeys = 1 };
 	wsync_err_t err;
 
 	s_push(models, (int[]){ 0, 2 }, 2, 1, ".1");
@@ -136,11 +136,11 @@ test_round(void)
 	}
 	tmp[0] = (char *)s_path("actor.2");
 	tmp[1] = (char *)s_path("critic.2");
-	ok(wsync_watch_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
+	ok(wsync_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
 	    why[0][0] == '\0' && why[1][0] == '\0' && next[0].seq == 2 && next[1].seq == 2,
 	    "both models of a push in one round are taken");
 	tmp[1] = NULL;
-	ok(wsync_watch_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
+	ok(wsync_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
 	    strncmp(why[0], "refused (mixed): actor version 2: its signed push (seq 2) has critic at "
 	    "content ", 80) == 0, "the new actor beside the old critic is refused: %s", why[0]);
 	/* The critic of the same push, its signature stripped (the same bytes, unsigned). */
@@ -151,7 +151,7 @@ test_round(void)
 	wsync_tree_destroy(&critic);
 	tmp[0] = (char *)s_path("actor.2");
 	tmp[1] = (char *)s_path("critic.u");
-	ok(wsync_watch_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
+	ok(wsync_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
 	    strncmp(why[1], "refused (unsigned)", 18) == 0 &&
 	    strncmp(why[0], "refused (mixed)", 15) == 0,
 	    "a partner refused takes the other model of its push down with it");
