@@ -69,6 +69,20 @@ stop_hub() {
 	wait "$HUB_PID" 2>/dev/null || HUB_STATUS=$?
 }
 
+# start_relay NAME [wsync-serve options...]: a relay at ipc://$TMP/NAME with the
+# store $TMP/NAME.store, mirroring the hub at $WSYNC_ENDPOINT; its log in
+# $TMP/NAME.log; RPID[NAME] is its PID.
+declare -gA RPID
+start_relay() {
+	local name=$1
+	shift
+	wsync-serve -e "ipc://$TMP/$name" --store "$TMP/$name.store" \
+		--upstream "$WSYNC_ENDPOINT" "$@" 2>>"$TMP/$name.log" &
+	RPID[$name]=$!
+	PIDS+=("$!")
+	wait_until grep -q "event=listen" "$TMP/$name.log"
+}
+
 # start_watcher ID [wsync-watch options...]: follows "policy" into $TMP/ID.wsync,
 # its stdout in $TMP/ID.out; ${WPID[ID]} is its PID.
 declare -gA WPID

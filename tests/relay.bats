@@ -30,20 +30,6 @@ load hub_helper
 	assert_regex "$stderr" "trying the next hub, at $WSYNC_ENDPOINT"
 }
 
-# start_relay NAME [wsync-serve options...]: a relay at ipc://$TMP/NAME with the
-# store $TMP/NAME.store, mirroring the hub at $WSYNC_ENDPOINT; its log in
-# $TMP/NAME.log; RPID[NAME] is its PID.
-declare -gA RPID
-start_relay() {
-	local name=$1
-	shift
-	wsync-serve -e "ipc://$TMP/$name" --store "$TMP/$name.store" \
-		--upstream "$WSYNC_ENDPOINT" "$@" 2>>"$TMP/$name.log" &
-	RPID[$name]=$!
-	PIDS+=("$!")
-	wait_until grep -q "event=listen" "$TMP/$name.log"
-}
-
 # 0 when the hub at $1 has version $3 of model $2 (its head).
 head_at() {
 	[ "$(WSYNC_ENDPOINT=$1 wsync-inspect --hub --json -t 1 2>/dev/null |

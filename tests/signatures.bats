@@ -232,6 +232,37 @@ actor 2"
 	cmp out/actor.wsync "$STORE/actor/2.wsync"
 }
 
+@test "a signed version keeps its signature through a relay; a forged one is refused behind it, and the root shows why" {
+	signed_v1_in_place
+	start_relay r1
+	start_watcher w2 -e "ipc://$TMP/r1" --verify-key key.pub
+	wait_until watcher_at w2 1
+	cmp r1.store/policy/1.wsync "$STORE/policy/1.wsync"
+	run -0 wsync-inspect --verify-key key.pub w2.wsync
+	assert_line "signature holds"
+	cp w2.wsync w2.before
+	forge "$STORE/policy/1.wsync" bad.wsync policy
+	run -0 wsync-push -q -m policy bad.wsync
+	assert_output "2"
+	forged=$(wsync-inspect --json bad.wsync | jq -r .content_id)
+	signed=$(wsync-inspect --json p.wsync | jq -r .content_id)
+	# The relay mirrors it (its hashes hold); the worker behind it refuses it,
+	# and the root, told by the relay, shows why.
+	wait_until has_failure w2
+	run -0 hub_failure w2
+	assert_output "2 refused (content-mismatch): policy version 2: content id $forged, but the manifest (seq 1) signs $signed"
+	run -77 wsync-pull -q -e "ipc://$TMP/r1" --verify-key key.pub -m policy -o p.wsync
+	assert_output "wsync-pull: refused (content-mismatch): policy version 2: content id $forged, but the manifest (seq 1) signs $signed"
+	cmp w2.wsync w2.before
+	run -0 cat w2.out
+	assert_output "policy 1 $TMP/w2.wsync"
+	# The next signed push reaches it through the relay.
+	run -0 wsync-push -q --sign-key key.key -m policy v2.wsync
+	assert_output "3"
+	wait_until watcher_at w2 3
+	assert_equal "$(content_of w2.wsync)" "$(content_of v2.wsync)"
+}
+
 @test "wsync-push --seq takes the trainer's step, only above the counter beside the key" {
 	make_versions 2
 	start_hub
