@@ -50,7 +50,8 @@ s_open(const char *path, int flags)
 }
 
 /*
- * Makes (make != 0) or applies the delta in a child, so that its peak RSS is
+ * Makes (make 1: whatever its size; 2: with the hub's limit, half of the
+ * head) or applies (make 0) the delta in a child, so that its peak RSS is
  * its own; fills *r. The stats of a make come back through a pipe.
  */
 static void
@@ -74,7 +75,8 @@ s_child(int make, const char *base, const char *head, const char *delta,
 		if (make) {
 			int h = s_open(head, O_RDONLY);
 			int d = s_open(delta, O_WRONLY | O_CREAT | O_TRUNC);
-			rc = wsync_delta_make(b, h, d, delta, &st, &err);
+			rc = wsync_delta_make(b, h, d, delta, make == 1 ? WSYNC_DELTA_ANY :
+			    WSYNC_DELTA_WORTH, &st, &err);
 		} else {
 			int d = s_open(delta, O_RDONLY);
 			int o = s_open(out, O_RDWR | O_CREAT | O_TRUNC);
@@ -146,11 +148,11 @@ s_same_bytes(const char *a, const char *b)
 int
 main(int argc, char **argv)
 {
-	char delta[4096], out[4096];
-	wsync_delta_stats_t st;
+	char delta[4096], out[4096], hub_delta[4200];
+	wsync_delta_stats_t st, hub_st;
 	wsync_file_t *b, *h;
 	wsync_err_t err;
-	run_t mk, ap;
+	run_t mk, ap, hub_mk;
 	uint64_t peers;
 	size_t changed;
 	double mib;
@@ -166,7 +168,10 @@ main(int argc, char **argv)
 	snprintf(out, sizeof(out), "%s.rebuilt", argv[2]);
 	s_child(1, argv[1], argv[2], delta, NULL, &st, &mk);
 	s_child(0, argv[1], NULL, delta, out, NULL, &ap);
-	if (mk.status != 0 || ap.status != 0) {
+	snprintf(hub_delta, sizeof(hub_delta), "%s.hub", delta);
+	s_child(2, argv[1], argv[2], hub_delta, NULL, &hub_st, &hub_mk);
+	unlink(hub_delta);
+	if (mk.status != 0 || ap.status != 0 || hub_mk.status != 0) {
 		fprintf(stderr, "delta: make exited %d, apply %d\n", WEXITSTATUS(mk.status),
 		    WEXITSTATUS(ap.status));
 		return 70;
@@ -198,6 +203,10 @@ main(int argc, char **argv)
 	    mib / mk.seconds, mk.rss_kib);
 	printf("%-8s %8.3f s %8.0f MiB/s  peak RSS %6ld KiB\n", "apply", ap.seconds,
 	    mib / ap.seconds, ap.rss_kib);
+	printf("hub-make %8.3f s (limit: half of the head; estimate %llu bytes): %s\n",
+	    hub_mk.seconds, (unsigned long long)hub_st.estimate, hub_st.bytes == st.bytes ?
+	    "made" : hub_st.bytes == 0 ? "not worth it, stopped after the estimate" :
+	    "not worth it, stopped while made");
 	printf("rebuilt %s\n", same ? "byte-identical" : "DIFFERS");
 	wsync_file_close(&b);
 	wsync_file_close(&h);

@@ -3,14 +3,17 @@
  * their names, the buffered output both sides use, reading and applying them
  * (delta_make.c makes them).
  *
- * A delta is one msgpack map. The writer streams it: the inputs are mapped
- * and read a window at a time (their pages let go behind), every encoded
- * form goes through one zstd stream into a bounded output buffer, and the
- * length of each bin is filled in once it is known. The applier writes H in
- * file order, skeleton bytes and tensor data in turn, hashing each tensor as
- * it goes, then parses what it wrote and checks it against the delta.
+ * A delta is one msgpack map, written and read with msgpack-c. The writer
+ * streams it: the inputs are mapped and read a window at a time (their pages
+ * let go behind), every encoded form goes through one zstd stream into a
+ * bounded scratch, then into a bounded output buffer. The reader bounds the
+ * document's declared sizes (mpcheck.c) before msgpack-c unpacks it, its
+ * bins left in place in the mapped delta. The applier writes H in file
+ * order, skeleton bytes and tensor data in turn, hashing each tensor as it
+ * goes, then parses what it wrote and checks it against the delta.
  */
 #include <errno.h>
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +26,7 @@
 #include "delta_impl_int.h"
 #include "hash_int.h"
 #include "io_int.h"
+#include "mpcheck_int.h"
 
 static const char *const s_enc_names[WSYNC_DELTA_ENC_COUNT] = {
 	"same", "xor", "sparse", "whole", "raw"
@@ -67,41 +71,6 @@ delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err)
 	return 0;
 }
 
-/* Overwrites 4 bytes emitted at at with v, big-endian (a bin32 length). */
-int
-delta_out_patch32(delta_out_t *o, uint64_t at, uint32_t v, wsync_err_t *err)
-{
-	unsigned char b[4] = { v >> 24, v >> 16, v >> 8, v };
-
-	for (int i = 0; i < 4; i++) {
-		if (at + i >= o->flushed) {
-			o->buf[at + i - o->flushed] = b[i];
-		} else if (pwrite(o->fd, &b[i], 1, o->start + (off_t)(at + i)) != 1) {
-			return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", o->name,
-			    strerror(errno));
-		}
-	}
-	return 0;
-}
-
-/* Forgets everything emitted after at, which a cheaper form replaces. */
-int
-delta_out_rewind(delta_out_t *o, uint64_t at, wsync_err_t *err)
-{
-	if (at >= o->flushed) {
-		o->n = at - o->flushed;
-	} else {
-		if (ftruncate(o->fd, o->start + (off_t)at) < 0 ||
-		    lseek(o->fd, o->start + (off_t)at, SEEK_SET) < 0)
-			return wsync_err_set(err, EX_IOERR, "%s: cannot truncate: %s", o->name,
-			    strerror(errno));
-		o->flushed = at;
-		o->n = 0;
-	}
-	o->pos = at;
-	return 0;
-}
-
 /*
  * Lets go of a mapped file's pages in [p, p + len) once read, and of the page
  * p starts in: read in file order, its first bytes were read before, and
@@ -124,11 +93,14 @@ delta_release(const wsync_file_t *f, const void *p, size_t len)
 		delta_release_map(p, len);
 }
 
-/* ---- msgpack, read ---- */
+/* ---- reading a delta's document ---- */
+
+/* Bounds on the document: map, tensors array, entry maps; their objects. */
+#define DOC_DEPTH 3
+#define DOC_OBJECTS (64 + (size_t)WSYNC_MAX_TENSORS * (1 + 2 * PATH_KEYS))
 
 typedef struct s_in {
-	const unsigned char *p;
-	size_t len, at;
+	const char *buf;                /* the delta; bins point into it */
 	const char *name;
 	wsync_err_t *err;
 } s_in_t;
@@ -136,111 +108,54 @@ typedef struct s_in {
 static int
 s_bad(s_in_t *in, const char *what)
 {
-	return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: %s at byte %zu",
-	    in->name, what, in->at);
+	return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: %s", in->name, what);
 }
 
-/* Reads an n-byte big-endian number. */
+/* 1 when key o is the string s. */
 static int
-s_rd_be(s_in_t *in, unsigned n, uint64_t *v)
+s_is(const msgpack_object *o, const char *s)
 {
-	if (in->len - in->at < n)
-		return s_bad(in, "truncated");
-	*v = 0;
-	for (unsigned i = 0; i < n; i++)
-		*v = *v << 8 | in->p[in->at++];
+	return o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) &&
+	    memcmp(o->via.str.ptr, s, o->via.str.size) == 0;
+}
+
+/*
+ * Finds map's values for keys (nkeys of them, at most 32) into val, NULL when
+ * absent; refuses a key that is not a string, unknown or repeated, naming
+ * what (the top level, or a tensor).
+ */
+static int
+s_fields(s_in_t *in, const msgpack_object_map *map, const char *const *keys, int nkeys,
+    const msgpack_object **val, const char *what)
+{
+	for (int k = 0; k < nkeys; k++)
+		val[k] = NULL;
+	for (uint32_t i = 0; i < map->size; i++) {
+		const msgpack_object *key = &map->ptr[i].key;
+		int k = 0;
+		while (k < nkeys && !s_is(key, keys[k]))
+			k++;
+		if (k == nkeys || val[k] != NULL)
+			return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: %s: %s "
+			    "key%s%.*s%s", in->name, what, k == nkeys ? "an unknown" : "a repeated",
+			    key->type == MSGPACK_OBJECT_STR ? " \"" : " that is not a string",
+			    key->type == MSGPACK_OBJECT_STR ? (int)(key->via.str.size > 64 ? 64 :
+			    key->via.str.size) : 0, key->type == MSGPACK_OBJECT_STR ?
+			    key->via.str.ptr : "", key->type == MSGPACK_OBJECT_STR ? "\"" : "");
+		val[k] = &map->ptr[i].val;
+	}
 	return 0;
 }
 
+/* An unsigned integer field's value. */
 static int
-s_rd_uint(s_in_t *in, uint64_t *v)
+s_uint(s_in_t *in, const msgpack_object *o, const char *what, const char *key, uint64_t *v)
 {
-	unsigned char c;
-
-	if (in->at >= in->len)
-		return s_bad(in, "truncated");
-	c = in->p[in->at];
-	if (c < 0x80) {
-		in->at++;
-		*v = c;
-		return 0;
-	}
-	if (c < 0xcc || c > 0xcf)
-		return s_bad(in, "expected an unsigned integer");
-	in->at++;
-	return s_rd_be(in, 1u << (c - 0xcc), v);
-}
-
-/* A str (want 0) or bin (want 1): its offset and length, inside the buffer. */
-static int
-s_rd_bytes(s_in_t *in, int want_bin, size_t *off, size_t *n)
-{
-	unsigned char c;
-	uint64_t v = 0;
-
-	if (in->at >= in->len)
-		return s_bad(in, "truncated");
-	c = in->p[in->at];
-	if (!want_bin && (c & 0xe0) == 0xa0) {
-		in->at++;
-		v = c & 0x1f;
-	} else if (!want_bin && c >= 0xd9 && c <= 0xdb) {
-		in->at++;
-		if (s_rd_be(in, 1u << (c - 0xd9), &v) < 0)
-			return -1;
-	} else if (want_bin && c >= 0xc4 && c <= 0xc6) {
-		in->at++;
-		if (s_rd_be(in, 1u << (c - 0xc4), &v) < 0)
-			return -1;
-	} else {
-		return s_bad(in, want_bin ? "expected a bin" : "expected a string");
-	}
-	if (v > in->len - in->at)
-		return s_bad(in, "a length beyond the end");
-	*off = in->at;
-	*n = (size_t)v;
-	in->at += (size_t)v;
+	if (o->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: %s: \"%s\" "
+		    "is not an unsigned integer", in->name, what, key);
+	*v = o->via.u64;
 	return 0;
-}
-
-/* A map (want 0) or array (want 1) header's count. */
-static int
-s_rd_count(s_in_t *in, int want_array, uint64_t *n)
-{
-	unsigned char c, fix = want_array ? 0x90 : 0x80, c16 = want_array ? 0xdc : 0xde;
-
-	if (in->at >= in->len)
-		return s_bad(in, "truncated");
-	c = in->p[in->at];
-	if ((c & 0xf0) == fix) {
-		in->at++;
-		*n = c & 0x0f;
-		return 0;
-	}
-	if (c != c16 && c != c16 + 1)
-		return s_bad(in, want_array ? "expected an array" : "expected a map");
-	in->at++;
-	return s_rd_be(in, c == c16 ? 2 : 4, n);
-}
-
-/* Reads a key and gives its index in keys, refusing unknown and repeated ones. */
-static int
-s_rd_key(s_in_t *in, const char *const *keys, int nkeys, unsigned *seen, int *which)
-{
-	size_t off, n;
-
-	if (s_rd_bytes(in, 0, &off, &n) < 0)
-		return -1;
-	for (int k = 0; k < nkeys; k++) {
-		if (strlen(keys[k]) == n && memcmp(in->p + off, keys[k], n) == 0) {
-			if (*seen & (1u << k))
-				return s_bad(in, "a repeated key");
-			*seen |= 1u << k;
-			*which = k;
-			return 0;
-		}
-	}
-	return s_bad(in, "an unknown key");
 }
 
 enum { T_PATH, T_OFF, T_LEN, T_HASH, T_ENC, T_BASE_OFF, T_DATA };
@@ -250,67 +165,54 @@ static const char *const s_tensor_keys[PATH_KEYS] = {
 
 /* One tensor entry, with the keys its encoding needs. */
 static int
-s_rd_tensor(s_in_t *in, wsync_delta_tensor_t *t)
+s_rd_tensor(s_in_t *in, const msgpack_object *o, wsync_delta_tensor_t *t)
 {
-	unsigned seen = 0, need;
-	uint64_t n, v;
-	size_t off, len;
-	int k;
+	const msgpack_object *v[PATH_KEYS], *p;
+	char what[WSYNC_MAX_PATH + 16];
+	int enc;
 
-	if (s_rd_count(in, 0, &n) < 0)
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return s_bad(in, "a tensor entry that is not a map");
+	if (s_fields(in, &o->via.map, s_tensor_keys, PATH_KEYS, v, "a tensor entry") < 0)
 		return -1;
-	if (n > PATH_KEYS)
-		return s_bad(in, "a tensor entry with too many keys");
-	for (uint64_t i = 0; i < n; i++) {
-		if (s_rd_key(in, s_tensor_keys, PATH_KEYS, &seen, &k) < 0)
-			return -1;
-		switch (k) {
-		case T_PATH:
-			if (s_rd_bytes(in, 0, &off, &len) < 0)
-				return -1;
-			if (len == 0 || len > WSYNC_MAX_PATH || memchr(in->p + off, 0, len) != NULL)
-				return s_bad(in, "a bad tensor path");
-			if ((t->path = strndup((const char *)in->p + off, len)) == NULL)
-				return wsync_err_set(in->err, EX_OSERR, "%s: out of memory", in->name);
+	if ((p = v[T_PATH]) == NULL || p->type != MSGPACK_OBJECT_STR ||
+	    p->via.str.size == 0 || p->via.str.size > WSYNC_MAX_PATH ||
+	    memchr(p->via.str.ptr, 0, p->via.str.size) != NULL)
+		return s_bad(in, "a tensor entry without a good path");
+	if ((t->path = strndup(p->via.str.ptr, p->via.str.size)) == NULL)
+		return wsync_err_set(in->err, EX_OSERR, "%s: out of memory", in->name);
+	snprintf(what, sizeof(what), "tensor %s", t->path);
+	for (int k = T_OFF; k <= T_ENC; k++)
+		if (v[k] == NULL)
+			return wsync_err_set(in->err, EX_DATAERR, "%s: %s: no \"%s\"", in->name,
+			    what, s_tensor_keys[k]);
+	if (s_uint(in, v[T_OFF], what, "off", &t->off) < 0 ||
+	    s_uint(in, v[T_LEN], what, "len", &t->len) < 0 ||
+	    s_uint(in, v[T_HASH], what, "hash", &t->hash) < 0)
+		return -1;
+	for (enc = 0; enc < WSYNC_DELTA_ENC_COUNT; enc++)
+		if (s_is(v[T_ENC], s_enc_names[enc]))
 			break;
-		case T_ENC:
-			if (s_rd_bytes(in, 0, &off, &len) < 0)
-				return -1;
-			for (v = 0; v < WSYNC_DELTA_ENC_COUNT; v++)
-				if (strlen(s_enc_names[v]) == len &&
-				    memcmp(in->p + off, s_enc_names[v], len) == 0)
-					break;
-			if (v == WSYNC_DELTA_ENC_COUNT && t->path != NULL)
-				return wsync_err_set(in->err, EX_DATAERR, "%s: tensor %s: unknown "
-				    "encoding \"%.*s\"", in->name, t->path, (int)len, in->p + off);
-			if (v == WSYNC_DELTA_ENC_COUNT)
-				return s_bad(in, "an unknown encoding");
-			t->enc = (wsync_delta_enc_t)v;
-			break;
-		case T_DATA:
-			if (s_rd_bytes(in, 1, &off, &len) < 0)
-				return -1;
-			t->data_off = off;
-			t->data_len = len;
-			break;
-		default:
-			if (s_rd_uint(in, &v) < 0)
-				return -1;
-			*(k == T_OFF ? &t->off : k == T_LEN ? &t->len : k == T_HASH ? &t->hash :
-			    &t->base_off) = v;
-			break;
-		}
+	if (enc == WSYNC_DELTA_ENC_COUNT)
+		return wsync_err_set(in->err, EX_DATAERR, "%s: %s: unknown encoding \"%.*s\"",
+		    in->name, what, v[T_ENC]->type == MSGPACK_OBJECT_STR ?
+		    (int)(v[T_ENC]->via.str.size > 32 ? 32 : v[T_ENC]->via.str.size) : 0,
+		    v[T_ENC]->type == MSGPACK_OBJECT_STR ? v[T_ENC]->via.str.ptr : "");
+	t->enc = (wsync_delta_enc_t)enc;
+	if ((v[T_BASE_OFF] != NULL) != (enc == WSYNC_DELTA_SAME || enc == WSYNC_DELTA_XOR ||
+	    enc == WSYNC_DELTA_SPARSE) || (v[T_DATA] != NULL) != (enc != WSYNC_DELTA_SAME))
+		return wsync_err_set(in->err, EX_DATAERR, "%s: %s: encoding %s with the wrong "
+		    "keys", in->name, what, s_enc_names[enc]);
+	if (v[T_BASE_OFF] != NULL && s_uint(in, v[T_BASE_OFF], what, "base_off",
+	    &t->base_off) < 0)
+		return -1;
+	if (v[T_DATA] != NULL) {
+		if (v[T_DATA]->type != MSGPACK_OBJECT_BIN)
+			return wsync_err_set(in->err, EX_DATAERR, "%s: %s: \"data\" is not a bin",
+			    in->name, what);
+		t->data_off = (uint64_t)(v[T_DATA]->via.bin.ptr - in->buf);
+		t->data_len = v[T_DATA]->via.bin.size;
 	}
-	need = 1u << T_PATH | 1u << T_OFF | 1u << T_LEN | 1u << T_HASH | 1u << T_ENC;
-	if ((seen & need) != need)
-		return s_bad(in, "a tensor entry without path, off, len, hash or enc");
-	if (t->enc == WSYNC_DELTA_SAME || t->enc == WSYNC_DELTA_XOR || t->enc == WSYNC_DELTA_SPARSE)
-		need |= 1u << T_BASE_OFF;
-	if (t->enc != WSYNC_DELTA_SAME)
-		need |= 1u << T_DATA;
-	if (seen != need)
-		return wsync_err_set(in->err, EX_DATAERR, "%s: tensor %s: encoding %s with "
-		    "the wrong keys", in->name, t->path, s_enc_names[t->enc]);
 	return 0;
 }
 
@@ -344,69 +246,80 @@ static const char *const s_header_keys[H_COUNT] = {
 	"skeleton", "tensors"
 };
 
+/* The top-level map, decoded into h. */
+static int
+s_rd_root(s_in_t *in, const msgpack_object *o, wsync_delta_header_t *h)
+{
+	const msgpack_object *v[H_COUNT];
+	uint64_t format, *num[H_COUNT] = { &format, NULL, &h->base, &h->base_content,
+		&h->version, &h->content, &h->size };
+	const msgpack_object_array *ts;
+
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return s_bad(in, "not a map");
+	if (s_fields(in, &o->via.map, s_header_keys, H_COUNT, v, "the top level") < 0)
+		return -1;
+	for (int k = 0; k < H_COUNT; k++)
+		if (v[k] == NULL)
+			return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: no "
+			    "\"%s\"", in->name, s_header_keys[k]);
+	for (int k = 0; k <= H_SIZE; k++)
+		if (num[k] != NULL && s_uint(in, v[k], "the top level", s_header_keys[k],
+		    num[k]) < 0)
+			return -1;
+	if (format != WSYNC_DELTA_FORMAT)
+		return wsync_err_set(in->err, EX_DATAERR, "%s: delta format %llu, this reader "
+		    "knows %d", in->name, (unsigned long long)format, WSYNC_DELTA_FORMAT);
+	if (v[H_MODEL]->type != MSGPACK_OBJECT_STR || v[H_MODEL]->via.str.size > WSYNC_MAX_MODEL)
+		return s_bad(in, "a bad model id");
+	memcpy(h->model, v[H_MODEL]->via.str.ptr, v[H_MODEL]->via.str.size);
+	h->model[v[H_MODEL]->via.str.size] = '\0';
+	if (wsync_model_id_check(h->model) != 0)
+		return s_bad(in, "a bad model id");
+	if (v[H_SKELETON]->type != MSGPACK_OBJECT_BIN)
+		return s_bad(in, "\"skeleton\" is not a bin");
+	h->skeleton_off = (uint64_t)(v[H_SKELETON]->via.bin.ptr - in->buf);
+	h->skeleton_len = v[H_SKELETON]->via.bin.size;
+	if (v[H_TENSORS]->type != MSGPACK_OBJECT_ARRAY)
+		return s_bad(in, "\"tensors\" is not an array");
+	ts = &v[H_TENSORS]->via.array;
+	if (ts->size > WSYNC_MAX_TENSORS)
+		return s_bad(in, "more tensors than a model may have");
+	h->ntensors = ts->size;
+	if ((h->tensors = calloc(h->ntensors + 1, sizeof(*h->tensors))) == NULL)
+		return wsync_err_set(in->err, EX_OSERR, "%s: out of memory", in->name);
+	for (size_t j = 0; j < h->ntensors; j++)
+		if (s_rd_tensor(in, &ts->ptr[j], &h->tensors[j]) < 0)
+			return -1;
+	return 0;
+}
+
 int
 wsync_delta_read_header(const void *buf, size_t len, const char *name,
     wsync_delta_header_t *h, wsync_err_t *err)
 {
-	s_in_t in = { buf, len, 0, name, err };
-	uint64_t n, v, format = 0, prev_end = 0, data = 0;
-	size_t off, slen;
-	unsigned seen = 0;
-	int k;
+	s_in_t in = { buf, name, err };
+	msgpack_unpacked doc;
+	uint64_t prev_end = 0, data = 0;
+	size_t end = 0, off = 0;
+	char why[256];
+	int rc;
 
 	memset(h, 0, sizeof(*h));
-	if (s_rd_count(&in, 0, &n) < 0)
-		return -1;
-	if (n != H_COUNT)
-		return s_bad(&in, "a top-level map without exactly 9 fields");
-	for (uint64_t i = 0; i < n; i++) {
-		if (s_rd_key(&in, s_header_keys, H_COUNT, &seen, &k) < 0)
-			return -1;
-		switch (k) {
-		case H_MODEL:
-			if (s_rd_bytes(&in, 0, &off, &slen) < 0)
-				return -1;
-			if (slen > WSYNC_MAX_MODEL)
-				return s_bad(&in, "a bad model id");
-			memcpy(h->model, in.p + off, slen);
-			h->model[slen] = '\0';
-			if (wsync_model_id_check(h->model) != 0)
-				return s_bad(&in, "a bad model id");
-			break;
-		case H_SKELETON:
-			if (s_rd_bytes(&in, 1, &off, &slen) < 0)
-				return -1;
-			h->skeleton_off = off;
-			h->skeleton_len = slen;
-			break;
-		case H_TENSORS:
-			if (s_rd_count(&in, 1, &v) < 0)
-				return -1;
-			/* Every entry takes at least 30 bytes: no allocation beyond the input's size. */
-			if (v > WSYNC_MAX_TENSORS || v > (len - in.at) / 30)
-				return s_bad(&in, "more tensors than the delta could hold");
-			h->ntensors = (size_t)v;
-			if ((h->tensors = calloc(h->ntensors + 1, sizeof(*h->tensors))) == NULL)
-				return wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
-			for (size_t j = 0; j < h->ntensors; j++)
-				if (s_rd_tensor(&in, &h->tensors[j]) < 0)
-					return -1;
-			break;
-		default:
-			if (s_rd_uint(&in, &v) < 0)
-				return -1;
-			*(k == H_FORMAT ? &format : k == H_BASE ? &h->base :
-			    k == H_BASE_CONTENT ? &h->base_content : k == H_VERSION ? &h->version :
-			    k == H_CONTENT ? &h->content : &h->size) = v;
-			if (k == H_FORMAT && v != WSYNC_DELTA_FORMAT)
-				return wsync_err_set(err, EX_DATAERR, "%s: delta format %llu, "
-				    "this reader knows %d", name, (unsigned long long)v,
-				    WSYNC_DELTA_FORMAT);
-			break;
-		}
-	}
-	if (in.at != len)
+	if (len == 0)
+		return s_bad(&in, "it is empty");
+	if (wsync_msgpack_check(buf, len, &end, DOC_DEPTH, DOC_OBJECTS, why, sizeof(why)) < 0)
+		return s_bad(&in, why);
+	if (end != len)
 		return s_bad(&in, "trailing bytes after the document");
+	msgpack_unpacked_init(&doc);
+	if (msgpack_unpack_next(&doc, buf, len, &off) != MSGPACK_UNPACK_SUCCESS)
+		rc = s_bad(&in, "msgpack-c cannot unpack it");
+	else
+		rc = s_rd_root(&in, &doc.data, h);
+	msgpack_unpacked_destroy(&doc);
+	if (rc < 0)
+		return -1;
 	if (h->size > (UINT64_C(1) << 62))
 		return s_bad(&in, "an absurd head size");
 	for (size_t i = 0; i < h->ntensors; i++) {
@@ -845,7 +758,7 @@ int
 wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err)
 {
-	s_apply_t a = { .out = { .fd = out_fd, .name = name }, .name = name };
+	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err }, .name = name };
 	wsync_delta_header_t h = { 0 };
 	wsync_file_t *base = NULL;
 	void *map = MAP_FAILED;
@@ -885,7 +798,7 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 	}
 	ZSTD_DCtx_setParameter(a.skel.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
 	ZSTD_DCtx_setParameter(a.data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
-	if ((a.out.start = lseek(out_fd, 0, SEEK_CUR)) != 0 || fstat(out_fd, &ost) < 0 ||
+	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
 	    ost.st_size != 0) {
 		wsync_err_set(err, EX_SOFTWARE, "%s: the output must be a new empty file", name);
 		goto out;

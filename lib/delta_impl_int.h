@@ -26,11 +26,11 @@
 	WSYNC_MAX_DIMS * 9 + 256)
 #define PATH_KEYS 7                     /* keys a tensor entry may hold */
 
-/* A buffered writer that can fill in lengths and take back. */
+/* A buffered writer. */
 typedef struct delta_out {
 	int fd;
 	const char *name;
-	off_t start;                    /* fd's offset when writing began */
+	wsync_err_t *err;               /* where msgpack-c's write callback reports */
 	uint64_t pos;                   /* bytes emitted */
 	uint64_t flushed;               /* of which written to fd */
 	unsigned char *buf;
@@ -42,10 +42,6 @@ typedef struct delta_out {
 int delta_out_flush(delta_out_t *o, wsync_err_t *err);
 /* Emits len bytes (hashed too when o->hash is set). */
 int delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err);
-/* Overwrites 4 bytes emitted at at with v, big-endian (a bin32 length). */
-int delta_out_patch32(delta_out_t *o, uint64_t at, uint32_t v, wsync_err_t *err);
-/* Forgets everything emitted after at, which a cheaper form replaces. */
-int delta_out_rewind(delta_out_t *o, uint64_t at, wsync_err_t *err);
 /*
  * Lets go of a mapped file's pages in [p, p + len) once read, and of the page
  * p starts in.

@@ -28,8 +28,9 @@ const char *wsync_delta_enc_name(wsync_delta_enc_t enc);
 
 /* What wsync_delta_make wrote. */
 typedef struct wsync_delta_stats {
-	uint64_t bytes;                         /* the whole delta */
+	uint64_t bytes;                         /* the whole delta, or written when it stopped */
 	uint64_t head_bytes;                    /* H's file size, for the ratio */
+	uint64_t estimate;                      /* the delta's size as estimated first */
 	uint64_t skeleton_bytes;                /* the compressed skeleton */
 	uint64_t count[WSYNC_DELTA_ENC_COUNT];  /* tensors per encoding */
 	uint64_t data[WSYNC_DELTA_ENC_COUNT];   /* H's data bytes per encoding */
@@ -37,14 +38,19 @@ typedef struct wsync_delta_stats {
 } wsync_delta_stats_t;
 
 /*
- * Writes the delta that turns base (B) into head (H) to out_fd, a regular
- * file opened for writing at its current offset (the writer seeks back to
- * fill in lengths). Both inputs are .wsync files of the same model, read
+ * Writes the delta that turns base (B) into head (H) to out_fd, at its
+ * current offset. Both inputs are .wsync files of the same model, read
  * through mappings a window at a time, so memory stays bounded whatever
  * their size. name is for errors; stats (may be NULL) says what was written.
+ * limit is the most the delta may take, in bytes: WSYNC_DELTA_WORTH for half
+ * of H, WSYNC_DELTA_ANY for no limit. 0 when the delta is written; 1 when it
+ * would take more than limit, by a first estimate or once it grows past it
+ * while made (out_fd then holds a part, to be thrown away); -1 with err.
  */
 int wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name,
-    wsync_delta_stats_t *stats, wsync_err_t *err);
+    uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err);
+#define WSYNC_DELTA_WORTH 0             /* limit: half of H, where a delta stops paying */
+#define WSYNC_DELTA_ANY UINT64_MAX      /* limit: none, whatever the delta's size */
 
 /*
  * Rebuilds H from base (B) and the delta into out_fd, a new empty file open

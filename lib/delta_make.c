@@ -1,5 +1,17 @@
-/* delta_make.c - making a delta from a base and a head, streamed (see delta.c). */
+/*
+ * delta_make.c - making a delta from a base and a head, streamed (see delta.c).
+ *
+ * The document is written with msgpack-c's packer into the buffered output.
+ * A bin's length comes before its bytes, so each encoded form is compressed
+ * first into a scratch (its first OUT_BUF bytes in memory, the rest in an
+ * anonymous file), then packed with its length known. Before any of it, a
+ * pass that only compares B's and H's elements estimates the delta's size:
+ * when that is past the caller's limit (the hub's: half of H), or the delta
+ * grows past it while it is made, the maker stops and H travels whole.
+ */
 #include <errno.h>
+#include <fcntl.h>
+#include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,64 +25,30 @@
 #include "hash_int.h"
 #include "io_int.h"
 
-/* ---- msgpack, written ---- */
+#define ENTRY_COST 64                   /* a tensor entry's keys and numbers, estimated */
 
+/* ---- msgpack, written through the buffered output ---- */
+
+/* msgpack-c's write callback: the packer's bytes go to the delta's output. */
 static int
-s_mp_uint(delta_out_t *o, uint64_t v, wsync_err_t *err)
+s_pk_write(void *data, const char *buf, size_t len)
 {
-	unsigned char b[9];
+	delta_out_t *o = data;
 
-	if (v < 128)
-		return delta_out_put(o, (unsigned char[]){ (unsigned char)v }, 1, err);
-	b[0] = 0xcf;
-	for (int i = 0; i < 8; i++)
-		b[1 + i] = (unsigned char)(v >> (56 - 8 * i));
-	return delta_out_put(o, b, 9, err);
+	return delta_out_put(o, buf, len, o->err);
 }
 
 static int
-s_mp_str(delta_out_t *o, const char *s, wsync_err_t *err)
+s_pk_str(msgpack_packer *pk, const char *s)
 {
-	size_t n = strlen(s);
-	unsigned char b[3] = { 0xda, (unsigned char)(n >> 8), (unsigned char)n };
-
-	if (n < 32)
-		b[0] = (unsigned char)(0xa0 | n);
-	return delta_out_put(o, b, n < 32 ? 1 : 3, err) < 0 ? -1 : delta_out_put(o, s, n, err);
+	return msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-/* A map (0xde) or array (0xdc) header: 16-bit count when it fits, else 32. */
+/* A key and its unsigned value. */
 static int
-s_mp_count(delta_out_t *o, unsigned char kind16, uint64_t n, wsync_err_t *err)
+s_pk_kv(msgpack_packer *pk, const char *key, uint64_t v)
 {
-	unsigned char b[5] = { kind16, (unsigned char)(n >> 8), (unsigned char)n };
-
-	if (n < 65536)
-		return delta_out_put(o, b, 3, err);
-	b[0] = kind16 + 1;
-	for (int i = 0; i < 4; i++)
-		b[1 + i] = (unsigned char)(n >> (24 - 8 * i));
-	return delta_out_put(o, b, 5, err);
-}
-
-/* Starts a bin32 whose length is filled in later; *at is where the length goes. */
-static int
-s_mp_bin_open(delta_out_t *o, uint64_t *at, wsync_err_t *err)
-{
-	*at = o->pos + 1;
-	return delta_out_put(o, (unsigned char[]){ 0xc6, 0, 0, 0, 0 }, 5, err);
-}
-
-/* Ends the bin opened at at: its length, or 65 when it reached 4 GiB. */
-static int
-s_mp_bin_close(delta_out_t *o, uint64_t at, const char *what, wsync_err_t *err)
-{
-	uint64_t len = o->pos - (at + 4);
-
-	if (len > UINT32_MAX)
-		return wsync_err_set(err, EX_DATAERR, "%s: %s: encoded form reaches 4 GiB, "
-		    "more than a msgpack bin holds", o->name, what);
-	return delta_out_patch32(o, at, (uint32_t)len, err);
+	return s_pk_str(pk, key) < 0 ? -1 : msgpack_pack_uint64(pk, v);
 }
 
 /* ---- zstd, written ---- */
@@ -90,10 +68,31 @@ s_cctx_new(const char *name, wsync_err_t *err)
 	return z;
 }
 
-/* Feeds len bytes to the frame being written; end finishes the frame. */
+/* ---- making a delta ---- */
+
+typedef struct s_make {
+	delta_out_t out;                /* the delta */
+	delta_out_t scratch;            /* one encoded form, before it is packed */
+	uint64_t form_limit;            /* the form stops once the scratch holds this many */
+	uint64_t limit;                 /* the delta is not worth it past this many bytes */
+	msgpack_packer pk;              /* writes to out */
+	ZSTD_CCtx *z;
+	const wsync_file_t *base, *head;
+	unsigned char *enc;             /* per tensor of H, the encoding planned */
+	unsigned char *tmp;             /* CHUNK bytes */
+	unsigned char *group;           /* a sparse group: 4 gap planes, 8 value planes */
+	wsync_delta_stats_t *stats;
+} s_make_t;
+
+/*
+ * Feeds len bytes to the frame being compressed into the scratch; end
+ * finishes the frame. 1 once the scratch holds form_limit bytes: the form
+ * costs too much, and the caller stops making it.
+ */
 static int
-s_zput(delta_out_t *o, ZSTD_CCtx *z, const void *p, size_t len, int end, wsync_err_t *err)
+s_zput(s_make_t *m, const void *p, size_t len, int end, wsync_err_t *err)
 {
+	delta_out_t *o = &m->scratch;
 	ZSTD_inBuffer in = { p, len, 0 };
 	ZSTD_EndDirective mode = end ? ZSTD_e_end : ZSTD_e_continue;
 	size_t left;
@@ -103,26 +102,91 @@ s_zput(delta_out_t *o, ZSTD_CCtx *z, const void *p, size_t len, int end, wsync_e
 		if (OUT_BUF - o->n < ZSTD_CStreamOutSize() && delta_out_flush(o, err) < 0)
 			return -1;
 		out = (ZSTD_outBuffer){ o->buf + o->n, OUT_BUF - o->n, 0 };
-		left = ZSTD_compressStream2(z, &out, &in, mode);
+		left = ZSTD_compressStream2(m->z, &out, &in, mode);
 		if (ZSTD_isError(left))
 			return wsync_err_set(err, EX_SOFTWARE, "%s: zstd: %s", o->name,
 			    ZSTD_getErrorName(left));
 		o->n += out.pos;
 		o->pos += out.pos;
+		if (o->pos >= m->form_limit)
+			return 1;
 	} while (end ? left != 0 : in.pos < in.size);
 	return 0;
 }
 
-/* ---- making a delta ---- */
+/* Starts a zstd frame in an empty scratch, at level, of size bytes when known (else -1). */
+static void
+s_zstart(s_make_t *m, int level, long long size, uint64_t form_limit)
+{
+	ZSTD_CCtx_reset(m->z, ZSTD_reset_session_only);
+	ZSTD_CCtx_setParameter(m->z, ZSTD_c_compressionLevel, level);
+	if (size >= 0)
+		ZSTD_CCtx_setPledgedSrcSize(m->z, (unsigned long long)size);
+	m->form_limit = form_limit;
+}
 
-typedef struct s_make {
-	delta_out_t out;
-	ZSTD_CCtx *z;
-	const wsync_file_t *base, *head;
-	unsigned char *tmp;             /* CHUNK bytes */
-	unsigned char *group;           /* a sparse group: 4 gap planes, 8 value planes */
-	wsync_delta_stats_t *stats;
-} s_make_t;
+/* Empties the scratch, giving its file's pages back. */
+static int
+s_scratch_reset(s_make_t *m, wsync_err_t *err)
+{
+	delta_out_t *o = &m->scratch;
+
+	if (o->flushed > 0 && (ftruncate(o->fd, 0) < 0 || lseek(o->fd, 0, SEEK_SET) < 0))
+		return wsync_err_set(err, EX_IOERR, "%s: cannot empty the scratch file: %s",
+		    o->name, strerror(errno));
+	o->pos = o->flushed = o->n = 0;
+	return 0;
+}
+
+/* Reads n bytes at off from fd, whole. */
+static int
+s_read_at(int fd, void *buf, size_t n, off_t off)
+{
+	unsigned char *p = buf;
+
+	while (n > 0) {
+		ssize_t k = pread(fd, p, n, off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			if (k == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += k;
+		n -= (size_t)k;
+		off += k;
+	}
+	return 0;
+}
+
+/* Packs what the scratch holds as one bin, then empties it. */
+static int
+s_pack_scratch(s_make_t *m, const char *what, wsync_err_t *err)
+{
+	delta_out_t *o = &m->scratch;
+
+	if (o->pos > UINT32_MAX)
+		return wsync_err_set(err, EX_DATAERR, "%s: %s: encoded form reaches 4 GiB, "
+		    "more than a msgpack bin holds", o->name, what);
+	if (msgpack_pack_bin(&m->pk, (size_t)o->pos) < 0)
+		return -1;
+	if (o->flushed > 0) {
+		if (delta_out_flush(o, err) < 0)
+			return -1;
+		for (uint64_t at = 0; at < o->flushed; at += CHUNK) {
+			size_t n = o->flushed - at < CHUNK ? (size_t)(o->flushed - at) : CHUNK;
+			if (s_read_at(o->fd, m->tmp, n, (off_t)at) < 0)
+				return wsync_err_set(err, EX_IOERR, "%s: cannot read the scratch "
+				    "file: %s", o->name, strerror(errno));
+			if (msgpack_pack_bin_body(&m->pk, m->tmp, n) < 0)
+				return -1;
+		}
+	} else if (msgpack_pack_bin_body(&m->pk, o->buf, o->n) < 0) {
+		return -1;
+	}
+	return s_scratch_reset(m, err);
+}
 
 static uint64_t
 s_load64(const unsigned char *p)
@@ -159,17 +223,18 @@ s_encode_xor(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
     wsync_err_t *err)
 {
 	const unsigned char *h = t->data, *b = bt->data;
+	int rc;
 
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
 		for (size_t i = 0; i < n; i++)
 			m->tmp[i] = h[at + i] ^ b[at + i];
-		if (s_zput(&m->out, m->z, m->tmp, n, 0, err) < 0)
-			return -1;
+		if ((rc = s_zput(m, m->tmp, n, 0, err)) != 0)
+			return rc;
 		delta_release(m->head, h + at, n);
 		delta_release(m->base, b + at, n);
 	}
-	return s_zput(&m->out, m->z, NULL, 0, 1, err);
+	return s_zput(m, NULL, 0, 1, err);
 }
 
 /* Writes one sparse group of c changes: count, 4 gap planes, w value planes. */
@@ -177,12 +242,13 @@ static int
 s_sparse_group(s_make_t *m, uint32_t c, unsigned w, wsync_err_t *err)
 {
 	unsigned char cb[4] = { c, c >> 8, c >> 16, c >> 24 };
+	int rc;
 
-	if (s_zput(&m->out, m->z, cb, 4, 0, err) < 0)
-		return -1;
+	if ((rc = s_zput(m, cb, 4, 0, err)) != 0)
+		return rc;
 	for (unsigned plane = 0; plane < 4 + w; plane++)
-		if (s_zput(&m->out, m->z, m->group + (size_t)plane * GROUP_MAX, c, 0, err) < 0)
-			return -1;
+		if ((rc = s_zput(m, m->group + (size_t)plane * GROUP_MAX, c, 0, err)) != 0)
+			return rc;
 	return 0;
 }
 
@@ -200,9 +266,10 @@ s_encode_sparse(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
 	unsigned char width = (unsigned char)w;
 	uint64_t prev = UINT64_MAX;     /* the previous change's element, -1 before any */
 	uint32_t c = 0;
+	int rc;
 
-	if (s_zput(&m->out, m->z, &width, 1, 0, err) < 0)
-		return -1;
+	if ((rc = s_zput(m, &width, 1, 0, err)) != 0)
+		return rc;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
 		for (size_t i = 0; i < n; i += w) {
@@ -223,34 +290,50 @@ s_encode_sparse(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
 			}
 			prev = e;
 			if (++c == GROUP_MAX) {
-				if (s_sparse_group(m, c, w, err) < 0)
-					return -1;
+				if ((rc = s_sparse_group(m, c, w, err)) != 0)
+					return rc;
 				c = 0;
 			}
 		}
 		delta_release(m->head, h + at, n);
 		delta_release(m->base, b + at, n);
 	}
-	if (c > 0 && s_sparse_group(m, c, w, err) < 0)
-		return -1;
-	return s_zput(&m->out, m->z, NULL, 0, 1, err);
+	if (c > 0 && (rc = s_sparse_group(m, c, w, err)) != 0)
+		return rc;
+	return s_zput(m, NULL, 0, 1, err);
 }
 
-/* Encodes t alone, compressed (whole) or as it is (raw). */
+/* Encodes t alone, compressed. */
 static int
-s_encode_self(s_make_t *m, const wsync_tensor_t *t, int compress, wsync_err_t *err)
+s_encode_whole(s_make_t *m, const wsync_tensor_t *t, wsync_err_t *err)
 {
 	const unsigned char *h = t->data;
+	int rc;
 
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		int rc = compress ? s_zput(&m->out, m->z, h + at, n, 0, err) :
-		    delta_out_put(&m->out, h + at, n, err);
-		if (rc < 0)
+		if ((rc = s_zput(m, h + at, n, 0, err)) != 0)
+			return rc;
+		delta_release(m->head, h + at, n);
+	}
+	return s_zput(m, NULL, 0, 1, err);
+}
+
+/* Packs t's bytes as they are, as one bin. */
+static int
+s_pack_raw(s_make_t *m, const wsync_tensor_t *t)
+{
+	const unsigned char *h = t->data;
+
+	if (msgpack_pack_bin(&m->pk, (size_t)t->nbytes) < 0)
+		return -1;
+	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
+		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
+		if (msgpack_pack_bin_body(&m->pk, h + at, n) < 0)
 			return -1;
 		delta_release(m->head, h + at, n);
 	}
-	return compress ? s_zput(&m->out, m->z, NULL, 0, 1, err) : 0;
+	return 0;
 }
 
 /* B's tensor that H's t can be encoded against: same path, dtype and shape. */
@@ -268,17 +351,26 @@ s_base_of(const wsync_file_t *base, const wsync_tensor_t *t)
 	return bt;
 }
 
-/* The encoding to try first for t: the smallest, judged by a count of changed elements. */
+/*
+ * The encoding to try for t, judged by a count of changed elements, and what
+ * it is estimated to cost in *cost: a changed element's bytes (what zstd
+ * makes of the planes and the gaps is about that at 1% and less above), a
+ * tensor's bytes when it has no base.
+ */
 static wsync_delta_enc_t
-s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt)
+s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
+    uint64_t *cost)
 {
 	unsigned w = (unsigned)wsync_dtype_size(t->dtype);
 	uint64_t changed = 0;
 
+	*cost = ENTRY_COST + strlen(t->path);
 	if (t->nbytes == 0)
 		return WSYNC_DELTA_RAW;
-	if (bt == NULL)
+	if (bt == NULL) {
+		*cost += t->nbytes;
 		return WSYNC_DELTA_WHOLE;
+	}
 	if (bt->hash == t->hash)
 		return WSYNC_DELTA_SAME;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
@@ -290,6 +382,7 @@ s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt)
 	}
 	if (changed == 0)
 		return WSYNC_DELTA_SAME;
+	*cost += changed * w;
 	/*
 	 * Sparse stores an element's xor as byte planes, which compress better than
 	 * xor's interleaved bytes at any density for elements of 2 bytes or more
@@ -299,76 +392,92 @@ s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt)
 	return w > 1 || changed * 5 <= t->nbytes * 2 ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
 }
 
-/* Writes one tensor entry; the encoded form falls back to raw when not smaller. */
+/*
+ * Plans every tensor's encoding; 1 when the estimate says the delta would
+ * pass its limit, before any encoding is done.
+ */
 static int
-s_make_tensor(s_make_t *m, const wsync_tensor_t *t, wsync_err_t *err)
+s_plan(s_make_t *m)
 {
-	const wsync_tensor_t *bt = s_base_of(m->base, t);
-	wsync_delta_enc_t enc = s_choose(m, t, bt);
+	const wsync_file_t *h = m->head;
+	uint64_t estimate = 0, cost;
+
+	for (size_t i = 0; i < wsync_file_count(h); i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(h, i);
+		m->enc[i] = (unsigned char)s_choose(m, t, s_base_of(m->base, t), &cost);
+		estimate += cost;
+	}
+	if (m->stats != NULL)
+		m->stats->estimate = estimate;
+	return estimate > m->limit;
+}
+
+/*
+ * Writes one tensor entry; the encoded form falls back to raw when not
+ * smaller. 1 when the delta passes its limit.
+ */
+static int
+s_make_tensor(s_make_t *m, size_t i, wsync_err_t *err)
+{
+	const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt = s_base_of(m->base, t);
+	wsync_delta_enc_t enc = (wsync_delta_enc_t)m->enc[i];
 	unsigned w = (unsigned)wsync_dtype_size(t->dtype);
-	uint64_t entry = m->out.pos, data_at, len;
+	uint64_t entry = m->out.pos, left = m->limit > entry ? m->limit - entry : 0;
 	char what[WSYNC_MAX_PATH + 16];
-	int rc;
+	int has_base, rc = 0;
 
 	snprintf(what, sizeof(what), "tensor %s", t->path);
-	for (;;) {
-		int has_base = enc == WSYNC_DELTA_SAME || enc == WSYNC_DELTA_XOR ||
-		    enc == WSYNC_DELTA_SPARSE;
-		if (s_mp_count(&m->out, 0xde, 5 + has_base + (enc != WSYNC_DELTA_SAME), err) < 0 ||
-		    s_mp_str(&m->out, "path", err) < 0 || s_mp_str(&m->out, t->path, err) < 0 ||
-		    s_mp_str(&m->out, "off", err) < 0 ||
-		    s_mp_uint(&m->out, t->nbytes ? t->offset : 0, err) < 0 ||
-		    s_mp_str(&m->out, "len", err) < 0 || s_mp_uint(&m->out, t->nbytes, err) < 0 ||
-		    s_mp_str(&m->out, "hash", err) < 0 || s_mp_uint(&m->out, t->hash, err) < 0 ||
-		    s_mp_str(&m->out, "enc", err) < 0 ||
-		    s_mp_str(&m->out, wsync_delta_enc_name(enc), err) < 0)
-			return -1;
-		if (has_base && (s_mp_str(&m->out, "base_off", err) < 0 ||
-		    s_mp_uint(&m->out, bt->offset, err) < 0))
-			return -1;
-		if (enc == WSYNC_DELTA_SAME)
-			break;
-		if (s_mp_str(&m->out, "data", err) < 0 || s_mp_bin_open(&m->out, &data_at, err) < 0)
-			return -1;
-		ZSTD_CCtx_reset(m->z, ZSTD_reset_session_only);
-		ZSTD_CCtx_setParameter(m->z, ZSTD_c_compressionLevel,
-		    enc == WSYNC_DELTA_XOR ? XOR_LEVEL : LEVEL);
-		switch (enc) {
-		case WSYNC_DELTA_XOR:
-			ZSTD_CCtx_setPledgedSrcSize(m->z, t->nbytes);
-			rc = s_encode_xor(m, t, bt, err);
-			break;
-		case WSYNC_DELTA_SPARSE:
-			rc = s_encode_sparse(m, t, bt, w, err);
-			break;
-		case WSYNC_DELTA_WHOLE:
-			ZSTD_CCtx_setPledgedSrcSize(m->z, t->nbytes);
-			rc = s_encode_self(m, t, 1, err);
-			break;
-		default:
-			rc = s_encode_self(m, t, 0, err);
-			break;
-		}
-		if (rc < 0)
-			return -1;
-		len = m->out.pos - (data_at + 4);
-		/* Incompressible: the bytes as they are cost less, and always fit a bin. */
-		if (enc != WSYNC_DELTA_RAW && len >= t->nbytes) {
-			if (delta_out_rewind(&m->out, entry, err) < 0)
-				return -1;
-			enc = WSYNC_DELTA_RAW;
-			continue;
-		}
-		if (s_mp_bin_close(&m->out, data_at, what, err) < 0)
-			return -1;
+	if (t->nbytes > UINT32_MAX)
+		return wsync_err_set(err, EX_DATAERR, "%s: %s: %llu bytes, more than a msgpack "
+		    "bin holds", m->out.name, what, (unsigned long long)t->nbytes);
+	/* The form stops at H's bytes (raw costs less) or at what the delta has left. */
+	switch (enc) {
+	case WSYNC_DELTA_XOR:
+		s_zstart(m, XOR_LEVEL, (long long)t->nbytes, t->nbytes < left ? t->nbytes : left);
+		rc = s_encode_xor(m, t, bt, err);
+		break;
+	case WSYNC_DELTA_SPARSE:
+		s_zstart(m, LEVEL, -1, t->nbytes < left ? t->nbytes : left);
+		rc = s_encode_sparse(m, t, bt, w, err);
+		break;
+	case WSYNC_DELTA_WHOLE:
+		s_zstart(m, LEVEL, (long long)t->nbytes, t->nbytes < left ? t->nbytes : left);
+		rc = s_encode_whole(m, t, err);
+		break;
+	default:
 		break;
 	}
+	if (rc < 0)
+		return -1;
+	if (rc > 0) {
+		if (s_scratch_reset(m, err) < 0)
+			return -1;
+		if (left <= t->nbytes)
+			return 1;
+		/* Incompressible: the bytes as they are cost less, and always fit a bin. */
+		enc = WSYNC_DELTA_RAW;
+	}
+	has_base = enc == WSYNC_DELTA_SAME || enc == WSYNC_DELTA_XOR || enc == WSYNC_DELTA_SPARSE;
+	if (msgpack_pack_map(&m->pk, 5 + has_base + (enc != WSYNC_DELTA_SAME)) < 0 ||
+	    s_pk_str(&m->pk, "path") < 0 || s_pk_str(&m->pk, t->path) < 0 ||
+	    s_pk_kv(&m->pk, "off", t->nbytes ? t->offset : 0) < 0 ||
+	    s_pk_kv(&m->pk, "len", t->nbytes) < 0 || s_pk_kv(&m->pk, "hash", t->hash) < 0 ||
+	    s_pk_str(&m->pk, "enc") < 0 || s_pk_str(&m->pk, wsync_delta_enc_name(enc)) < 0 ||
+	    (has_base && s_pk_kv(&m->pk, "base_off", bt->offset) < 0) ||
+	    (enc != WSYNC_DELTA_SAME && s_pk_str(&m->pk, "data") < 0))
+		return -1;
+	if (enc == WSYNC_DELTA_RAW)
+		rc = s_pack_raw(m, t);
+	else if (enc != WSYNC_DELTA_SAME)
+		rc = s_pack_scratch(m, what, err);
+	if (rc < 0)
+		return -1;
 	if (m->stats != NULL) {
 		m->stats->count[enc]++;
 		m->stats->data[enc] += t->nbytes;
 		m->stats->encoded[enc] += m->out.pos - entry;
 	}
-	return 0;
+	return m->out.pos > m->limit;
 }
 
 /* The skeleton: H's bytes outside every tensor's data, in order, as one zstd frame. */
@@ -376,101 +485,106 @@ static int
 s_make_skeleton(s_make_t *m, wsync_err_t *err)
 {
 	const unsigned char *h = wsync_file_bytes(m->head);
-	uint64_t at = 0, data_at, before = m->out.pos;
+	uint64_t at = 0, before = m->out.pos;
+	int rc;
 
-	if (s_mp_bin_open(&m->out, &data_at, err) < 0)
-		return -1;
-	ZSTD_CCtx_reset(m->z, ZSTD_reset_session_only);
-	ZSTD_CCtx_setParameter(m->z, ZSTD_c_compressionLevel, LEVEL);
+	s_zstart(m, LEVEL, -1, UINT64_MAX);
 	for (size_t i = 0; i <= wsync_file_count(m->head); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(m->head, i);
 		uint64_t end = t == NULL ? wsync_file_size(m->head) : t->offset;
 		if (t != NULL && t->nbytes == 0)
 			continue;
-		if (s_zput(&m->out, m->z, h + at, end - at, 0, err) < 0)
-			return -1;
+		if ((rc = s_zput(m, h + at, end - at, 0, err)) != 0)
+			return rc;
 		delta_release(m->head, h + at, end - at);
 		if (t != NULL)
 			at = t->offset + t->nbytes;
 	}
-	if (s_zput(&m->out, m->z, NULL, 0, 1, err) < 0 ||
-	    s_mp_bin_close(&m->out, data_at, "skeleton", err) < 0)
+	if ((rc = s_zput(m, NULL, 0, 1, err)) != 0 || s_pack_scratch(m, "skeleton", err) < 0)
 		return -1;
 	if (m->stats != NULL)
 		m->stats->skeleton_bytes = m->out.pos - before;
 	return 0;
 }
 
+/* 0 when the delta is written, 1 when it is not worth it, -1 on error. */
 static int
 s_make(s_make_t *m, const char *name, wsync_err_t *err)
 {
 	const wsync_file_t *b = m->base, *h = m->head;
+	msgpack_packer *pk = &m->pk;
+	int rc;
 
 	if (strcmp(wsync_file_model(b), wsync_file_model(h)) != 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: base is model %s, head is model %s",
 		    name, wsync_file_model(b), wsync_file_model(h));
-	if (s_mp_count(&m->out, 0xde, 9, err) < 0 ||
-	    s_mp_str(&m->out, "wsync-delta", err) < 0 ||
-	    s_mp_uint(&m->out, WSYNC_DELTA_FORMAT, err) < 0 ||
-	    s_mp_str(&m->out, "model", err) < 0 || s_mp_str(&m->out, wsync_file_model(h), err) < 0 ||
-	    s_mp_str(&m->out, "base", err) < 0 || s_mp_uint(&m->out, wsync_file_version(b), err) < 0 ||
-	    s_mp_str(&m->out, "base_content", err) < 0 ||
-	    s_mp_uint(&m->out, wsync_file_content_id(b), err) < 0 ||
-	    s_mp_str(&m->out, "version", err) < 0 ||
-	    s_mp_uint(&m->out, wsync_file_version(h), err) < 0 ||
-	    s_mp_str(&m->out, "content", err) < 0 ||
-	    s_mp_uint(&m->out, wsync_file_content_id(h), err) < 0 ||
-	    s_mp_str(&m->out, "size", err) < 0 || s_mp_uint(&m->out, wsync_file_size(h), err) < 0 ||
-	    s_mp_str(&m->out, "skeleton", err) < 0 || s_make_skeleton(m, err) < 0 ||
-	    s_mp_str(&m->out, "tensors", err) < 0 ||
-	    s_mp_count(&m->out, 0xdc, wsync_file_count(h), err) < 0)
+	if (s_plan(m))
+		return 1;
+	if (msgpack_pack_map(pk, 9) < 0 ||
+	    s_pk_kv(pk, "wsync-delta", WSYNC_DELTA_FORMAT) < 0 ||
+	    s_pk_str(pk, "model") < 0 || s_pk_str(pk, wsync_file_model(h)) < 0 ||
+	    s_pk_kv(pk, "base", wsync_file_version(b)) < 0 ||
+	    s_pk_kv(pk, "base_content", wsync_file_content_id(b)) < 0 ||
+	    s_pk_kv(pk, "version", wsync_file_version(h)) < 0 ||
+	    s_pk_kv(pk, "content", wsync_file_content_id(h)) < 0 ||
+	    s_pk_kv(pk, "size", wsync_file_size(h)) < 0 ||
+	    s_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, err) < 0 ||
+	    s_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
 		return -1;
 	for (size_t i = 0; i < wsync_file_count(h); i++)
-		if (s_make_tensor(m, wsync_file_tensor(h, i), err) < 0)
-			return -1;
+		if ((rc = s_make_tensor(m, i, err)) != 0)
+			return rc;
 	return delta_out_flush(&m->out, err);
 }
 
 int
-wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name,
+wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_t limit,
     wsync_delta_stats_t *stats, wsync_err_t *err)
 {
-	s_make_t m = { .out = { .fd = out_fd, .name = name }, .stats = stats };
+	s_make_t m = { .out = { .fd = out_fd, .name = name, .err = err },
+		.scratch = { .fd = -1, .name = name, .err = err }, .stats = stats };
 	wsync_file_t *base = NULL, *head = NULL;
 	int rc = -1;
 
 	if (stats != NULL)
 		memset(stats, 0, sizeof(*stats));
-	if ((m.out.start = lseek(out_fd, 0, SEEK_CUR)) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot seek (not a regular file?): %s", name,
-		    strerror(errno));
-		goto out;
-	}
 	if ((base = wsync_file_open_fd(base_fd, "base", err)) == NULL ||
 	    (head = wsync_file_open_fd(head_fd, "head", err)) == NULL ||
 	    (m.z = s_cctx_new(name, err)) == NULL)
 		goto out;
+	if ((m.scratch.fd = memfd_create("wsync-delta", MFD_CLOEXEC)) < 0) {
+		wsync_err_set(err, EX_OSERR, "%s: memfd_create: %s", name, strerror(errno));
+		goto out;
+	}
 	m.out.buf = malloc(OUT_BUF);
+	m.scratch.buf = malloc(OUT_BUF);
 	m.tmp = malloc(CHUNK);
 	m.group = malloc((size_t)GROUP_MAX * 12);
-	if (m.out.buf == NULL || m.tmp == NULL || m.group == NULL) {
+	m.enc = malloc(wsync_file_count(head) + 1);
+	if (m.out.buf == NULL || m.scratch.buf == NULL || m.tmp == NULL || m.group == NULL ||
+	    m.enc == NULL) {
 		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 		goto out;
 	}
+	msgpack_packer_init(&m.pk, &m.out, s_pk_write);
 	m.base = base;
 	m.head = head;
-	if (s_make(&m, name, err) < 0)
+	m.limit = limit == WSYNC_DELTA_WORTH ? wsync_file_size(head) / 2 : limit;
+	if ((rc = s_make(&m, name, err)) < 0)
 		goto out;
 	if (stats != NULL) {
 		stats->bytes = m.out.pos;
 		stats->head_bytes = wsync_file_size(head);
 	}
-	rc = 0;
 out:
 	ZSTD_freeCCtx(m.z);
+	if (m.scratch.fd >= 0)
+		close(m.scratch.fd);
 	free(m.out.buf);
+	free(m.scratch.buf);
 	free(m.tmp);
 	free(m.group);
+	free(m.enc);
 	wsync_file_close(&base);
 	wsync_file_close(&head);
 	return rc;

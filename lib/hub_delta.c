@@ -97,7 +97,8 @@ s_make(void *arg)
 {
 	struct hub_delta_job *j = arg;
 
-	j->rc = wsync_delta_make(j->base_fd, j->head_fd, j->out_fd, "delta", &j->stats, &j->err);
+	j->rc = wsync_delta_make(j->base_fd, j->head_fd, j->out_fd, "delta", WSYNC_DELTA_WORTH,
+	    &j->stats, &j->err);
 	while (write(j->done_fd, "", 1) < 0 && errno == EINTR)
 		;
 	return NULL;
@@ -194,9 +195,12 @@ s_finish(wsync_hub_t *h)
 	}
 	if (j->rc < 0)
 		snprintf(d->why, sizeof(d->why), "cannot make it: %.120s", j->err.msg);
-	else if (st->bytes >= st->head_bytes)
-		snprintf(d->why, sizeof(d->why), "not smaller (%" PRIu64 " bytes, the version %"
-		    PRIu64 ")", st->bytes, st->head_bytes);
+	else if (j->rc > 0 && st->bytes == 0)
+		snprintf(d->why, sizeof(d->why), "not worth it (estimated %" PRIu64 " bytes, more "
+		    "than half the version's %" PRIu64 ")", st->estimate, st->head_bytes);
+	else if (j->rc > 0 || st->bytes >= st->head_bytes)
+		snprintf(d->why, sizeof(d->why), "not worth it (past %" PRIu64 " bytes while "
+		    "made, more than half the version's %" PRIu64 ")", st->bytes, st->head_bytes);
 	else
 		snprintf(d->why, sizeof(d->why), "cannot keep it: %s", strerror(errno));
 	close(j->out_fd);

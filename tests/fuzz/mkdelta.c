@@ -34,7 +34,7 @@ main(int argc, char **argv)
 		snprintf(path, sizeof(path), "%s/%s.wdelta", argv[1], names[i]);
 		out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (head < 0 || out < 0 || delta_model_write(head, i, &err) < 0 ||
-		    wsync_delta_make(base, head, out, path, NULL, &err) < 0)
+		    wsync_delta_make(base, head, out, path, WSYNC_DELTA_ANY, NULL, &err) < 0)
 			goto fail;
 		close(head);
 		close(out);

@@ -82,7 +82,22 @@ s_make(const char *base, const char *head, const char *delta, wsync_delta_stats_
 {
 	int b = open(base, O_RDONLY), h = open(head, O_RDONLY);
 	int d = open(delta, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	int rc = wsync_delta_make(b, h, d, delta, st, err) < 0 ? err->code : 0;
+	int rc = wsync_delta_make(b, h, d, delta, WSYNC_DELTA_ANY, st, err) < 0 ? err->code : 0;
+
+	close(b);
+	close(h);
+	close(d);
+	return rc;
+}
+
+/* Makes base -> head into delta with the hub's limit; what wsync_delta_make returned. */
+static int
+s_make_worth(const char *base, const char *head, const char *delta, wsync_delta_stats_t *st,
+    wsync_err_t *err)
+{
+	int b = open(base, O_RDONLY), h = open(head, O_RDONLY);
+	int d = open(delta, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int rc = wsync_delta_make(b, h, d, delta, WSYNC_DELTA_WORTH, st, err);
 
 	close(b);
 	close(h);
@@ -196,6 +211,7 @@ test_no_change_and_all_changed_round_trip(void)
 	uint64_t delta, peers, whole;
 	wsync_delta_stats_t st = { 0 };
 	wsync_err_t err = { 0 };
+	int rc;
 
 	s_round_trip_step("bf16", "0", &delta, &peers, &whole);
 	ok(delta > 0 && delta < 4096, "no change: the delta is a header (%llu bytes)",
@@ -206,6 +222,18 @@ test_no_change_and_all_changed_round_trip(void)
 	    (unsigned long long)whole, (unsigned long long)peers);
 	ok(s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
 	    &err) == 0 && st.count[WSYNC_DELTA_SAME] == 0, "all changed: no tensor is same");
+	rc = s_make_worth(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err);
+	ok(rc == 1 && st.bytes == 0 && st.estimate > st.head_bytes / 2 &&
+	    st.count[WSYNC_DELTA_SPARSE] == 0, "all changed, with the hub's limit: not worth it "
+	    "by the estimate (%llu of %llu bytes), nothing encoded",
+	    (unsigned long long)st.estimate, (unsigned long long)st.head_bytes);
+	s_round_trip_step("bf16", "0.01", &delta, &peers, &whole);
+	rc = s_make_worth(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err);
+	ok(rc == 0 && st.bytes == delta && st.estimate <= st.head_bytes / 2,
+	    "1%% changed, with the hub's limit: made, the same %llu bytes (estimate %llu)",
+	    (unsigned long long)st.bytes, (unsigned long long)st.estimate);
 }
 
 /* Adds a tensor of n elements of dtype, shape given, filled from seed. */
