@@ -242,6 +242,19 @@ held_v1() {
 	assert_output 1
 }
 
+@test "a version in which every element changed comes whole: the hub's estimate stops the delta before any encoding" {
+	"$PY" "$FIXTURES/mkstep.py" bf16 1 262144 "$TMP/s1.wsync" "$TMP/s2.wsync" >/dev/null
+	start_hub
+	push_step 1
+	run -0 wsync-pull -q -m policy --transfer socket -o p.wsync
+	push_step 2
+	run -0 wsync-pull -m policy --transfer socket -o p.wsync
+	cmp p.wsync "$STORE/policy/2.wsync"
+	run -0 grep -c 'event=delta model=policy base=1 version=2 state=whole reason="not worth it (estimated [0-9]* bytes, more than half the version.s 262[0-9]*)"' hub.log
+	assert_output 1
+	run -1 grep "state=ready" hub.log
+}
+
 @test "pull takes a delta from the file it replaces, or from --base; --no-delta fetches whole" {
 	steps bf16 0.01 262144 3
 	start_hub
