@@ -774,7 +774,10 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 	wsync_delta_header_t h = { 0 };
 	wsync_file_t *base = NULL;
 	void *map = MAP_FAILED;
+	unsigned char *doc = NULL;
 	struct stat st, ost;
+	char why[256];
+	size_t end = 0;
 	int rc = -1;
 
 	if (fstat(delta_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -790,7 +793,13 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 		wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name, strerror(errno));
 		goto out;
 	}
-	if (wsync_delta_read_header(map, (size_t)st.st_size, name, &h, err) < 0 ||
+	/* The header is read from an image: the encoded bytes stay out of memory till used. */
+	if ((doc = wsync_msgpack_image(delta_fd, (size_t)st.st_size, &end, DOC_DEPTH,
+	    DOC_OBJECTS, why, sizeof(why))) == NULL) {
+		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: %s", name, why);
+		goto out;
+	}
+	if (wsync_delta_read_header(doc, (size_t)st.st_size, name, &h, err) < 0 ||
 	    (base = wsync_file_open_fd(base_fd, "base", err)) == NULL)
 		goto out;
 	a.h = &h;
@@ -838,6 +847,8 @@ out:
 	wsync_file_close(&base);
 	if (map != MAP_FAILED)
 		munmap(map, (size_t)st.st_size);
+	if (doc != NULL)
+		munmap(doc, (size_t)st.st_size);
 	ZSTD_freeDCtx(a.skel.z);
 	ZSTD_freeDCtx(a.data.z);
 	free(a.out.buf);

@@ -22,6 +22,7 @@
 #define S_MSGPACK_DEPTH (WSYNC_MAX_DEPTH + 4)
 /* Objects allowed in one document: a tensor map holds at most 20 of them. */
 #define S_MSGPACK_OBJECTS ((size_t)WSYNC_MAX_TENSORS * 24 + 4 * WSYNC_MAX_META + 64)
+#define S_IMAGE_MIN (4u << 20)          /* a mapped file this large is parsed from an image */
 
 static wsync_file_t *
 s_new(const char *name, wsync_err_t *err)
@@ -33,6 +34,7 @@ s_new(const char *name, wsync_err_t *err)
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		return NULL;
 	}
+	f->fd = -1;
 	return f;
 }
 
@@ -476,6 +478,9 @@ static int
 s_parse_wsync(wsync_file_t *f, wsync_err_t *err)
 {
 	msgpack_unpacked doc;
+	const unsigned char *map = f->base;
+	unsigned char *image = NULL;
+	int use_image = f->mem == WSYNC_MEM_MMAP && f->fd >= 0 && f->size >= S_IMAGE_MIN;
 	char why[256];
 	size_t end = 0, off = 0;
 	int rc;
@@ -483,12 +488,20 @@ s_parse_wsync(wsync_file_t *f, wsync_err_t *err)
 	if (f->size == 0 || !s_is_map_header(f->base[0]))
 		return wsync_err_set(err, EX_DATAERR, "%s: not a .wsync file (%s)", f->name,
 		    f->size == 0 ? "it is empty" : "it does not start with a msgpack map");
-	if (wsync_msgpack_check(f->base, f->size, &end, S_MSGPACK_DEPTH, S_MSGPACK_OBJECTS,
-	    why, sizeof(why)) < 0)
+	/* A large mapped file: parsed from an image of its headers (mpcheck_int.h says why). */
+	if (use_image)
+		image = wsync_msgpack_image(f->fd, f->size, &end, S_MSGPACK_DEPTH,
+		    S_MSGPACK_OBJECTS, why, sizeof(why));
+	if (use_image ? image == NULL : wsync_msgpack_check(f->base, f->size, &end,
+	    S_MSGPACK_DEPTH, S_MSGPACK_OBJECTS, why, sizeof(why)) < 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: %s", f->name, why);
-	if (end != f->size)
-		return wsync_err_set(err, EX_DATAERR, "%s: trailing data after the document (%zu "
+	if (end != f->size) {
+		rc = wsync_err_set(err, EX_DATAERR, "%s: trailing data after the document (%zu "
 		    "bytes)", f->name, f->size - end);
+		goto out;
+	}
+	if (image != NULL)
+		f->base = image;
 	msgpack_unpacked_init(&doc);
 	if (msgpack_unpack_next(&doc, (const char *)f->base, f->size, &off) !=
 	    MSGPACK_UNPACK_SUCCESS)
@@ -496,6 +509,13 @@ s_parse_wsync(wsync_file_t *f, wsync_err_t *err)
 	else
 		rc = s_parse_root(f, &doc.data, err);
 	msgpack_unpacked_destroy(&doc);
+	/* The tensors' data is the file's: offsets are the same in both. */
+	f->base = map;
+	for (size_t i = 0; i < f->ntensors; i++)
+		f->tensors[i].data = map + f->tensors[i].offset;
+out:
+	if (image != NULL)
+		munmap(image, f->size);
 	return rc;
 }
 
@@ -597,8 +617,11 @@ s_open_fd(int fd, const char *name, int any_kind, wsync_err_t *err)
 
 	if (f == NULL)
 		return NULL;
+	f->fd = fd;
 	if (s_load(f, fd, err) < 0 || s_parse(f, any_kind, err) < 0)
 		wsync_file_close(&f);
+	else
+		f->fd = -1;
 	return f;
 }
 

@@ -16,6 +16,7 @@ struct wsync_file {
 	size_t size;
 	size_t mapped;               /* length to munmap (WSYNC_MEM_ANON may be larger) */
 	enum wsync_mem mem;
+	int fd;                      /* while a file is opened: its descriptor, else -1 */
 	wsync_kind_t kind;
 	unsigned format;
 	char *model;

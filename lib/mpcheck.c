@@ -1,6 +1,10 @@
 /* mpcheck.c - bounds a msgpack document's declared sizes (see mpcheck_int.h). */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mpcheck_int.h"
 
@@ -72,8 +76,46 @@ s_header(const unsigned char *p, size_t len, size_t off, uint64_t *skip,
 	return 0;
 }
 
-int
-wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_depth,
+/* A document read from a file into an image: a window of it read at a time. */
+typedef struct s_fill {
+	int fd;
+	unsigned char *image;           /* the document's length, anonymous */
+	unsigned char win[1 << 16];
+	size_t win_off, win_len;
+} s_fill_t;
+
+/* Copies bytes [off, off + n) of the file into the image. */
+static int
+s_fill(s_fill_t *f, size_t off, size_t n)
+{
+	while (n > 0) {
+		size_t k;
+		if (off < f->win_off || off >= f->win_off + f->win_len) {
+			ssize_t got;
+			do
+				got = pread(f->fd, f->win, sizeof(f->win), (off_t)off);
+			while (got < 0 && errno == EINTR);
+			if (got <= 0) {
+				if (got == 0)
+					errno = EIO;
+				return -1;
+			}
+			f->win_off = off;
+			f->win_len = (size_t)got;
+		}
+		k = f->win_off + f->win_len - off;
+		if (k > n)
+			k = n;
+		memcpy(f->image + off, f->win + (off - f->win_off), k);
+		off += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* The walk of wsync_msgpack_check; with fill, each header (and small body) is read first. */
+static int
+s_walk(const unsigned char *p, size_t len, s_fill_t *fill, size_t *end, int max_depth,
     size_t max_objects, char *why, size_t whylen)
 {
 	uint64_t left[64];           /* objects still to read at each open level */
@@ -91,6 +133,10 @@ wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_dep
 			continue;
 		}
 		left[depth]--;
+		if (fill != NULL && off < len && s_fill(fill, off, len - off < 9 ? len - off : 9) < 0) {
+			snprintf(why, whylen, "cannot read byte %zu: %s", off, strerror(errno));
+			return -1;
+		}
 		if (off >= len || s_header(p, len, off, &skip, &children) < 0) {
 			snprintf(why, whylen, off >= len ? "truncated at byte %zu" :
 			    "bad msgpack header at byte %zu", off);
@@ -103,6 +149,12 @@ wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_dep
 		if (skip > len - off) {
 			snprintf(why, whylen, "truncated: the object at byte %zu needs %llu "
 			    "bytes, %zu are left", off, (unsigned long long)skip, len - off);
+			return -1;
+		}
+		/* Keys, strings and small bins go into the image; a tensor's data does not. */
+		if (fill != NULL && children == 0 && skip > 9 && skip <= WSYNC_MPIMAGE_BODY &&
+		    s_fill(fill, off, (size_t)skip) < 0) {
+			snprintf(why, whylen, "cannot read byte %zu: %s", off, strerror(errno));
 			return -1;
 		}
 		off += skip;
@@ -123,4 +175,46 @@ wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_dep
 	}
 	*end = off;
 	return 0;
+}
+
+int
+wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_depth,
+    size_t max_objects, char *why, size_t whylen)
+{
+	return s_walk(p, len, NULL, end, max_depth, max_objects, why, whylen);
+}
+
+unsigned char *
+wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth, size_t max_objects,
+    char *why, size_t whylen)
+{
+	s_fill_t *f;
+	unsigned char *image;
+
+	if (len == 0) {
+		snprintf(why, whylen, "truncated at byte 0");
+		return NULL;
+	}
+	/* Reserves nothing: only the pages a header or a small body lands in are written. */
+	image = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
+	    MAP_NORESERVE, -1, 0);
+	f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (image == MAP_FAILED || f == MAP_FAILED) {
+		snprintf(why, whylen, "cannot map %zu bytes for its headers: %s", len,
+		    strerror(errno));
+		if (image != MAP_FAILED)
+			munmap(image, len);
+		if (f != MAP_FAILED)
+			munmap(f, sizeof(*f));
+		return NULL;
+	}
+	f->fd = fd;
+	f->image = image;
+	f->win_off = f->win_len = 0;
+	if (s_walk(image, len, f, end, max_depth, max_objects, why, whylen) < 0) {
+		munmap(image, len);
+		image = NULL;
+	}
+	munmap(f, sizeof(*f));
+	return image;
 }

@@ -20,4 +20,22 @@ uint64_t wsync_be_uint(const unsigned char *p, int n);
 int wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end,
     int max_depth, size_t max_objects, char *why, size_t whylen);
 
+/* Bodies of at most this many bytes (with their header) go into an image. */
+#define WSYNC_MPIMAGE_BODY 65536
+
+/*
+ * The one msgpack document in the first len bytes of the file fd, checked
+ * as wsync_msgpack_check does, copied into an anonymous mapping of len bytes
+ * at the same offsets: every header, and bodies of up to WSYNC_MPIMAGE_BODY
+ * bytes; larger ones (a tensor's data) are neither read nor copied, their
+ * pages left untouched. The file is read with pread, a window at a time.
+ * msgpack-c parses the image as it would the file, without the file being
+ * mapped: a mapped file brings, with each header read, the page cache's whole
+ * folio around it (a MiB or more) into the reader's RSS.
+ * Returns the image (the caller munmaps len bytes) and sets *end, or NULL
+ * with why set.
+ */
+unsigned char *wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth,
+    size_t max_objects, char *why, size_t whylen);
+
 #endif
