@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -198,14 +199,11 @@ wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth, size_t max_o
 	/* Reserves nothing: only the pages a header or a small body lands in are written. */
 	image = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
 	    MAP_NORESERVE, -1, 0);
-	f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (image == MAP_FAILED || f == MAP_FAILED) {
+	if (image == MAP_FAILED || (f = malloc(sizeof(*f))) == NULL) {
 		snprintf(why, whylen, "cannot map %zu bytes for its headers: %s", len,
 		    strerror(errno));
 		if (image != MAP_FAILED)
 			munmap(image, len);
-		if (f != MAP_FAILED)
-			munmap(f, sizeof(*f));
 		return NULL;
 	}
 	f->fd = fd;
@@ -215,6 +213,6 @@ wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth, size_t max_o
 		munmap(image, len);
 		image = NULL;
 	}
-	munmap(f, sizeof(*f));
+	free(f);
 	return image;
 }

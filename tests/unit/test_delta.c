@@ -499,6 +499,51 @@ test_lying_entries_are_refused(void)
 	}
 }
 
+/*
+ * A file of 4 MiB or more opened from disk is parsed from an image of its
+ * headers (lib/mpcheck.c): its tensors read the file's bytes, and a damaged
+ * one is refused as from memory.
+ */
+static void
+test_large_files_parse_from_an_image(void)
+{
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	wsync_err_t err = { 0 }, merr = { 0 };
+	wsync_file_t *f = NULL, *m = NULL;
+
+	int made = s_mkstep("bf16", "0.01", 1u << 23) == 0 &&
+	    (buf = s_slurp(s_path("head.wsync"), &len)) != NULL && len >= (4u << 20);
+
+	ok(made, "image: an 8 MiB model is written");
+	if (!made)
+		goto out;
+	f = wsync_file_open(s_path("head.wsync"), &err);
+	m = wsync_file_open_buffer(buf, len, s_path("head.wsync"), &merr);
+	ok(f != NULL && m != NULL && wsync_file_count(f) == wsync_file_count(m) &&
+	    wsync_file_content_id(f) == wsync_file_content_id(m) &&
+	    wsync_file_verify(f, NULL, NULL, &err) == 0,
+	    "image: the file opens as from memory, its tensors verify (%s)", err.msg);
+	for (size_t i = 0; f != NULL && m != NULL && i < wsync_file_count(f); i++)
+		if (wsync_file_tensor(f, i)->offset != wsync_file_tensor(m, i)->offset ||
+		    (wsync_file_tensor(f, i)->nbytes > 0 && memcmp(wsync_file_tensor(f, i)->data,
+		    wsync_file_tensor(m, i)->data, wsync_file_tensor(f, i)->nbytes) != 0)) {
+			ok(0, "image: tensor %zu reads the file's bytes", i);
+			goto out;
+		}
+	wsync_file_close(&f);
+	wsync_file_close(&m);
+	s_spit(s_path("cut.wsync"), buf, len - 100);
+	f = wsync_file_open(s_path("cut.wsync"), &err);
+	m = wsync_file_open_buffer(buf, len - 100, s_path("cut.wsync"), &merr);
+	ok(f == NULL && m == NULL && err.code == EX_DATAERR && strcmp(err.msg, merr.msg) == 0,
+	    "image: a truncated file is refused as from memory: %s", err.msg);
+out:
+	wsync_file_close(&f);
+	wsync_file_close(&m);
+	free(buf);
+}
+
 static void
 s_clean(void)
 {
@@ -521,6 +566,7 @@ main(void)
 	test_damage_is_refused_naming_the_tensor();
 	test_hostile_headers_give_65();
 	test_lying_entries_are_refused();
+	test_large_files_parse_from_an_image();
 	s_clean();
 	return tap_done();
 }
