@@ -12,6 +12,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "file_int.h"
 #include "proto_int.h"
 #include "store_impl_int.h"
 
@@ -67,7 +68,7 @@ s_check(const wsync_store_temp_t *t, int trust, struct wsync_staged *st, wsync_e
 	snprintf(name, sizeof(name), "model \"%s\"", t->model);
 	if ((f = wsync_file_open_fd(t->fd, name, err)) == NULL)
 		return -1;
-	if (!trust && wsync_file_verify(f, NULL, NULL, err) < 0)
+	if (!trust && wsync_file_verify_fd(f, t->fd, NULL, 0, err) < 0)
 		goto done;
 	if (wsync_file_version_offset(f) == 0) {
 		wsync_err_set(err, EX_DATAERR, "%s: not written with a fixed-width version field "
