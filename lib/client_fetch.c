@@ -454,7 +454,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	 */
 	/* A version rebuilt from a delta was verified as it was written (client_delta.c). */
 	if (rebuilt ? 0 : selected ? wsync_client_verify_selected(fd, model, got, f->select,
-	    err) < 0 : !(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, sh, err) < 0)
+	    err) < 0 : !(linked && s_unchanged(fd, got)) &&
+	    s_verify_fd(fd, model, got, 1, sh, err) < 0)
 		goto fail;
 	wsync_stream_hash_destroy(&sh);
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {

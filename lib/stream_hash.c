@@ -1,4 +1,4 @@
-/* stream_hash.c - a fetched version's tensors hashed as its chunks arrive, where the file it replaces has them. */
+/* stream_hash.c - a fetched version's tensors hashed as its chunks arrive, where its output had them. */
 #include <stdlib.h>
 #include <sys/stat.h>
 
