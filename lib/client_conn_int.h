@@ -46,6 +46,14 @@ struct wsync_client {
 	uint32_t heartbeat_ms;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * A relay's client (hub_relay.c): its gets may read a version still
+	 * arriving at the hub, and each fetch tells arrived the file it writes
+	 * and how much of it is in, from offset 0 without a gap. NULL otherwise.
+	 */
+	void (*arrived)(void *arg, const char *tmp, uint64_t upto);
+	void *arrived_arg;
+	const char *arrived_tmp;        /* the file of the fetch in progress */
 	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
 	int store_here;                 /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */

@@ -239,3 +239,54 @@ root_has() {
 	assert_output 1
 	assert_equal "$(last_version deep)" 1
 }
+
+# line_of FILE REGEX: the number of the first line of $TMP/FILE matching REGEX (empty: none).
+line_of() {
+	grep -n -m 1 -- "$2" "$TMP/$1" | cut -d: -f1
+}
+
+# gated_chain: the root (started) -> r1 -> r2, a watcher on each relay, and
+# an 8 MiB version pushed; r1 holds it at half until $TMP/gate exists (a test
+# build's hook).
+gated_chain() {
+	make_big 8
+	WSYNC_TEST_RELAY_GATE="$TMP/gate" start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher w1 -e "ipc://$TMP/r1"
+	start_watcher w2 -e "ipc://$TMP/r2"
+	wsync-push -m policy big.safetensors >/dev/null
+}
+
+@test "a relay passes a version on to its downstream relay while it arrives; workers see it only whole" {
+	start_hub
+	gated_chain
+	# r2 reads what r1 has of version 1 while r1 has half of it...
+	wait_until grep -q "event=pass-on model=policy version=1 " r1.log
+	wait_until grep -q "event=arriving model=policy version=1 " r2.log
+	run -1 grep -q "event=commit model=policy version=1 " r1.log
+	# ...and no worker sees it, at either relay, before it is whole.
+	run -66 --separate-stderr wsync-pull -e "ipc://$TMP/r1" -m policy -o p.wsync
+	assert_equal "$stderr" "wsync-pull: model \"policy\" has no version"
+	assert_equal "$(cat w1.out w2.out)" ""
+	touch gate
+	wait_until watcher_at w1 1
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(content_of w1.wsync)"
+	assert_equal "$(wsync-inspect --json w2.wsync | jq .version)" 1
+	# r1 served r2 before it committed the version itself.
+	(($(line_of r1.log "event=pass-on model=policy version=1 ") < \
+	    $(line_of r1.log "event=commit model=policy version=1 ")))
+}
+
+@test "a version that fails verification at a relay while passed on never reaches a worker" {
+	# Every get the root serves arrives spoiled (a test build's hook).
+	WSYNC_TEST_FLIP_GET=1 start_hub
+	gated_chain
+	wait_until grep -q "event=pass-on model=policy version=1 " r1.log
+	touch gate
+	wait_until grep -q "event=relay-fail model=policy version=1 " r1.log
+	wait_until grep -q "event=relay-fail model=policy version=1 " r2.log
+	run -1 grep -q "event=commit" r1.log r2.log
+	assert_equal "$(cat w1.out w2.out)" ""
+	run -66 wsync-pull -e "ipc://$TMP/r2" -m policy -o p.wsync
+}
