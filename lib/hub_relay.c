@@ -459,7 +459,9 @@ s_thread(void *arg)
 					s_log(rl, "event=relay-wait upstream=%s error=\"%s\"",
 					    rl->endpoint, wsync_log_quote(err.msg, quoted,
 					    sizeof(quoted)));
-				s_wait_news(rl, S_SLICE_MS);
+				/* A refused key is not let in by trying harder: once a heartbeat. */
+				s_wait_news(rl, err.code == EX_NOPERM ? WSYNC_HEARTBEAT_MS :
+				    S_SLICE_MS);
 				continue;
 			}
 			said = 0;
