@@ -263,12 +263,13 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 	int ok = 0;
 
 	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 5);
+	msgpack_pack_map(&e.pk, 6);
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", v->version);
 	wsync_enc_kv_u64(&e, "content", v->content);
 	wsync_enc_kv_str(&e, "path", path);
 	wsync_enc_kv_str(&e, "origin", origin);
+	wsync_enc_kv_str(&e, "upstream", rl->endpoint);
 	if (zmq_send(rl->pair, e.sb.data, e.sb.size, 0) < 0) {
 		wsync_enc_free(&e);
 		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
@@ -638,7 +639,7 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 static int
 s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 {
-	char origin[64] = "";
+	char origin[64] = "", upstream[512];
 	wsync_store_temp_t t = { .fd = -1 };
 	wsync_commit_info_t info = { .pusher = "", .time = wsync_wall_time(), .trust = 1 };
 	wsync_committed_t out;
@@ -649,6 +650,8 @@ s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 	    wsync_msg_u64(m, "version", &version) < 0)
 		return wsync_err_set(err, EX_SOFTWARE, "relay: a hand-over that does not decode");
 	wsync_msg_str(m, "origin", origin, sizeof(origin));
+	if (wsync_msg_str(m, "upstream", upstream, sizeof(upstream)) < 0)
+		snprintf(upstream, sizeof(upstream), "%s", h->relay->upstreams[0]);
 	/* Verified by the fetch already: hashing it again would double the relay's work. */
 	info.versions = &version;
 	if ((t.fd = open(t.path, O_RDWR | O_CLOEXEC)) < 0)
@@ -660,7 +663,7 @@ s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 	s_origin_set(h, origin);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
 	    PRIx64 " pusher=- relay=%s", out.model, out.version, out.size, out.content,
-	    h->relay->upstreams[0]);
+	    upstream);
 	hub_announce(h, &out, &t, 1, NULL, 0);
 	hub_waits_check(h, out.model);
 	return 0;

@@ -251,6 +251,9 @@ root_has() {
 	grep -o "event=commit model=policy version=[0-9]*" r2.log | sed 's/.*=//' >committed
 	run -0 sort -nuc committed
 	assert_equal "$(tail -n 2 committed | paste -sd ' ')" "2 3"
+	# Each commit names the upstream it came from.
+	run -0 grep -c "event=commit model=policy version=3 .* relay=$root\$" r2.log
+	assert_output 1
 }
 
 @test "wsync-push --wait ID at the root waits for a worker two relays down" {
