@@ -206,9 +206,10 @@ int wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_he
     const char *worker, int fd, const wsync_range_t *ranges, size_t n, int64_t deadline,
     wsync_err_t *err);
 /*
- * Gets version h of model into fd (already h->size bytes long) in part: its
- * headers, walked with small gets, then the data of the tensors sel selects
- * and of the small files (WSYNC_CKPT_FILES); every other byte stays zero.
+ * Gets version h of model into fd (already h->size bytes long) in part: asks
+ * the hub where each tensor's data lies (op layout), then gets every byte
+ * outside the data (the headers) and the data of the tensors sel selects and
+ * of the small files (WSYNC_CKPT_FILES); every other byte stays zero.
  */
 int wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
     const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,

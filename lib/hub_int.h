@@ -377,8 +377,18 @@ int hub_op_abort(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 /* Explains in err (66) why model m has no version number version. */
 int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_err_t *err);
 
+/*
+ * The version a read request names (fields model, version: 0 for the head,
+ * worker: whose head, marked seen); model receives its id (WSYNC_MAX_MODEL + 1
+ * bytes). NULL with err (66) when there is none.
+ */
+const wsync_version_t *hub_read_version(wsync_hub_t *h, struct hub_req *r, char *model,
+    wsync_err_t *err);
 int hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* hub_layout.c: each tensor's path and data range in a version, in file order. */
+int hub_op_layout(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_relay.c: a relay's upstream side ---- */
 
