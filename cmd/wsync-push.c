@@ -12,7 +12,7 @@
 static const char s_usage[] =
     "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
-    "                  -m MODEL FILE|-\n"
+    "                  [--base FILE] -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
     "                  -m MODEL=FILE...\n"
@@ -44,6 +44,9 @@ s_help(void)
 	    "      --seq N              the signed push's sequence number (the trainer's\n"
 	    "                           step), above every one signed with the key before\n"
 	    "                           (default: the counter in FILE.seq, plus one)\n"
+	    "      --base FILE          over the socket, send the delta from the older version\n"
+	    "                           FILE holds when the hub still has it and the delta\n"
+	    "                           is smaller (else the version whole)\n"
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
 	    "                           options as above), answer \"ok MODEL VERSION...\" or\n"
 	    "                           \"error CODE MESSAGE\" a line on stdout, until end of\n"
@@ -104,6 +107,12 @@ s_push(wsync_client_t *client, wsync_push_req_t *r)
 	if (wsync_push_req_push(client, r, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	if (r->base != NULL && wsync_client_delta_note(client)[0] != '\0') {
+		char line[WSYNC_MAX_REASON + 100];
+		snprintf(line, sizeof(line), "%s version %" PRIu64 " sent whole: %s",
+		    r->items[0].model, r->items[0].version, wsync_client_delta_note(client));
+		cli_log_msg(NULL, line);
+	}
 	for (int i = 0; r->wait_for == 0 && i < r->n; i++) {
 		if (r->n == 1)
 			printf("%" PRIu64 "\n", r->items[i].version);
@@ -160,6 +169,7 @@ main(int argc, char **argv)
 	enum { OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY };
 	static const struct option opts[] = {
 		{ "abort", required_argument, NULL, WSYNC_PUSH_OPT_ABORT },
+		{ "base", required_argument, NULL, WSYNC_PUSH_OPT_BASE },
 		{ "batch", no_argument, NULL, OPT_BATCH },
 		{ "commit", required_argument, NULL, WSYNC_PUSH_OPT_COMMIT },
 		{ "endpoint", required_argument, NULL, 'e' },
@@ -219,6 +229,7 @@ main(int argc, char **argv)
 		case WSYNC_PUSH_OPT_TRUST:
 		case WSYNC_PUSH_OPT_NEXT_SLOT:
 		case WSYNC_PUSH_OPT_SEQ:
+		case WSYNC_PUSH_OPT_BASE:
 			if (wsync_push_req_option(&r, c, arg, optarg, why, sizeof(why)) < 0)
 				cli_usage_error("%s", why);
 			break;

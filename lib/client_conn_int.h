@@ -120,6 +120,32 @@ int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void
     size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
     wsync_err_t *err);
 
+/* ---- a push sent as a delta (client_pushdelta.c) ---- */
+
+struct wsync_source;
+
+/* What one file of a push sends. */
+struct wsync_push_send {
+	int fd;                         /* the bytes are read from it; -1: from the source */
+	uint64_t bytes;                 /* how many: the delta's, or the version's */
+	uint64_t base, base_content;    /* the delta's base version and its content; 0: whole */
+	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
+};
+/*
+ * For item, whose base names a file holding an older version of its model:
+ * writes the version src lays out (size bytes) to a scratch file unless it is
+ * a .wsync file sent as it is, makes the delta from base to it, and fills
+ * send with the delta when it is smaller, else with the version (and the
+ * reason in c->delta_note). -1 with err (64: base is not a version of the
+ * model). wsync_client_pushdelta_end frees what send holds.
+ */
+int wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
+    struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err);
+/* Makes send the version's size bytes instead of its delta (the hub did not take it). */
+void wsync_client_pushdelta_whole(struct wsync_push_send *send, uint64_t size);
+/* Closes what send holds. */
+void wsync_client_pushdelta_end(struct wsync_push_send *send);
+
 /* ---- fetching (client_fetch.c) ---- */
 
 /*
@@ -155,7 +181,8 @@ int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
 /* ---- uploading (client_upload.c) ---- */
 
 /* Packs what begin and put declare: the files (models and sizes), pusher, target workers. */
-void wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files);
+void wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files,
+    const struct wsync_push_send *send);
 /* Aborts upload, waiting 1 s at most, for a caller that has an error to report already. */
 void wsync_client_abort_quietly(wsync_client_t *c, uint64_t upload);
 

@@ -201,7 +201,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 	s->step = 0;
 #endif
 	for (size_t i = 0; i < n; i++)
-		if (s_check(&files[i], info->trust, &st[i], err) < 0)
+		if (s_check(&files[i], info->trust || files[i].verified, &st[i], err) < 0)
 			goto done;
 	if (s_number(s, files, n, st, info->versions, err) < 0)
 		goto done;
