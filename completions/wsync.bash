@@ -246,7 +246,8 @@ _wsync() {
 	wsync-serve) opts="-e --endpoint --store --keep --recycle --log-format --secret-key --allow-push
 		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --key --hub-key
+		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --no-delta
+		--key --hub-key
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --verify-key

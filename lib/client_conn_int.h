@@ -27,6 +27,16 @@ struct wsync_next_slot {
 	size_t len;
 };
 
+/* The most models whose last pushed version a client keeps (wsync_client_keep_pushed). */
+#define WSYNC_KEPT_MAX 16
+
+/* A version this client pushed, kept as the base of the next push of its model. */
+struct wsync_kept {
+	char model[WSYNC_MAX_MODEL + 1];
+	int fd;                         /* a scratch file: the version as sent */
+	uint64_t version, content;
+};
+
 struct wsync_client {
 	void *sock;
 	void *mon;                      /* the socket's handshake failures */
@@ -53,6 +63,9 @@ struct wsync_client {
 	uint64_t fetched;               /* bytes the last fetch asked the hub for */
 	uint64_t wire;                  /* bytes of data the last fetch received */
 	char delta_note[WSYNC_MAX_REASON]; /* why the last fetch with a base came whole */
+	int keep_pushed;                /* keeps the last version pushed of each model */
+	struct wsync_kept kept[WSYNC_KEPT_MAX];
+	int nkept;
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
 	struct wsync_next_slot next_slot;
@@ -132,17 +145,22 @@ struct wsync_push_send {
 	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
 };
 /*
- * For item, whose base names a file holding an older version of its model:
- * writes the version src lays out (size bytes) to a scratch file unless it is
- * a .wsync file sent as it is, makes the delta from base to it, and fills
+ * For item, when its base names a file holding an older version of its model
+ * or the client keeps the version of it pushed last: writes the version src
+ * lays out (size bytes) to a scratch file (unless it is a .wsync file sent as
+ * it is and not to be kept), makes the delta from that base to it, and fills
  * send with the delta when it is smaller, else with the version (and the
- * reason in c->delta_note). -1 with err (64: base is not a version of the
- * model). wsync_client_pushdelta_end frees what send holds.
+ * reason in c->delta_note). Without either, send stays the source's. -1 with
+ * err (64: base is not a version of the model). wsync_client_pushdelta_end
+ * frees what send holds.
  */
 int wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
     struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err);
 /* Makes send the version's size bytes instead of its delta (the hub did not take it). */
 void wsync_client_pushdelta_whole(struct wsync_push_send *send, uint64_t size);
+/* Once item is committed: keeps the version send wrote out, when the client keeps them. */
+void wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
+    struct wsync_push_send *send);
 /* Closes what send holds. */
 void wsync_client_pushdelta_end(struct wsync_push_send *send);
 

@@ -249,8 +249,9 @@ s_any_delta(const struct wsync_push_send *send, int n)
 }
 
 /*
- * Items with a base go as deltas when smaller: *send (caller frees) says what
- * each file sends, with sizes[i] the bytes sent; NULL when no item has a base.
+ * Items with a base (theirs, or the version kept from the last push) go as
+ * deltas when smaller: *send (caller frees) says what each file sends; NULL
+ * when no item has a base and the client keeps nothing.
  */
 static int
 s_deltas(wsync_client_t *c, const wsync_push_item_t *items, wsync_source_t **src,
@@ -258,7 +259,7 @@ s_deltas(wsync_client_t *c, const wsync_push_item_t *items, wsync_source_t **src
 {
 	int i;
 
-	for (i = 0; i < n && items[i].base == NULL; i++)
+	for (i = 0; i < n && items[i].base == NULL && !c->keep_pushed; i++)
 		;
 	if (i == n)
 		return 0;
@@ -267,8 +268,7 @@ s_deltas(wsync_client_t *c, const wsync_push_item_t *items, wsync_source_t **src
 	for (i = 0; i < n; i++)
 		(*send)[i] = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = sizes[i] };
 	for (i = 0; i < n; i++)
-		if (items[i].base != NULL && wsync_client_pushdelta(c, &items[i], src[i], sizes[i],
-		    &(*send)[i], err) < 0)
+		if (wsync_client_pushdelta(c, &items[i], src[i], sizes[i], &(*send)[i], err) < 0)
 			return -1;
 	return 0;
 }
@@ -385,6 +385,8 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 			wsync_client_pushdelta_whole(&send[i], sizes[i]);
 		rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
 	}
+	for (i = 0; rc == 0 && send != NULL && c->keep_pushed && i < n; i++)
+		wsync_client_pushdelta_keep(c, &items[i], &send[i]);
 out:
 	for (i = 0; i < n; i++) {
 		wsync_source_destroy(&src[i]);

@@ -506,6 +506,13 @@ typedef struct wsync_push_item {
 } wsync_push_item_t;
 
 /*
+ * on: a push over the socket keeps the version it sent (a scratch file in
+ * $TMPDIR) and sends the next version of that model as a delta from it, when
+ * the hub still retains it and the delta is smaller (wsync-push --batch does
+ * this); off: forgets what was kept.
+ */
+void wsync_client_keep_pushed(wsync_client_t *client, int on);
+/*
  * Checks every input (65 before anything is sent), uploads them, and commits
  * them together as the next version of each model; workers (NULL: all) are
  * the only ones it is announced to. Fills each item's version and content.

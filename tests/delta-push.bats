@@ -114,3 +114,27 @@ hub_with_v1() {
 	run -66 wsync-push --transfer socket --base nope.wsync -m policy s2.wsync
 	assert_output --partial "nope.wsync"
 }
+
+@test "wsync-push --batch sends each version as a delta from the one it pushed before; --no-delta whole" {
+	steps 3
+	hub_with_v1
+	run -0 wsync-push --batch --transfer socket <<-EOF
+	-m policy $TMP/s2.wsync
+	-m policy $TMP/s3.wsync
+	EOF
+	assert_output "ok policy 2
+ok policy 3"
+	# The first has no version of this coprocess to start from: whole.
+	run -0 grep -c 'models=policy .*transfer=socket$' hub.log
+	assert_output 2
+	run -0 grep -c 'models=policy .*deltas=policy@2:' hub.log
+	same_but_number "$STORE/policy/3.wsync" s3.wsync
+	run -0 wsync-push --batch --no-delta --transfer socket <<-EOF
+	-m policy $TMP/s2.wsync
+	-m policy $TMP/s3.wsync
+	EOF
+	run -0 grep -c 'deltas=' hub.log
+	assert_output 1
+	run -64 wsync-push --no-delta -m policy s2.wsync
+	assert_line -n 0 "wsync-push: --no-delta goes with --batch: a single push sends a delta only with --base"
+}
