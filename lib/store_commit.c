@@ -36,6 +36,7 @@ wsync_store_temp_open(wsync_store_t *s, const char *model, wsync_store_temp_t *t
 {
 	snprintf(t->model, sizeof(t->model), "%s", model);
 	t->fd = -1;
+	t->verified = 0;
 	if (wsync_store_path(t->path, sizeof(t->path), "%s/upload.XXXXXX", s->uploads) < 0 ||
 	    (t->fd = mkostemp(t->path, O_CLOEXEC)) < 0) {
 		t->path[0] = '\0';
