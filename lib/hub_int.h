@@ -77,8 +77,16 @@ struct hub_worker {
 
 /* How much of one uploaded file arrived. */
 struct hub_ufile {
-	uint64_t size;                  /* declared */
+	uint64_t size;                  /* declared: the bytes sent (the delta's, with a base) */
 	uint64_t filled;                /* bytes received from offset 0 on, without a gap */
+	/*
+	 * Sent as a delta from version base (0: whole) of the model, held open
+	 * since the begin in base_fd: the chunks fill delta, and the commit
+	 * rebuilds the version (head_size bytes) from both into the upload's file.
+	 */
+	uint64_t base, head_size;
+	int base_fd;
+	wsync_store_temp_t delta;
 };
 
 /*
@@ -406,8 +414,33 @@ int hub_op_abort(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 /* Explains in err (66) why model m has no version number version. */
 int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_err_t *err);
 
+/*
+ * The version a read request names (fields model, version: 0 for the head,
+ * worker: whose head, marked seen); model receives its id (WSYNC_MAX_MODEL + 1
+ * bytes). NULL with err (66) when there is none.
+ */
+const wsync_version_t *hub_read_version(wsync_hub_t *h, struct hub_req *r, char *model,
+    wsync_err_t *err);
 int hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* hub_pushdelta.c: a pushed file sent as a delta from a retained version. */
+/*
+ * Reads a begin's file entry f of model (uf->size its version's size): with
+ * base, base_content and delta, it comes as a delta of delta bytes from that
+ * version, which is held open; uf->size becomes the delta's size. 66 when the
+ * base is not retained, 65 when it is another content (the pusher sends the
+ * version whole then).
+ */
+int hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
+    struct hub_ufile *uf, wsync_err_t *err);
+/* At the commit: rebuilds file i of u from its base and delta, verified (65 when not). */
+int hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err);
+/* Closes the base and removes the delta of a file sent as a delta (none: nothing). */
+void hub_pushdelta_end(struct hub_ufile *uf);
+
+/* hub_layout.c: each tensor's path and data range in a version, in file order. */
+int hub_op_layout(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_relay.c: a relay's upstream side ---- */
 

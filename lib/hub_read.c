@@ -43,20 +43,28 @@ s_lookup(wsync_hub_t *h, const char *model, uint64_t version, const char *worker
 	return NULL;
 }
 
-int
-hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
+const wsync_version_t *
+hub_read_version(wsync_hub_t *h, struct hub_req *r, char *model, wsync_err_t *err)
 {
-	char model[WSYNC_MAX_MODEL + 1], worker[WSYNC_MAX_ID + 1];
-	const wsync_version_t *v;
+	char worker[WSYNC_MAX_ID + 1];
 	uint64_t version;
-	wsync_enc_t e;
 
 	if (hub_model_field(r, model, err) < 0 || hub_u64(r, "version", 1, &version, err) < 0 ||
 	    hub_worker_field(r, 0, worker, err) < 0)
-		return -1;
+		return NULL;
 	if (worker[0] != '\0' && hub_worker_touch(h, worker, r->conn, err) == NULL)
-		return -1;
-	if ((v = s_lookup(h, model, version, worker[0] ? worker : NULL, err)) == NULL)
+		return NULL;
+	return s_lookup(h, model, version, worker[0] ? worker : NULL, err);
+}
+
+int
+hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	const wsync_version_t *v;
+	wsync_enc_t e;
+
+	if ((v = hub_read_version(h, r, model, err)) == NULL)
 		return -1;
 	hub_ok(&e, r->id, 6);
 	wsync_enc_kv_str(&e, "model", model);

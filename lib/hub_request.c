@@ -210,6 +210,7 @@ static const struct {
 	{ "get", hub_op_get },
 	{ "heads", hub_op_heads },
 	{ "hello", hub_op_hello },
+	{ "layout", hub_op_layout },
 	{ "put", hub_op_put },
 	{ "stat", hub_op_stat },
 	{ "status", hub_op_status },
