@@ -222,3 +222,30 @@ hub_arrive_pack(const wsync_hub_t *h, char *const *models, size_t nmodels, wsync
 	wsync_enc_kv_u64(e, "size", a->size);
 	wsync_enc_kv_u64(e, "content", a->content);
 }
+
+void
+hub_arrive_reader_add(wsync_hub_t *h, const char *conn)
+{
+	size_t i;
+
+	for (i = 0; i < h->nrelay_conns && strcmp(h->relay_conns[i], conn) != 0; i++)
+		;
+	/* Known already, or the oldest goes: either way it moves to the end. */
+	if (i == h->nrelay_conns && h->nrelay_conns == HUB_RELAY_CONNS)
+		i = 0;
+	else if (i == h->nrelay_conns)
+		h->nrelay_conns++;
+	memmove(h->relay_conns[i], h->relay_conns[i + 1],
+	    (h->nrelay_conns - 1 - i) * sizeof(h->relay_conns[0]));
+	snprintf(h->relay_conns[h->nrelay_conns - 1], sizeof(h->relay_conns[0]), "%s", conn);
+}
+
+int
+hub_arrive_reader_check(const wsync_hub_t *h, const struct hub_req *r, wsync_err_t *err)
+{
+	for (size_t i = 0; i < h->nrelay_conns; i++)
+		if (strcmp(h->relay_conns[i], r->conn) == 0)
+			return 0;
+	return wsync_err_set(err, EX_NOPERM, "%s with arriving: versions not yet verified here "
+	    "are for relays (hello with role relay), not for workers", r->op);
+}

@@ -35,6 +35,7 @@
 #define HUB_MAX_FILE (64ull << 30)      /* bytes in one uploaded file */
 #define HUB_MAX_WORKERS 4096
 #define HUB_CONN_WORKERS 256            /* workers one connection may make known */
+#define HUB_RELAY_CONNS 64              /* downstream relays' connections remembered */
 #define HUB_WORKER_MODELS 256           /* models one worker follows */
 #define HUB_MAX_WAITS 1024
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
@@ -225,6 +226,9 @@ struct wsync_hub {
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
 	struct hub_arriving arriving;   /* a relay: the version its thread is fetching */
+	/* Connections that said hello as relays, the newest last: only they read arriving versions. */
+	char relay_conns[HUB_RELAY_CONNS][WSYNC_PEER_NAME];
+	size_t nrelay_conns;
 	struct hub_counters counts;
 	struct hub_delta deltas[HUB_DELTAS];
 	struct hub_delta_job job;
@@ -463,6 +467,13 @@ int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 
 /* 1 when version of model is the one arriving at h (not committed yet). */
 int hub_arrive_has(const wsync_hub_t *h, const char *model, uint64_t version);
+/* Connection conn said hello as a relay: it may read arriving versions. */
+void hub_arrive_reader_add(wsync_hub_t *h, const char *conn);
+/*
+ * 0 when r's connection said hello as a relay; else 77 with err: what is not
+ * verified yet is for downstream relays only, never for workers.
+ */
+int hub_arrive_reader_check(const wsync_hub_t *h, const struct hub_req *r, wsync_err_t *err);
 /*
  * Serves r, a get with "arriving" of the arriving version, bytes off..off+len:
  * at once when they are in, else once they are (or refused after

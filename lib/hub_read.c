@@ -116,7 +116,8 @@ hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (hub_model_field(r, model, err) < 0 || hub_u64(r, "version", 1, &version, err) < 0 ||
 	    hub_u64(r, "off", 1, &off, err) < 0 || hub_u64(r, "len", 1, &len, err) < 0 ||
 	    hub_worker_field(r, 0, worker, err) < 0 || hub_u64(r, "base", 0, &base, err) < 0 ||
-	    hub_bool(r, "arriving", &arriving, err) < 0)
+	    hub_bool(r, "arriving", &arriving, err) < 0 ||
+	    (arriving && hub_arrive_reader_check(h, r, err) < 0))
 		return -1;
 	/* A worker busy fetching a large version is alive. */
 	if (worker[0] != '\0' && hub_worker_touch(h, worker, r->conn, err) == NULL)

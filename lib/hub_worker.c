@@ -244,6 +244,8 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 			wm->watching = 1;
 		}
 	}
+	if (strcmp(role, "relay") == 0)
+		hub_arrive_reader_add(h, r->conn);
 	hub_log(h, "event=hello role=%s%s%s host=%s pid=%" PRIu64, role, worker[0] ? " worker=" :
 	    "", worker, host[0] ? host : "-", pid);
 	hub_strv_free(models, nmodels);
@@ -338,6 +340,7 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 
 	if (hub_worker_field(r, 0, worker, err) < 0 ||
 	    hub_bool(r, "arriving", &arriving, err) < 0 ||
+	    (arriving && hub_arrive_reader_check(h, r, err) < 0) ||
 	    hub_list(wsync_msg_get(&r->msg, "models"), "models", 0, wsync_model_id_check,
 	    &models, &nmodels, err) < 0)
 		return -1;

@@ -318,3 +318,25 @@ gated_chain() {
 	assert_equal "$(cat w1.out w2.out)" ""
 	run -66 wsync-pull -e "ipc://$TMP/r2" -m policy -o p.wsync
 }
+
+@test "only a connection that said hello as a relay may read versions still arriving" {
+	make_versions 1
+	start_hub
+	wsync-push -q -m policy v1.wsync
+	run -77 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <<-'EOF'
+	{"op": "hello", "proto": 1, "role": "pull"}
+	{"op": "get", "model": "policy", "version": 1, "off": 0, "len": 16, "arriving": true}
+	EOF
+	assert_line -n 1 --partial '"code":77'
+	assert_line -n 1 --partial 'get with arriving: versions not yet verified here are for relays (hello with role relay), not for workers'
+	run -77 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <<-'EOF'
+	{"op": "hello", "proto": 1, "role": "watch", "worker": "w1"}
+	{"op": "heads", "models": ["policy"], "arriving": true}
+	EOF
+	assert_line -n 1 --partial '"code":77'
+	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <<-'EOF'
+	{"op": "hello", "proto": 1, "role": "relay"}
+	{"op": "heads", "models": ["policy"], "arriving": true}
+	EOF
+	assert_line -n 1 --partial '"arriving":{}'
+}
