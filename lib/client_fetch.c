@@ -96,13 +96,15 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 			wsync_enc_t e;
 			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
 			ids[inflight] = wsync_client_request(c, &e, "get", 4 + (worker != NULL) +
-			    (base != 0));
+			    (base != 0) + (c->arrived != NULL));
 			offs[inflight] = next_off;
 			asked[inflight] = wsync_now_ms();
 			if (worker != NULL)
 				wsync_enc_kv_str(&e, "worker", worker);
 			if (base != 0)
 				wsync_enc_kv_u64(&e, "base", base);
+			if (c->arrived != NULL)
+				wsync_enc_kv_bool(&e, "arriving", 1);
 			wsync_enc_kv_str(&e, "model", model);
 			wsync_enc_kv_u64(&e, "version", h->version);
 			wsync_enc_kv_u64(&e, "off", next_off);
@@ -169,6 +171,18 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 		wsync_pace_arrived(&pace, len, asked[at], wsync_now_ms());
 		if (c->progress != NULL)
 			c->progress(c->progress_arg, done, total);
+		/*
+		 * What is in without a gap: everything below the lowest get still
+		 * out and below the next one to ask for (a whole file is one range
+		 * from 0).
+		 */
+		if (c->arrived != NULL && whole) {
+			uint64_t upto = next_off;
+			for (unsigned i = 0; i < inflight; i++)
+				if (i != at && offs[i] < upto)
+					upto = offs[i];
+			c->arrived(c->arrived_arg, c->arrived_tmp, upto);
+		}
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
 			deadline = wsync_now_ms() + c->idle_ms;
@@ -428,6 +442,9 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
+		c->arrived_tmp = buf;
+		if (c->arrived != NULL)
+			c->arrived(c->arrived_arg, buf, 0);
 		if (f->select != NULL && f->select->nselect > 0) {
 			if (wsync_client_get_selected(c, model, got, f->what.worker, f->select, fd,
 			    deadline, err) < 0)

@@ -37,6 +37,7 @@ wsync_store_temp_open(wsync_store_t *s, const char *model, wsync_store_temp_t *t
 {
 	snprintf(t->model, sizeof(t->model), "%s", model);
 	t->fd = -1;
+	t->verified = 0;
 	if (wsync_store_path(t->path, sizeof(t->path), "%s/upload.XXXXXX", s->uploads) < 0 ||
 	    (t->fd = mkostemp(t->path, O_CLOEXEC)) < 0) {
 		t->path[0] = '\0';
@@ -202,7 +203,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 	s->step = 0;
 #endif
 	for (size_t i = 0; i < n; i++)
-		if (s_check(&files[i], info->trust, &st[i], err) < 0)
+		if (s_check(&files[i], info->trust || files[i].verified, &st[i], err) < 0)
 			goto done;
 	if (s_number(s, files, n, st, info->versions, err) < 0)
 		goto done;
