@@ -1,12 +1,15 @@
 /*
  * zmq_raw - the raw ZeroMQ limits wsync's transfers are measured against:
  *
- *   zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE]
+ *   zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE [keep]]
  *                                            DEALER asks, ROUTER sends BYTES in
  *                                            MSG-byte messages; prints seconds
  *                                            per run, one a line. With FILE, each
  *                                            run writes what it receives into a
- *                                            new FILE, as a pull must
+ *                                            new FILE, as a pull must; with keep,
+ *                                            into FILE as it is, its pages kept
+ *                                            from the run before, as a watcher's
+ *                                            recycled file has them
  *   zmq_raw rtt ENDPOINT COUNT RUNS          REQ/REP round trips of 16 bytes;
  *                                            prints seconds per round trip
  *   zmq_raw fanout DIR N COUNT               an update's messages as wsync's
@@ -75,7 +78,7 @@ s_stream_server(const char *endpoint, long long bytes, size_t msg)
 }
 
 static int
-s_stream(const char *endpoint, long long bytes, int runs, const char *file)
+s_stream(const char *endpoint, long long bytes, int runs, const char *file, int keep)
 {
 	int fd = -1;
 	void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
@@ -90,8 +93,9 @@ s_stream(const char *endpoint, long long bytes, int runs, const char *file)
 		double start = s_now();
 		long long got = 0;
 		if (file != NULL) {
-			unlink(file);
-			if ((fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0 ||
+			if (!keep)
+				unlink(file);
+			if ((fd = open(file, O_WRONLY | O_CREAT | (keep ? 0 : O_TRUNC), 0600)) < 0 ||
 			    fallocate(fd, 0, 0, bytes) < 0) {
 				perror(file);
 				exit(74);
@@ -298,12 +302,13 @@ int
 main(int argc, char **argv)
 {
 	pid_t pid;
-	int rc, stream = (argc == 6 || argc == 7) && strcmp(argv[1], "stream") == 0;
+	int rc, stream = (argc == 6 || argc == 7 || (argc == 8 && strcmp(argv[7], "keep") == 0)) &&
+	    strcmp(argv[1], "stream") == 0;
 
 	if (argc == 5 && strcmp(argv[1], "fanout") == 0)
 		return s_fanout_main(argv[2], atoi(argv[3]), atoi(argv[4]));
 	if (!stream && !(argc == 5 && strcmp(argv[1], "rtt") == 0)) {
-		fprintf(stderr, "usage: zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE]\n"
+		fprintf(stderr, "usage: zmq_raw stream ENDPOINT BYTES MSG RUNS [FILE [keep]]\n"
 		    "       zmq_raw rtt ENDPOINT COUNT RUNS\n"
 		    "       zmq_raw fanout DIR N COUNT\n");
 		return 64;
@@ -315,7 +320,8 @@ main(int argc, char **argv)
 			s_rtt_server(argv[2]);
 		_exit(0);
 	}
-	rc = stream ? s_stream(argv[2], atoll(argv[3]), atoi(argv[5]), argc == 7 ? argv[6] : NULL) :
+	rc = stream ? s_stream(argv[2], atoll(argv[3]), atoi(argv[5]), argc >= 7 ? argv[6] : NULL,
+	    argc == 8) :
 	    s_rtt(argv[2], atoi(argv[3]), atoi(argv[4]));
 	kill(pid, SIGTERM);
 	waitpid(pid, NULL, 0);

@@ -292,6 +292,7 @@ main(int argc, char **argv)
 			cli_die(EX_NOINPUT, "model \"%s\" has no version", model);
 		if (head.version <= if_newer) {
 			wsync_client_destroy(&client);
+			free(models);
 			return 1;
 		}
 	}

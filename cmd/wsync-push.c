@@ -12,12 +12,13 @@
 static const char s_usage[] =
     "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
-    "                  -m MODEL FILE|-\n"
+    "                  [--base FILE] -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
     "                  -m MODEL=FILE...\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n"
-    "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] [--sign-key FILE] --batch\n";
+    "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] [--sign-key FILE]\n"
+    "                  [--no-delta] --batch\n";
 
 static void
 s_help(void)
@@ -44,6 +45,11 @@ s_help(void)
 	    "      --seq N              the signed push's sequence number (the trainer's\n"
 	    "                           step), above every one signed with the key before\n"
 	    "                           (default: the counter in FILE.seq, plus one)\n"
+	    "      --base FILE          over the socket, send the delta from the older version\n"
+	    "                           FILE holds when the hub still has it and the delta\n"
+	    "                           is at most half of it (else the version whole)\n"
+	    "      --no-delta           with --batch: send each version whole (else, over the\n"
+	    "                           socket, as a delta from the one pushed before it)\n"
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
 	    "                           options as above), answer \"ok MODEL VERSION...\" or\n"
 	    "                           \"error CODE MESSAGE\" a line on stdout, until end of\n"
@@ -104,6 +110,12 @@ s_push(wsync_client_t *client, wsync_push_req_t *r)
 	if (wsync_push_req_push(client, r, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	if (r->base != NULL && wsync_client_delta_note(client)[0] != '\0') {
+		char line[WSYNC_MAX_REASON + 100];
+		snprintf(line, sizeof(line), "%s version %" PRIu64 " sent whole: %s",
+		    r->items[0].model, r->items[0].version, wsync_client_delta_note(client));
+		cli_log_msg(NULL, line);
+	}
 	for (int i = 0; r->wait_for == 0 && i < r->n; i++) {
 		if (r->n == 1)
 			printf("%" PRIu64 "\n", r->items[i].version);
@@ -157,9 +169,10 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY };
+	enum { OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY, OPT_NO_DELTA };
 	static const struct option opts[] = {
 		{ "abort", required_argument, NULL, WSYNC_PUSH_OPT_ABORT },
+		{ "base", required_argument, NULL, WSYNC_PUSH_OPT_BASE },
 		{ "batch", no_argument, NULL, OPT_BATCH },
 		{ "commit", required_argument, NULL, WSYNC_PUSH_OPT_COMMIT },
 		{ "endpoint", required_argument, NULL, 'e' },
@@ -167,6 +180,7 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, WSYNC_PUSH_OPT_MODEL },
 		{ "next-slot", no_argument, NULL, WSYNC_PUSH_OPT_NEXT_SLOT },
+		{ "no-delta", no_argument, NULL, OPT_NO_DELTA },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "seq", required_argument, NULL, WSYNC_PUSH_OPT_SEQ },
@@ -187,7 +201,7 @@ main(int argc, char **argv)
 	wsync_push_req_t r;
 	wsync_client_t *client;
 	char why[600];
-	int c;
+	int c, no_delta = 0;
 
 	cli_init("wsync-push");
 	wsync_push_req_init(&r);
@@ -207,6 +221,7 @@ main(int argc, char **argv)
 		case OPT_PROGRESS: cli_progress_force(); break;
 		case OPT_BATCH: verb = S_VERB_BATCH; break;
 		case OPT_SIGN_KEY: conn.sign_key = optarg; break;
+		case OPT_NO_DELTA: no_delta = 1; break;
 		case WSYNC_PUSH_OPT_SLOT:
 		case WSYNC_PUSH_OPT_COMMIT:
 		case WSYNC_PUSH_OPT_ABORT:
@@ -219,6 +234,7 @@ main(int argc, char **argv)
 		case WSYNC_PUSH_OPT_TRUST:
 		case WSYNC_PUSH_OPT_NEXT_SLOT:
 		case WSYNC_PUSH_OPT_SEQ:
+		case WSYNC_PUSH_OPT_BASE:
 			if (wsync_push_req_option(&r, c, arg, optarg, why, sizeof(why)) < 0)
 				cli_usage_error("%s", why);
 			break;
@@ -232,6 +248,9 @@ main(int argc, char **argv)
 		if (r.seq != 0 && conn.sign_key == NULL)
 			cli_usage_error("--seq goes with --sign-key: an unsigned push has no "
 			    "sequence number");
+		if (no_delta)
+			cli_usage_error("--no-delta goes with --batch: a single push sends a delta "
+			    "only with --base");
 		client = s_connect(&conn, &r, cli_catch_signals(0));
 		s_push(client, &r);
 		break;
@@ -241,12 +260,14 @@ main(int argc, char **argv)
 		    wsync_push_req_check(&r, NULL, 0, 0, why, sizeof(why)) < 0)
 			cli_usage_error("%s", why);
 		if (r.n != 0 || optind != argc || r.waits || r.targets != NULL ||
-		    r.wait_for != 0 || r.seq != 0)
+		    r.wait_for != 0 || r.seq != 0 || r.base != NULL)
 			cli_usage_error("--batch takes its pushes on stdin, not on the command line "
-			    "(only -e, -t, -q, --progress, --transfer, --sign-key and the keys go "
-			    "with it)");
+			    "(only -e, -t, -q, --progress, --transfer, --sign-key, --no-delta and the "
+			    "keys go with it)");
 		stop = cli_catch_signals(0);
 		client = s_connect(&conn, &r, stop);
+		/* Over the socket, each push goes as a delta from the one before it. */
+		wsync_client_keep_pushed(client, !no_delta);
 		s_batch(client, stop);
 		break;
 	}

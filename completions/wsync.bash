@@ -185,7 +185,7 @@ _wsync_optarg() {
 	wsync-convert:*) return 1 ;;
 	*:-e | *:--endpoint | wsync-serve:--upstream) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
-	wsync-pull:--base) _wsync_paths f ;;
+	wsync-pull:--base | wsync-push:--base) _wsync_paths f ;;
 	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
 		*:--key | *:--hub-key | wsync-push:--sign-key | *:--verify-key) _wsync_paths f ;;
 	wsync-push:-m | wsync-push:--model)
@@ -246,7 +246,8 @@ _wsync() {
 	wsync-serve) opts="-e --endpoint --store --keep --recycle --log-format --secret-key --allow-push
 		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
-		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --key --hub-key
+		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --no-delta
+		--key --hub-key
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --verify-key

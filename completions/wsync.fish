@@ -149,6 +149,8 @@ complete -c wsync-push -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
 complete -c wsync-push -l sign-key -r -F -d 'Sign the push with this secret key'
 complete -c wsync-push -l seq -x -d "The signed push's sequence number, above the last"
+complete -c wsync-push -l base -r -F -d 'Send the delta from the older version this file holds'
+complete -c wsync-push -l no-delta -d 'With --batch: send each version whole'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull

@@ -170,6 +170,9 @@ wsync_push_req_option(wsync_push_req_t *r, int opt, const char *as_written, char
 	case WSYNC_PUSH_OPT_NEXT_SLOT:
 		r->next_slot = 1;
 		return 0;
+	case WSYNC_PUSH_OPT_BASE:
+		r->base = value;
+		return 0;
 	case WSYNC_PUSH_OPT_SEQ:
 		if (wsync_parse_number(value, &r->seq) < 0 || r->seq == 0)
 			return s_bad(why, size, "--seq wants a sequence number of 1 or more, not "
@@ -217,6 +220,8 @@ int
 wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batch,
     char *why, size_t size)
 {
+	if (r->base != NULL && (r->verb != WSYNC_PUSH_VERB_PUSH || r->trust || r->next_slot))
+		return s_bad(why, size, "--base goes with a push of a file, not a slot");
 	if (r->verb != WSYNC_PUSH_VERB_PUSH || r->trust || r->next_slot)
 		return s_check_slot_request(r, n, why, size);
 	if (r->n == 0)
@@ -240,6 +245,9 @@ wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batc
 		if (r->items[i].path != NULL && strcmp(r->items[i].path, "-") == 0)
 			return s_bad(why, size, "- (stdin) carries the requests in --batch: give "
 			    "a file");
+	if (r->base != NULL && (r->wait_for != 0 || r->n != 1))
+		return s_bad(why, size, "--base names an older version of the one model pushed");
+	r->items[0].base = r->base;
 	return 0;
 }
 
@@ -331,6 +339,7 @@ static const struct s_opt {
 	int code;
 } s_opts[] = {
 	{ "abort", 0, 1, WSYNC_PUSH_OPT_ABORT },
+	{ "base", 0, 1, WSYNC_PUSH_OPT_BASE },
 	{ "batch", 0, 0, 0 },
 	{ "commit", 0, 1, WSYNC_PUSH_OPT_COMMIT },
 	{ "endpoint", 'e', 1, 0 },

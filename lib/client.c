@@ -316,6 +316,7 @@ wsync_client_destroy(wsync_client_t **cp)
 	if (c == NULL)
 		return;
 	wsync_client_next_drop(c, 1000);
+	wsync_client_keep_pushed(c, 0);
 	s_close_socket(c);
 	for (int i = 0; i < c->nmodels; i++)
 		free(c->models[i]);

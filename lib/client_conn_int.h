@@ -27,6 +27,16 @@ struct wsync_next_slot {
 	size_t len;
 };
 
+/* The most models whose last pushed version a client keeps (wsync_client_keep_pushed). */
+#define WSYNC_KEPT_MAX 16
+
+/* A version this client pushed, kept as the base of the next push of its model. */
+struct wsync_kept {
+	char model[WSYNC_MAX_MODEL + 1];
+	int fd;                         /* a scratch file: the version as sent */
+	uint64_t version, content;
+};
+
 struct wsync_client {
 	void *sock;
 	void *mon;                      /* the socket's handshake failures */
@@ -46,6 +56,14 @@ struct wsync_client {
 	uint32_t heartbeat_ms;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * A relay's client (hub_relay.c): its gets may read a version still
+	 * arriving at the hub, and each fetch tells arrived the file it writes
+	 * and how much of it is in, from offset 0 without a gap. NULL otherwise.
+	 */
+	void (*arrived)(void *arg, const char *tmp, uint64_t upto);
+	void *arrived_arg;
+	const char *arrived_tmp;        /* the file of the fetch in progress */
 	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
 	int store_here;                 /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
@@ -53,6 +71,9 @@ struct wsync_client {
 	uint64_t fetched;               /* bytes the last fetch asked the hub for */
 	uint64_t wire;                  /* bytes of data the last fetch received */
 	char delta_note[WSYNC_MAX_REASON]; /* why the last fetch with a base came whole */
+	int keep_pushed;                /* keeps the last version pushed of each model */
+	struct wsync_kept kept[WSYNC_KEPT_MAX];
+	int nkept;
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
 	struct wsync_next_slot next_slot;
@@ -120,6 +141,37 @@ int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void
     size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
     wsync_err_t *err);
 
+/* ---- a push sent as a delta (client_pushdelta.c) ---- */
+
+struct wsync_source;
+
+/* What one file of a push sends. */
+struct wsync_push_send {
+	int fd;                         /* the bytes are read from it; -1: from the source */
+	uint64_t bytes;                 /* how many: the delta's, or the version's */
+	uint64_t base, base_content;    /* the delta's base version and its content; 0: whole */
+	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
+};
+/*
+ * For item, when its base names a file holding an older version of its model
+ * or the client keeps the version of it pushed last: writes the version src
+ * lays out (size bytes) to a scratch file (unless it is a .wsync file sent as
+ * it is and not to be kept), makes the delta from that base to it, and fills
+ * send with the delta when it is at most half of the version, else with the
+ * version (and the reason in c->delta_note). Without either, send stays the source's. -1 with
+ * err (64: base is not a version of the model). wsync_client_pushdelta_end
+ * frees what send holds.
+ */
+int wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
+    struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err);
+/* Makes send the version's size bytes instead of its delta (the hub did not take it). */
+void wsync_client_pushdelta_whole(struct wsync_push_send *send, uint64_t size);
+/* Once item is committed: keeps the version send wrote out, when the client keeps them. */
+void wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
+    struct wsync_push_send *send);
+/* Closes what send holds. */
+void wsync_client_pushdelta_end(struct wsync_push_send *send);
+
 /* ---- fetching (client_fetch.c) ---- */
 
 /*
@@ -155,7 +207,8 @@ int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
 /* ---- uploading (client_upload.c) ---- */
 
 /* Packs what begin and put declare: the files (models and sizes), pusher, target workers. */
-void wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files);
+void wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files,
+    const struct wsync_push_send *send);
 /* Aborts upload, waiting 1 s at most, for a caller that has an error to report already. */
 void wsync_client_abort_quietly(wsync_client_t *c, uint64_t upload);
 
@@ -206,9 +259,10 @@ int wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_he
     const char *worker, int fd, const wsync_range_t *ranges, size_t n, int64_t deadline,
     wsync_err_t *err);
 /*
- * Gets version h of model into fd (already h->size bytes long) in part: its
- * headers, walked with small gets, then the data of the tensors sel selects
- * and of the small files (WSYNC_CKPT_FILES); every other byte stays zero.
+ * Gets version h of model into fd (already h->size bytes long) in part: asks
+ * the hub where each tensor's data lies (op layout), then gets every byte
+ * outside the data (the headers) and the data of the tensors sel selects and
+ * of the small files (WSYNC_CKPT_FILES); every other byte stays zero.
  */
 int wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
     const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,

@@ -12,10 +12,12 @@
 #include <unistd.h>
 
 #include "client_conn_int.h"
+#include "file_int.h"
 #include "io_int.h"
 #include "pace_int.h"
 #include "signcheck_int.h"
 #include "signround_int.h"
+#include "stream_hash_int.h"
 #include "tempfile_int.h"
 
 static int
@@ -45,21 +47,29 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 /*
  * Gets the nranges byte ranges of a version (of the delta to it from base,
  * when base is not 0) into fd, each chunk written at its offset as it
- * arrives, with up to window gets in flight. With a bound on silence, each
- * get is as long as arrives well within it (pace_int.h).
+ * arrives, with up to window gets in flight, and hashed by sh (may be NULL)
+ * while it is in the cache. With a bound on silence, each get is as long as
+ * arrives well within it (pace_int.h).
  */
 static int
 s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64_t base,
-    const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
-    wsync_err_t *err)
+    const char *worker, int fd, const wsync_range_t *ranges, size_t nranges,
+    wsync_stream_hash_t *sh, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0, total = 0, end = 0;
 	int64_t asked[64];
 	unsigned inflight = 0;
 	wsync_pace_t pace;
-	/* The whole file: its pages are allocated ahead of the chunks. */
+	/*
+	 * The whole file: its pages are allocated ahead of the chunks, unless it
+	 * has them all already (a recycled file), when asking costs a look-up a page.
+	 */
 	int whole = nranges == 1 && ranges[0].off == 0 && ranges[0].len == h->size;
+	struct stat st;
 	size_t r = 0;
+
+	if (whole && fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 >= h->size)
+		whole = 0;
 
 	wsync_pace_init(&pace, c->chunk, c->idle_ms);
 	for (size_t i = 0; i < nranges; i++) {
@@ -86,13 +96,15 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 			wsync_enc_t e;
 			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
 			ids[inflight] = wsync_client_request(c, &e, "get", 4 + (worker != NULL) +
-			    (base != 0));
+			    (base != 0) + (c->arrived != NULL));
 			offs[inflight] = next_off;
 			asked[inflight] = wsync_now_ms();
 			if (worker != NULL)
 				wsync_enc_kv_str(&e, "worker", worker);
 			if (base != 0)
 				wsync_enc_kv_u64(&e, "base", base);
+			if (c->arrived != NULL)
+				wsync_enc_kv_bool(&e, "arriving", 1);
 			wsync_enc_kv_str(&e, "model", model);
 			wsync_enc_kv_u64(&e, "version", h->version);
 			wsync_enc_kv_u64(&e, "off", next_off);
@@ -152,12 +164,25 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 			wsync_client_release(&m, &p);
 			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
 		}
+		wsync_stream_hash_chunk(sh, off, wsync_part_data(&p, 2), len);
 		done += len;
 		c->wire += len;
 		wsync_client_release(&m, &p);
 		wsync_pace_arrived(&pace, len, asked[at], wsync_now_ms());
 		if (c->progress != NULL)
 			c->progress(c->progress_arg, done, total);
+		/*
+		 * What is in without a gap: everything below the lowest get still
+		 * out and below the next one to ask for (a whole file is one range
+		 * from 0).
+		 */
+		if (c->arrived != NULL && whole) {
+			uint64_t upto = next_off;
+			for (unsigned i = 0; i < inflight; i++)
+				if (i != at && offs[i] < upto)
+					upto = offs[i];
+			c->arrived(c->arrived_arg, c->arrived_tmp, upto);
+		}
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
 			deadline = wsync_now_ms() + c->idle_ms;
@@ -174,7 +199,7 @@ wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t
     const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
     wsync_err_t *err)
 {
-	return s_get_ranges(c, model, h, 0, worker, fd, ranges, nranges, deadline, err);
+	return s_get_ranges(c, model, h, 0, worker, fd, ranges, nranges, NULL, deadline, err);
 }
 
 int
@@ -184,7 +209,7 @@ wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version, uin
 	const wsync_head_t head = { .version = version, .size = size };
 
 	return s_get_ranges(c, model, &head, base, worker, fd, &(wsync_range_t){ 0, size }, 1,
-	    deadline, err);
+	    NULL, deadline, err);
 }
 
 /* Where version of model lives in the hub's store (wsync-serve(1), FILES). */
@@ -275,17 +300,20 @@ s_unchanged(int fd, const wsync_head_t *got)
 }
 
 /*
- * Checks that fd holds version got of model: every hash (unless hashes is 0),
- * the content id, the stamp.
+ * Checks that fd holds version got of model: every hash (unless hashes is 0;
+ * those sh took as the file was written are not read again), the content id,
+ * the stamp.
  */
 static int
 s_verify_fd(int fd, const char *model, const wsync_head_t *got, int hashes,
-    wsync_err_t *err)
+    const wsync_stream_hash_t *sh, wsync_err_t *err)
 {
 	wsync_file_t *f = wsync_file_open_fd(fd, model, err);
+	size_t nknown;
+	const wsync_known_hash_t *known = wsync_stream_hash_known(sh, &nknown);
 	int rc = -1;
 
-	if (f == NULL || (hashes && wsync_file_verify(f, NULL, NULL, err) < 0))
+	if (f == NULL || (hashes && wsync_file_verify_fd(f, fd, known, nknown, err) < 0))
 		goto out;
 	if (wsync_file_content_id(f) != got->content || wsync_file_version(f) != got->version) {
 		wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": received content "
@@ -384,6 +412,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	const char *model = f->what.model, *path = f->beside;
 	char buf[PATH_MAX];
 	int fd = -1, linked = 0, selected = 0, rebuilt = 0;
+	wsync_stream_hash_t *sh = NULL;
 
 	*tmp = NULL;
 	c->fetched = 0;
@@ -413,14 +442,25 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
+		c->arrived_tmp = buf;
+		if (c->arrived != NULL)
+			c->arrived(c->arrived_arg, buf, 0);
 		if (f->select != NULL && f->select->nselect > 0) {
 			if (wsync_client_get_selected(c, model, got, f->what.worker, f->select, fd,
 			    deadline, err) < 0)
 				goto fail;
 			selected = 1;
-		} else if (wsync_client_get_ranges(c, model, got, f->what.worker, fd,
-		    &(wsync_range_t){ 0, got->size }, 1, deadline, err) < 0)
-			goto fail;
+		} else {
+			/*
+			 * The output in place holds an older version of the model, most
+			 * often laid out as this one: where its tensors lie, the chunks
+			 * are hashed as they arrive, and verifying reads none of them.
+			 */
+			sh = wsync_stream_hash_new(path);
+			if (s_get_ranges(c, model, got, 0, f->what.worker, fd,
+			    &(wsync_range_t){ 0, got->size }, 1, sh, deadline, err) < 0)
+				goto fail;
+		}
 	}
 	/*
 	 * A link is the store's own file: its mode is the store's, and it is on
@@ -431,8 +471,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	 */
 	/* A version rebuilt from a delta was verified as it was written (client_delta.c). */
 	if (rebuilt ? 0 : selected ? wsync_client_verify_selected(fd, model, got, f->select,
-	    err) < 0 : !(linked && s_unchanged(fd, got)) && s_verify_fd(fd, model, got, 1, err) < 0)
+	    err) < 0 : !(linked && s_unchanged(fd, got)) &&
+	    s_verify_fd(fd, model, got, 1, sh, err) < 0)
 		goto fail;
+	wsync_stream_hash_destroy(&sh);
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 		goto fail;
@@ -448,6 +490,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	}
 	return 0;
 fail:
+	wsync_stream_hash_destroy(&sh);
 	if (fd >= 0)
 		close(fd);
 	if (buf[0] != '\0')
@@ -486,7 +529,7 @@ s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got
 			return -1;
 	}
 	c->travelled = WSYNC_TRANSFER_COPY;
-	rc = s_verify_fd(fd, model, got, !s_unchanged(fd, got), err);
+	rc = s_verify_fd(fd, model, got, !s_unchanged(fd, got), NULL, err);
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = wsync_err_set(err, EX_IOERR, "%s: %s", model, strerror(errno));
 	if (rc == 0)

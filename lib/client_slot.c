@@ -37,7 +37,7 @@ s_slot_send(wsync_client_t *c, const wsync_slot_ask_t *a, wsync_err_t *err)
 	wsync_enc_t e;
 	uint64_t id = wsync_client_request(c, &e, "begin", (a->workers != NULL ? 3 : 2) + 1);
 
-	wsync_client_pack_files(&e, a);
+	wsync_client_pack_files(&e, a, NULL);
 	/* A slot is a begin with local (wsync(7)). */
 	wsync_enc_kv_bool(&e, "local", 1);
 	if (wsync_client_send(c, &e, NULL, 0, err) < 0)

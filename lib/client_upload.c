@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client_conn_int.h"
+#include "io_int.h"
 #include "source_int.h"
 
 void
@@ -20,13 +21,27 @@ wsync_client_abort_quietly(wsync_client_t *c, uint64_t upload)
 	wsync_client_abort(c, upload, 1000, &ignored);
 }
 
+/* Reads bytes [off, off + len) of file i of a push: its source, or what send says. */
+static int
+s_read(wsync_source_t *src, const struct wsync_push_send *send, uint64_t off, void *buf,
+    size_t len, wsync_err_t *err)
+{
+	if (send == NULL || send->fd < 0)
+		return wsync_source_read(src, off, buf, len, err);
+	if (wsync_read_at(send->fd, buf, len, off) < 0)
+		return wsync_err_set(err, EX_IOERR, "scratch file: %s", strerror(errno));
+	return 0;
+}
+
 /*
- * Sends every chunk of every source (none is empty) with up to window in
- * flight, each read into one buffer: ZeroMQ copies what it sends.
+ * Sends every chunk of every file (sizes[i] bytes, none empty; send may be
+ * NULL) with up to window in flight, each read into one buffer: ZeroMQ copies
+ * what it sends.
  */
 static int
-s_upload(wsync_client_t *c, uint64_t upload, wsync_source_t **src, const uint64_t *sizes,
-    int n, int64_t deadline, wsync_err_t *err)
+s_upload(wsync_client_t *c, uint64_t upload, wsync_source_t **src,
+    const struct wsync_push_send *send, const uint64_t *sizes, int n, int64_t deadline,
+    wsync_err_t *err)
 {
 	uint64_t ids[64], lens[64], done = 0, total = 0;
 	unsigned inflight = 0;
@@ -50,7 +65,7 @@ s_upload(wsync_client_t *c, uint64_t upload, wsync_source_t **src, const uint64_
 			wsync_enc_t e;
 			size_t len = sizes[file] - off < c->chunk ? (size_t)(sizes[file] - off) :
 			    c->chunk;
-			if (wsync_source_read(src[file], off, buf, len, err) < 0)
+			if (s_read(src[file], send != NULL ? &send[file] : NULL, off, buf, len, err) < 0)
 				goto out;
 			lens[inflight] = len;
 			ids[inflight++] = wsync_client_request(c, &e, "chunk", 3);
@@ -139,7 +154,8 @@ out:
 }
 
 void
-wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files)
+wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files,
+    const struct wsync_push_send *send)
 {
 	char host[200] = "unknown", pusher[256];
 
@@ -148,9 +164,15 @@ wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files)
 	wsync_enc_str(e, "files");
 	msgpack_pack_array(&e->pk, (size_t)files->n);
 	for (int i = 0; i < files->n; i++) {
-		msgpack_pack_map(&e->pk, 2);
+		int delta = send != NULL && send[i].base != 0;
+		msgpack_pack_map(&e->pk, delta ? 5 : 2);
 		wsync_enc_kv_str(e, "model", files->models[i]);
 		wsync_enc_kv_u64(e, "size", files->sizes[i]);
+		if (delta) {
+			wsync_enc_kv_u64(e, "base", send[i].base);
+			wsync_enc_kv_u64(e, "base_content", send[i].base_content);
+			wsync_enc_kv_u64(e, "delta", send[i].bytes);
+		}
 	}
 	wsync_enc_kv_str(e, "pusher", pusher);
 	if (files->workers != NULL) {
@@ -184,7 +206,7 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 		data += files->sizes[i];
 	}
 	id = wsync_client_request(c, &e, "put", files->workers != NULL ? 3 : 2);
-	wsync_client_pack_files(&e, files);
+	wsync_client_pack_files(&e, files, NULL);
 	rc = wsync_client_call(c, &e, id, joined, total, timeout_ms, "put", &m, &p, err);
 	free(joined);
 	if (rc < 0 && err->code == EX_TEMPFAIL)
@@ -216,6 +238,92 @@ s_sources_sign(wsync_client_t *c, wsync_source_t **src, int n, wsync_err_t *err)
 	return rc;
 }
 
+/* 1 when a file of the push is sent as a delta. */
+static int
+s_any_delta(const struct wsync_push_send *send, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (send[i].base != 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * Items with a base (theirs, or the version kept from the last push) go as
+ * deltas when smaller: *send (caller frees) says what each file sends; NULL
+ * when no item has a base and the client keeps nothing.
+ */
+static int
+s_deltas(wsync_client_t *c, const wsync_push_item_t *items, wsync_source_t **src,
+    uint64_t *sizes, int n, struct wsync_push_send **send, wsync_err_t *err)
+{
+	int i;
+
+	for (i = 0; i < n && items[i].base == NULL && !c->keep_pushed; i++)
+		;
+	if (i == n)
+		return 0;
+	if ((*send = calloc((size_t)n, sizeof(**send))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (i = 0; i < n; i++)
+		(*send)[i] = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = sizes[i] };
+	for (i = 0; i < n; i++)
+		if (wsync_client_pushdelta(c, &items[i], src[i], sizes[i], &(*send)[i], err) < 0)
+			return -1;
+	return 0;
+}
+
+/*
+ * Begins an upload of files, fills it (handed over in the store, or sent:
+ * each file's source or what send says) and commits it; the items get their
+ * versions.
+ */
+static int
+s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
+    const struct wsync_push_send *send, const wsync_slot_ask_t *files, int hand_over,
+    int64_t deadline, wsync_err_t *err)
+{
+	uint64_t *sizes = calloc((size_t)files->n + 1, sizeof(*sizes)), id, upload = 0;
+	wsync_enc_t e;
+	wsync_msg_t m;
+	wsync_parts_t p = { .n = 0 };
+	int rc;
+
+	if (sizes == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < files->n; i++)
+		sizes[i] = send != NULL && send[i].base != 0 ? send[i].bytes : files->sizes[i];
+	id = wsync_client_request(c, &e, "begin", (files->workers != NULL ? 3 : 2) + hand_over);
+	wsync_client_pack_files(&e, files, send);
+	/* A hand-over fills a slot: a begin with local (wsync(7)). */
+	if (hand_over)
+		wsync_enc_kv_bool(&e, "local", 1);
+	if ((rc = wsync_client_call(c, &e, id, NULL, 0, wsync_ms_left(deadline), "begin", &m, &p,
+	    err)) < 0)
+		goto out;
+	if ((rc = wsync_msg_u64(&m, "upload", &upload)) < 0)
+		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
+	else if (hand_over && (rc = s_hand_over(c, &m, src, files, err)) == 1)
+		hand_over = rc = 0;     /* the files cannot be written here: sent */
+	wsync_client_release(&m, &p);
+	if (rc < 0) {
+		if (upload != 0)
+			wsync_client_abort_quietly(c, upload);
+		goto out;
+	}
+	if (!hand_over && (rc = s_upload(c, upload, src, send, sizes, files->n, deadline,
+	    err)) < 0) {
+		wsync_client_abort_quietly(c, upload);
+		goto out;
+	}
+	/* Handed over, every hash was computed from the very bytes written: the hub trusts them. */
+	rc = wsync_client_commit(c, &(wsync_commit_t){ .upload = upload, .items = items,
+	    .n = files->n, .trust = hand_over }, wsync_ms_left(deadline), NULL, err);
+out:
+	free(sizes);
+	return rc;
+}
+
 int
 wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
@@ -226,10 +334,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	const wsync_slot_ask_t files = { .models = models, .sizes = sizes, .n = n,
 	    .workers = workers, .nworkers = nworkers };
 	int64_t deadline = wsync_now_ms() + timeout_ms;
-	wsync_enc_t e;
-	wsync_msg_t m;
-	wsync_parts_t p = { .n = 0 };
-	uint64_t id, upload = 0;
+	struct wsync_push_send *send = NULL;
 	size_t total = 0;
 	int rc = -1, i, hand_over;
 
@@ -239,6 +344,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		free(sizes);
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
+	c->delta_note[0] = '\0';
 	for (i = 0; i < n; i++) {
 		if ((src[i] = c->sign != NULL ? wsync_source_open_tree(items[i].path,
 		    items[i].model, err) : wsync_source_open(items[i].path, items[i].model,
@@ -267,34 +373,27 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		rc = s_put(c, items, src, &files, total, wsync_ms_left(deadline), err);
 		goto out;
 	}
-	id = wsync_client_request(c, &e, "begin", (workers != NULL ? 3 : 2) + hand_over);
-	wsync_client_pack_files(&e, &files);
-	/* A hand-over fills a slot: a begin with local (wsync(7)). */
-	if (hand_over)
-		wsync_enc_kv_bool(&e, "local", 1);
-	if (wsync_client_call(c, &e, id, NULL, 0, wsync_ms_left(deadline), "begin", &m, &p,
-	    err) < 0)
+	if (!hand_over && (rc = s_deltas(c, items, src, sizes, n, &send, err)) < 0)
 		goto out;
-	if ((rc = wsync_msg_u64(&m, "upload", &upload)) < 0)
-		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
-	else if (hand_over && (rc = s_hand_over(c, &m, src, &files, err)) == 1)
-		hand_over = rc = 0;     /* the files cannot be written here: sent */
-	wsync_client_release(&m, &p);
-	if (rc < 0) {
-		if (upload != 0)
-			wsync_client_abort_quietly(c, upload);
-		goto out;
+	rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
+	/* A base the hub no longer has as it was, or a delta it could not apply: whole. */
+	if (rc < 0 && send != NULL && s_any_delta(send, n) && (err->code == EX_NOINPUT ||
+	    err->code == EX_DATAERR)) {
+		snprintf(c->delta_note, sizeof(c->delta_note), "%.*s", WSYNC_MAX_REASON - 1,
+		    err->msg);
+		for (i = 0; i < n; i++)
+			wsync_client_pushdelta_whole(&send[i], sizes[i]);
+		rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
 	}
-	if (!hand_over && (rc = s_upload(c, upload, src, sizes, n, deadline, err)) < 0) {
-		wsync_client_abort_quietly(c, upload);
-		goto out;
-	}
-	/* Handed over, every hash was computed from the very bytes written: the hub trusts them. */
-	rc = wsync_client_commit(c, &(wsync_commit_t){ .upload = upload, .items = items, .n = n,
-	    .trust = hand_over }, wsync_ms_left(deadline), NULL, err);
+	for (i = 0; rc == 0 && send != NULL && c->keep_pushed && i < n; i++)
+		wsync_client_pushdelta_keep(c, &items[i], &send[i]);
 out:
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
 		wsync_source_destroy(&src[i]);
+		if (send != NULL)
+			wsync_client_pushdelta_end(&send[i]);
+	}
+	free(send);
 	free(src);
 	free(models);
 	free(sizes);

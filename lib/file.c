@@ -14,9 +14,12 @@
 #include "hash_int.h"
 #include "io_int.h"
 #include "mpcheck_int.h"
+#include "stream_hash_int.h"
 
 /* Bytes of a mapped file hashed between mapping pages in and letting them go. */
 #define S_HASH_WINDOW (8u << 20)
+/* Bytes of a file read and hashed at a time when verifying through its descriptor. */
+#define S_READ_PIECE (256u << 10)
 
 /* Nesting allowed by the pre-check: root, tree, WSYNC_MAX_DEPTH levels, shape. */
 #define S_MSGPACK_DEPTH (WSYNC_MAX_DEPTH + 4)
@@ -801,17 +804,73 @@ s_tensor_hash(const wsync_file_t *f, const wsync_tensor_t *t, XXH3_state_t *stat
 	return XXH3_64bits_digest(state);
 }
 
-int
-wsync_file_verify(const wsync_file_t *f, wsync_bad_tensor_fn bad, void *arg,
-    wsync_err_t *err)
+/*
+ * A tensor's hash read from fd, the file it is in, a piece at a time into buf
+ * (S_READ_PIECE bytes): 0, or -1 when a read fails. Reading costs less than
+ * mapping the same pages in and out, and each piece is hashed in the cache.
+ */
+static int
+s_tensor_hash_read(const wsync_tensor_t *t, int fd, unsigned char *buf, XXH3_state_t *state,
+    uint64_t *h)
+{
+	uint64_t at = t->offset;
+
+	XXH3_64bits_reset(state);
+	for (uint64_t off = 0; off < t->nbytes; ) {
+		size_t want = t->nbytes - off < S_READ_PIECE ? (size_t)(t->nbytes - off) :
+		    S_READ_PIECE;
+		ssize_t n = pread(fd, buf, want, (off_t)(at + off));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		wsync_hash_update(state, buf, (size_t)n);
+		off += (uint64_t)n;
+	}
+	*h = XXH3_64bits_digest(state);
+	return 0;
+}
+
+/* The hash of [at, at + nbytes) among the nknown sorted by at, or NULL. */
+static const wsync_known_hash_t *
+s_known(const wsync_known_hash_t *known, size_t nknown, uint64_t at, uint64_t nbytes)
+{
+	size_t lo = 0, hi = nknown;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (known[mid].at < at || (known[mid].at == at && known[mid].nbytes < nbytes))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < nknown && known[lo].at == at && known[lo].nbytes == nbytes &&
+	    known[lo].done ? &known[lo] : NULL;
+}
+
+/*
+ * Verifies f; its data read from fd when fd >= 0 and f is that file, mapped;
+ * a tensor among the nknown hashed already is not read again.
+ */
+static int
+s_verify(const wsync_file_t *f, int fd, const wsync_known_hash_t *known, size_t nknown,
+    wsync_bad_tensor_fn bad, void *arg, wsync_err_t *err)
 {
 	const wsync_tensor_t *first = NULL;
 	XXH3_state_t *state = XXH3_createState();  /* NULL: each tensor in one go */
+	unsigned char *buf = fd >= 0 && f->mem == WSYNC_MEM_MMAP && state != NULL ?
+	    malloc(S_READ_PIECE) : NULL;
 	size_t nbad = 0;
 
 	for (size_t i = 0; i < f->ntensors; i++) {
 		const wsync_tensor_t *t = &f->tensors[i];
-		uint64_t h = s_tensor_hash(f, t, state);
+		const wsync_known_hash_t *k = s_known(known, nknown, t->offset, t->nbytes);
+		uint64_t h;
+		if (k != NULL)
+			h = k->hash;
+		/* A failed read falls back to the mapping, which holds the same bytes. */
+		else if (buf == NULL || s_tensor_hash_read(t, fd, buf, state, &h) < 0)
+			h = s_tensor_hash(f, t, state);
 		if (h == t->hash)
 			continue;
 		if (nbad++ == 0)
@@ -819,9 +878,24 @@ wsync_file_verify(const wsync_file_t *f, wsync_bad_tensor_fn bad, void *arg,
 		if (bad != NULL)
 			bad(t, h, arg);
 	}
+	free(buf);
 	XXH3_freeState(state);
 	if (nbad == 0)
 		return 0;
 	return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data does not match its hash%s",
 	    f->name, first->path, nbad > 1 ? " (and more tensors)" : "");
+}
+
+int
+wsync_file_verify(const wsync_file_t *f, wsync_bad_tensor_fn bad, void *arg,
+    wsync_err_t *err)
+{
+	return s_verify(f, -1, NULL, 0, bad, arg, err);
+}
+
+int
+wsync_file_verify_fd(const wsync_file_t *f, int fd, const wsync_known_hash_t *known,
+    size_t nknown, wsync_err_t *err)
+{
+	return s_verify(f, fd, known, nknown, NULL, NULL, err);
 }

@@ -2,6 +2,7 @@
 #ifndef WSYNC_FILE_INT_H
 #define WSYNC_FILE_INT_H
 
+#include "stream_hash_int.h"
 #include "wsync.h"
 
 enum wsync_mem {
@@ -52,5 +53,14 @@ wsync_file_t *wsync_input_open_buffer(const void *buf, size_t len, const char *n
  */
 wsync_file_t *wsync_safetensors_open_head(const void *head, size_t len, const char *name,
     wsync_err_t *err);
+/*
+ * wsync_file_verify of a file opened from fd (wsync_file_open_fd), its data
+ * read through fd rather than through the mapping: for a file just written,
+ * whose pages are not mapped here yet. A tensor whose data [offset, offset +
+ * nbytes) is among the nknown (sorted by at; may be NULL) was hashed as it
+ * was written, from the very bytes written: its hash is taken from there.
+ */
+int wsync_file_verify_fd(const wsync_file_t *f, int fd, const wsync_known_hash_t *known,
+    size_t nknown, wsync_err_t *err);
 
 #endif

@@ -25,6 +25,7 @@ s_timers(wsync_hub_t *h)
 	hub_waits_expire(h, now);
 	hub_uploads_expire(h, now);
 	hub_relay_report(h, now);
+	hub_arrive_expire(h, now);
 	hub_deltas_tick(h);
 }
 
@@ -119,6 +120,7 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	h->log_arg = opts->log_arg;
 	h->keep = opts->keep;
 	h->delta_pipe[0] = h->delta_pipe[1] = -1;
+	h->arriving.fd = -1;
 #ifdef WSYNC_TEST_HOOKS
 	h->flip_get = getenv("WSYNC_TEST_FLIP_GET") != NULL;
 #endif
@@ -153,6 +155,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	if (h == NULL)
 		return;
 	hub_relay_stop(h);
+	hub_arrive_end(h, EX_TEMPFAIL, "the hub stops");
 	for (int i = 0; i < HUB_UPLOADS; i++)
 		hub_upload_end(&h->uploads[i]);
 	for (size_t i = 0; i < h->nwaits; i++)

@@ -1,7 +1,8 @@
 /*
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
- * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_subtree.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_arrive.c,
+ * hub_subtree.c,
  * hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
  * hub_; those of one file are static and start with s_.
@@ -34,12 +35,16 @@
 #define HUB_MAX_FILE (64ull << 30)      /* bytes in one uploaded file */
 #define HUB_MAX_WORKERS 4096
 #define HUB_CONN_WORKERS 256            /* workers one connection may make known */
+#define HUB_RELAY_CONNS 64              /* downstream relays' connections remembered */
 #define HUB_WORKER_MODELS 256           /* models one worker follows */
 #define HUB_MAX_WAITS 1024
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
 #define HUB_VIA 512                     /* bytes of a worker's path of relays */
 #define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
 #define HUB_DELTAS 64                   /* deltas kept, being made or waiting to be */
+#define HUB_ARRIVE_GETS 64              /* gets waiting for an arriving version's bytes */
+#define HUB_ARRIVE_WAIT_MS 2000         /* the longest one waits: under a relay's 3 s on silence */
+#define HUB_ARRIVE_TOPIC ".arriving"    /* announcements of arriving versions: no model id starts so */
 
 /* ---- the hub's state ---- */
 
@@ -73,8 +78,16 @@ struct hub_worker {
 
 /* How much of one uploaded file arrived. */
 struct hub_ufile {
-	uint64_t size;                  /* declared */
+	uint64_t size;                  /* declared: the bytes sent (the delta's, with a base) */
 	uint64_t filled;                /* bytes received from offset 0 on, without a gap */
+	/*
+	 * Sent as a delta from version base (0: whole) of the model, held open
+	 * since the begin in base_fd: the chunks fill delta, and the commit
+	 * rebuilds the version (head_size bytes) from both into the upload's file.
+	 */
+	uint64_t base, head_size;
+	int base_fd;
+	wsync_store_temp_t delta;
 };
 
 /*
@@ -144,6 +157,27 @@ struct hub_delta_job {
 	pthread_t thread;
 };
 
+/* A get of an arriving version's range that is not in yet, answered when it is (hub_arrive.c). */
+struct hub_early_get {
+	unsigned char ident[256];
+	size_t identlen;
+	void *router;
+	uint64_t req, off, len;
+	int64_t deadline;
+};
+
+/* A relay's version on its way from its upstream, read by downstream relays (hub_arrive.c). */
+struct hub_arriving {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;               /* 0: none arriving */
+	uint64_t size, content;
+	int fd;                         /* the file the relay's thread writes, read-only */
+	uint64_t upto;                  /* bytes in, from offset 0 without a gap */
+	int passed;                     /* a range was served before it was whole (logged once) */
+	struct hub_early_get gets[HUB_ARRIVE_GETS];
+	size_t ngets;
+};
+
 /* What the hub did since it started, for wsync-inspect --prometheus (hub_status.c). */
 struct hub_counters {
 	uint64_t uploads;               /* begun (begin, put, slot) */
@@ -191,6 +225,10 @@ struct wsync_hub {
 	struct hub_relay *relay;        /* NULL: not a relay (hub_relay.c) */
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
+	struct hub_arriving arriving;   /* a relay: the version its thread is fetching */
+	/* Connections that said hello as relays, the newest last: only they read arriving versions. */
+	char relay_conns[HUB_RELAY_CONNS][WSYNC_PEER_NAME];
+	size_t nrelay_conns;
 	struct hub_counters counts;
 	struct hub_delta deltas[HUB_DELTAS];
 	struct hub_delta_job job;
@@ -285,6 +323,9 @@ void hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfi
 /* Sends a reply to ident on router (one of h's ROUTERs) and frees it. */
 void hub_send(wsync_hub_t *h, void *router, const void *ident, size_t identlen,
     wsync_enc_t *e);
+/* Sends reply e to ident on router, then data (taken over) as the last frame; frees e. */
+void hub_send_data(wsync_hub_t *h, void *router, const void *ident, size_t identlen,
+    wsync_enc_t *e, zmq_msg_t *data);
 /* Sends a reply to r and frees it. */
 void hub_reply(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e);
 /* Sends reply e to r, then data (taken over) as the last frame, without copying it. */
@@ -377,8 +418,33 @@ int hub_op_abort(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 /* Explains in err (66) why model m has no version number version. */
 int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_err_t *err);
 
+/*
+ * The version a read request names (fields model, version: 0 for the head,
+ * worker: whose head, marked seen); model receives its id (WSYNC_MAX_MODEL + 1
+ * bytes). NULL with err (66) when there is none.
+ */
+const wsync_version_t *hub_read_version(wsync_hub_t *h, struct hub_req *r, char *model,
+    wsync_err_t *err);
 int hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* hub_pushdelta.c: a pushed file sent as a delta from a retained version. */
+/*
+ * Reads a begin's file entry f of model (uf->size its version's size): with
+ * base, base_content and delta, it comes as a delta of delta bytes from that
+ * version, which is held open; uf->size becomes the delta's size. 66 when the
+ * base is not retained, 65 when it is another content (the pusher sends the
+ * version whole then).
+ */
+int hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
+    struct hub_ufile *uf, wsync_err_t *err);
+/* At the commit: rebuilds file i of u from its base and delta, verified (65 when not). */
+int hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err);
+/* Closes the base and removes the delta of a file sent as a delta (none: nothing). */
+void hub_pushdelta_end(struct hub_ufile *uf);
+
+/* hub_layout.c: each tensor's path and data range in a version, in file order. */
+int hub_op_layout(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* ---- hub_relay.c: a relay's upstream side ---- */
 
@@ -396,6 +462,39 @@ void hub_relay_serve(wsync_hub_t *h);
 void hub_relay_report(wsync_hub_t *h, int64_t now);
 /* 1 with err (77) when h mirrors model from an upstream, so nobody may push it here. */
 int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err);
+
+/* ---- hub_arrive.c: a relay's arriving version, passed on to downstream relays ---- */
+
+/* 1 when version of model is the one arriving at h (not committed yet). */
+int hub_arrive_has(const wsync_hub_t *h, const char *model, uint64_t version);
+/* Connection conn said hello as a relay: it may read arriving versions. */
+void hub_arrive_reader_add(wsync_hub_t *h, const char *conn);
+/*
+ * 0 when r's connection said hello as a relay; else 77 with err: what is not
+ * verified yet is for downstream relays only, never for workers.
+ */
+int hub_arrive_reader_check(const wsync_hub_t *h, const struct hub_req *r, wsync_err_t *err);
+/*
+ * Serves r, a get with "arriving" of the arriving version, bytes off..off+len:
+ * at once when they are in, else once they are (or refused after
+ * HUB_ARRIVE_WAIT_MS). 0 when answered or kept; -1 with err.
+ */
+int hub_arrive_get(wsync_hub_t *h, const struct hub_req *r, uint64_t off, uint64_t len,
+    wsync_err_t *err);
+/* Version v of model starts arriving into path: kept, logged, announced on HUB_ARRIVE_TOPIC. */
+void hub_arrive_begin(wsync_hub_t *h, const char *model, const wsync_head_t *v, const char *path);
+/* upto bytes of the arriving version are in: the gets waiting for them are answered. */
+void hub_arrive_progress(wsync_hub_t *h, uint64_t upto);
+/*
+ * The arriving version is done: committed (code 0: the gets waiting are
+ * answered) or dropped (the gets waiting are refused with code and why).
+ */
+void hub_arrive_end(wsync_hub_t *h, int code, const char *why);
+/* Refuses (66) the gets that waited for bytes past their deadline at now. */
+void hub_arrive_expire(wsync_hub_t *h, int64_t now);
+/* Packs "arriving": {model: {version, size, content}} for heads (models: NULL for all). */
+void hub_arrive_pack(const wsync_hub_t *h, char *const *models, size_t nmodels,
+    wsync_enc_t *e);
 
 /* ---- hub_subtree.c: acks end to end (a relay's report of its workers) ---- */
 

@@ -43,20 +43,28 @@ s_lookup(wsync_hub_t *h, const char *model, uint64_t version, const char *worker
 	return NULL;
 }
 
-int
-hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
+const wsync_version_t *
+hub_read_version(wsync_hub_t *h, struct hub_req *r, char *model, wsync_err_t *err)
 {
-	char model[WSYNC_MAX_MODEL + 1], worker[WSYNC_MAX_ID + 1];
-	const wsync_version_t *v;
+	char worker[WSYNC_MAX_ID + 1];
 	uint64_t version;
-	wsync_enc_t e;
 
 	if (hub_model_field(r, model, err) < 0 || hub_u64(r, "version", 1, &version, err) < 0 ||
 	    hub_worker_field(r, 0, worker, err) < 0)
-		return -1;
+		return NULL;
 	if (worker[0] != '\0' && hub_worker_touch(h, worker, r->conn, err) == NULL)
-		return -1;
-	if ((v = s_lookup(h, model, version, worker[0] ? worker : NULL, err)) == NULL)
+		return NULL;
+	return s_lookup(h, model, version, worker[0] ? worker : NULL, err);
+}
+
+int
+hub_op_stat(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	const wsync_version_t *v;
+	wsync_enc_t e;
+
+	if ((v = hub_read_version(h, r, model, err)) == NULL)
 		return -1;
 	hub_ok(&e, r->id, 6);
 	wsync_enc_kv_str(&e, "model", model);
@@ -101,12 +109,15 @@ hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	uint64_t version, off, len, base = 0;
 	const wsync_version_t *v;
 	char worker[WSYNC_MAX_ID + 1];
+	int arriving = 0;
 	zmq_msg_t data;
 	wsync_enc_t e;
 
 	if (hub_model_field(r, model, err) < 0 || hub_u64(r, "version", 1, &version, err) < 0 ||
 	    hub_u64(r, "off", 1, &off, err) < 0 || hub_u64(r, "len", 1, &len, err) < 0 ||
-	    hub_worker_field(r, 0, worker, err) < 0 || hub_u64(r, "base", 0, &base, err) < 0)
+	    hub_worker_field(r, 0, worker, err) < 0 || hub_u64(r, "base", 0, &base, err) < 0 ||
+	    hub_bool(r, "arriving", &arriving, err) < 0 ||
+	    (arriving && hub_arrive_reader_check(h, r, err) < 0))
 		return -1;
 	/* A worker busy fetching a large version is alive. */
 	if (worker[0] != '\0' && hub_worker_touch(h, worker, r->conn, err) == NULL)
@@ -117,6 +128,9 @@ hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (len > WSYNC_CHUNK)
 		return wsync_err_set(err, EX_USAGE, "get of %" PRIu64 " bytes is over the chunk "
 		    "size of %u", len, WSYNC_CHUNK);
+	/* A downstream relay may read a version still arriving here (hub_arrive.c). */
+	if (arriving && base == 0 && hub_arrive_has(h, model, version))
+		return hub_arrive_get(h, r, off, len, err);
 	/* With a base: the bytes of the delta from it to version (hub_delta.c). */
 	if ((v = base != 0 ? hub_delta_file(h, model, base, version, err) :
 	    s_lookup(h, model, version, NULL, err)) == NULL)

@@ -48,6 +48,9 @@ struct hub_relay {
 	void *sub;
 	char endpoint[512];             /* the upstream in use */
 	char name[300];                 /* this hub's, as its upstream knows it */
+	char fetching[WSYNC_MAX_MODEL + 1]; /* the model of the version being fetched */
+	wsync_head_t arriving;          /* that version, as the upstream described it */
+	uint64_t told;                  /* bytes of it the hub was told are in; 0 before the first */
 	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
 	size_t report_len;
 	wsync_log_fn log;
@@ -73,6 +76,76 @@ s_have(struct hub_relay *rl, const char *model)
 	memset(n, 0, sizeof(*n));
 	snprintf(n->model, sizeof(n->model), "%s", model);
 	return n;
+}
+
+/* Sends the hub's loop a two-frame message: tag, then body (freed). */
+static void
+s_tell(struct hub_relay *rl, const char *tag, wsync_enc_t *e)
+{
+	if (zmq_send(rl->pair, tag, strlen(tag), ZMQ_SNDMORE) >= 0)
+		zmq_send(rl->pair, e->sb.data, e->sb.size, 0);
+	wsync_enc_free(e);
+}
+
+#ifdef WSYNC_TEST_HOOKS
+/*
+ * The test-only pause of wsync-serve(1) (WSYNC_TEST_RELAY_GATE=PATH): with
+ * half of a version in, the fetch waits until PATH exists (at most 60 s), so
+ * that a test sees a downstream relay read it before it is whole.
+ */
+static void
+s_gate(struct hub_relay *rl, uint64_t upto)
+{
+	const char *gate = getenv("WSYNC_TEST_RELAY_GATE");
+	int64_t until = wsync_now_ms() + 60000;
+
+	if (gate == NULL || upto < rl->arriving.size / 2 || rl->told >= rl->arriving.size / 2)
+		return;
+	while (access(gate, F_OK) < 0 && !rl->stop && wsync_now_ms() < until)
+		zmq_poll(NULL, 0, 20);
+}
+#endif
+
+/*
+ * The fetch's word on how much of the version is in (client_conn_int.h): the
+ * hub's loop is told, so that it passes the version on while it arrives.
+ */
+static void
+s_arrived(void *arg, const char *tmp, uint64_t upto)
+{
+	struct hub_relay *rl = arg;
+	wsync_enc_t e;
+
+	if (rl->told != 0 && upto <= rl->told)
+		return;
+	wsync_enc_init(&e);
+	msgpack_pack_map(&e.pk, 6);
+	wsync_enc_kv_str(&e, "model", rl->fetching);
+	wsync_enc_kv_u64(&e, "version", rl->arriving.version);
+	wsync_enc_kv_u64(&e, "size", rl->arriving.size);
+	wsync_enc_kv_u64(&e, "content", rl->arriving.content);
+	wsync_enc_kv_str(&e, "path", tmp);
+	wsync_enc_kv_u64(&e, "upto", upto);
+	s_tell(rl, "arriving", &e);
+#ifdef WSYNC_TEST_HOOKS
+	s_gate(rl, upto);
+#endif
+	rl->told = upto > 0 ? upto : 1;
+}
+
+/* Tells the hub's loop the version being fetched will not arrive (err says why). */
+static void
+s_dropped(struct hub_relay *rl, const wsync_err_t *err)
+{
+	wsync_enc_t e;
+
+	wsync_enc_init(&e);
+	msgpack_pack_map(&e.pk, 4);
+	wsync_enc_kv_str(&e, "model", rl->fetching);
+	wsync_enc_kv_u64(&e, "version", rl->arriving.version);
+	wsync_enc_kv_u64(&e, "code", (uint64_t)(err->code != 0 ? err->code : EX_SOFTWARE));
+	wsync_enc_kv_str(&e, "error", err->msg);
+	s_tell(rl, "dropped", &e);
 }
 
 static void
@@ -114,6 +187,11 @@ s_connect(struct hub_relay *rl, wsync_err_t *err)
 		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, "", 0);
 	for (int i = 0; i < rl->nmodels; i++)
 		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, rl->models[i], strlen(rl->models[i]));
+	/* A version arriving at an upstream that is a relay too (hub_arrive.c). */
+	if (rl->models != NULL)
+		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, HUB_ARRIVE_TOPIC, strlen(HUB_ARRIVE_TOPIC));
+	rl->client->arrived = s_arrived;
+	rl->client->arrived_arg = rl;
 	/* Announcements only cut latency: the heads round every heartbeat finds the head. */
 	zmq_connect(rl->sub, wsync_client_pub(rl->client));
 	return 0;
@@ -185,12 +263,13 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 	int ok = 0;
 
 	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 5);
+	msgpack_pack_map(&e.pk, 6);
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", v->version);
 	wsync_enc_kv_u64(&e, "content", v->content);
 	wsync_enc_kv_str(&e, "path", path);
 	wsync_enc_kv_str(&e, "origin", origin);
+	wsync_enc_kv_str(&e, "upstream", rl->endpoint);
 	if (zmq_send(rl->pair, e.sb.data, e.sb.size, 0) < 0) {
 		wsync_enc_free(&e);
 		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
@@ -214,21 +293,99 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 }
 
 /*
- * One round: the upstream's heads (of the models mirrored, or all), then each
- * version newer than the relay's, fetched, verified and handed over. -1 with
- * err when the upstream was lost.
+ * Mirrors version head of model unless the relay has it (or it failed here):
+ * fetched, verified and handed over, and passed on while it arrives. 0 when
+ * done or skipped, -1 with err when the upstream was lost.
+ */
+static int
+s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, const char *origin,
+    wsync_err_t *err)
+{
+	const wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
+	    .known = head, .beside = rl->beside };
+	struct s_have *have = s_have(rl, model);
+	wsync_head_t got;
+	char *tmp = NULL;
+	int rc = 0;
+
+	if (have == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (head->version <= have->version || head->version == have->failed)
+		return 0;
+	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
+	rl->arriving = *head;
+	rl->told = 0;
+	if (wsync_client_fetch_temp(rl->client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
+		s_dropped(rl, err);
+		/* Retired while we fetched it (or dropped by a relay above): the next round. */
+		if (err->code == EX_NOINPUT)
+			return 0;
+		if (err->code == EX_DATAERR) {
+			s_log(rl, "event=relay-fail model=%s version=%" PRIu64 " upstream=%s "
+			    "error=\"%s\"", model, head->version, rl->endpoint, err->msg);
+			have->failed = head->version;
+			return 0;
+		}
+		return -1;
+	}
+	if (s_hand_over(rl, model, &got, tmp, origin, err) == 0)
+		have->version = got.version;
+	else if (err->code == EX_TEMPFAIL)
+		rc = -1;
+	else
+		have->failed = got.version;
+	unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+/* Decodes entry i of a heads or arriving map into model and head; -1 with err. */
+static int
+s_entry(struct hub_relay *rl, const msgpack_object *map, uint32_t i, char *model,
+    wsync_head_t *head, wsync_err_t *err)
+{
+	if (wsync_obj_str(&map->via.map.ptr[i].key, model, WSYNC_MAX_MODEL + 1) < 0 ||
+	    wsync_model_id_check(model) < 0 ||
+	    wsync_head_decode(&map->via.map.ptr[i].val, head) < 0)
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply that does not decode",
+		    rl->endpoint);
+	return 0;
+}
+
+/* The number of the version of model arriving upstream (the map arriving); 0: none. */
+static uint64_t
+s_arriving_of(const msgpack_object *arriving, const char *model)
+{
+	char id[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head;
+
+	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
+	    i < arriving->via.map.size; i++)
+		if (wsync_obj_str(&arriving->via.map.ptr[i].key, id, sizeof(id)) == 0 &&
+		    strcmp(id, model) == 0 &&
+		    wsync_head_decode(&arriving->via.map.ptr[i].val, &head) == 0)
+			return head.version;
+	return 0;
+}
+
+/*
+ * One round: the upstream's heads (of the models mirrored, or all) and the
+ * versions on their way to it (when it is a relay too), then each version
+ * newer than the relay's mirrored, the newest of each model. -1 with err
+ * when the upstream was lost.
  */
 static int
 s_round(struct hub_relay *rl, wsync_err_t *err)
 {
 	char origin[64] = "", model[WSYNC_MAX_MODEL + 1];
-	const msgpack_object *heads;
+	const msgpack_object *heads, *arriving;
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
 	wsync_enc_t e;
-	uint64_t id = wsync_client_request(rl->client, &e, "heads", rl->models ? 1 : 0);
+	uint64_t id = wsync_client_request(rl->client, &e, "heads", rl->models ? 2 : 1);
 	int rc = 0;
 
+	wsync_enc_kv_bool(&e, "arriving", 1);
 	if (rl->models != NULL) {
 		wsync_enc_str(&e, "models");
 		msgpack_pack_array(&e.pk, (size_t)rl->nmodels);
@@ -241,52 +398,21 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	    wsync_msg_str(&m, "store", origin, sizeof(origin)) < 0)
 		origin[0] = '\0';
 	heads = wsync_msg_get(&m, "heads");
+	arriving = wsync_msg_get(&m, "arriving");
 	for (uint32_t i = 0; heads != NULL && heads->type == MSGPACK_OBJECT_MAP &&
-	    i < heads->via.map.size && !rl->stop; i++) {
-		struct s_have *have;
-		wsync_head_t head, got;
-		char *tmp = NULL;
-		if (wsync_obj_str(&heads->via.map.ptr[i].key, model, sizeof(model)) < 0 ||
-		    wsync_model_id_check(model) < 0 ||
-		    wsync_head_decode(&heads->via.map.ptr[i].val, &head) < 0) {
-			rc = wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply that does not "
-			    "decode", rl->endpoint);
+	    i < heads->via.map.size && !rl->stop && rc == 0; i++) {
+		wsync_head_t head;
+		if ((rc = s_entry(rl, heads, i, model, &head, err)) < 0)
 			break;
-		}
-		if ((have = s_have(rl, model)) == NULL) {
-			rc = wsync_err_set(err, EX_SOFTWARE, "out of memory");
-			break;
-		}
-		if (head.version <= have->version || head.version == have->failed)
-			continue;
-		{
-			const wsync_fetch_temp_t f = { .what = { .model = model,
-			    .version = head.version }, .known = &head, .beside = rl->beside };
-			if (wsync_client_fetch_temp(rl->client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
-				/* Retired while we fetched it: the next round finds the newer one. */
-				if (err->code == EX_NOINPUT)
-					continue;
-				if (err->code == EX_DATAERR) {
-					s_log(rl, "event=relay-fail model=%s version=%" PRIu64
-					    " upstream=%s", model, head.version, rl->endpoint);
-					have->failed = head.version;
-					continue;
-				}
-				rc = -1;
-				break;
-			}
-		}
-		if (s_hand_over(rl, model, &got, tmp, origin, err) == 0)
-			have->version = got.version;
-		else if (err->code == EX_TEMPFAIL) {
-			unlink(tmp);
-			free(tmp);
-			rc = -1;
-			break;
-		} else
-			have->failed = got.version;
-		unlink(tmp);
-		free(tmp);
+		/* A newer one on its way: that one, as it arrives. */
+		if (s_arriving_of(arriving, model) <= head.version)
+			rc = s_mirror(rl, model, &head, origin, err);
+	}
+	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
+	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
+		wsync_head_t head;
+		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
+			rc = s_mirror(rl, model, &head, origin, err);
 	}
 	wsync_client_release(&m, &p);
 	return rc;
@@ -334,7 +460,9 @@ s_thread(void *arg)
 					s_log(rl, "event=relay-wait upstream=%s error=\"%s\"",
 					    rl->endpoint, wsync_log_quote(err.msg, quoted,
 					    sizeof(quoted)));
-				s_wait_news(rl, S_SLICE_MS);
+				/* A refused key is not let in by trying harder: once a heartbeat. */
+				s_wait_news(rl, err.code == EX_NOPERM ? WSYNC_HEARTBEAT_MS :
+				    S_SLICE_MS);
 				continue;
 			}
 			said = 0;
@@ -511,7 +639,7 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 static int
 s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 {
-	char origin[64] = "";
+	char origin[64] = "", upstream[512];
 	wsync_store_temp_t t = { .fd = -1 };
 	wsync_commit_info_t info = { .pusher = "", .time = wsync_wall_time(), .trust = 1 };
 	wsync_committed_t out;
@@ -522,6 +650,8 @@ s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 	    wsync_msg_u64(m, "version", &version) < 0)
 		return wsync_err_set(err, EX_SOFTWARE, "relay: a hand-over that does not decode");
 	wsync_msg_str(m, "origin", origin, sizeof(origin));
+	if (wsync_msg_str(m, "upstream", upstream, sizeof(upstream)) < 0)
+		snprintf(upstream, sizeof(upstream), "%s", h->relay->upstreams[0]);
 	/* Verified by the fetch already: hashing it again would double the relay's work. */
 	info.versions = &version;
 	if ((t.fd = open(t.path, O_RDWR | O_CLOEXEC)) < 0)
@@ -533,39 +663,83 @@ s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 	s_origin_set(h, origin);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
 	    PRIx64 " pusher=- relay=%s", out.model, out.version, out.size, out.content,
-	    h->relay->upstreams[0]);
+	    upstream);
 	hub_announce(h, &out, &t, 1, NULL, 0);
 	hub_waits_check(h, out.model);
 	return 0;
 }
 
+/* The thread's word on the version it fetches: arriving (how much is in) or dropped. */
+static void
+s_arriving_news(wsync_hub_t *h, wsync_parts_t *p)
+{
+	char model[WSYNC_MAX_MODEL + 1], path[PATH_MAX], why[WSYNC_MAX_REASON] = "";
+	int dropped = wsync_part_size(p, 0) == 7 && memcmp(wsync_part_data(p, 0), "dropped",
+	    7) == 0;
+	wsync_head_t v = { 0 };
+	uint64_t upto = 0, code = 0;
+	wsync_err_t err = { 0 };
+	wsync_msg_t m;
+
+	if (wsync_msg_decode(&m, wsync_part_data(p, 1), wsync_part_size(p, 1), &err) == 0 &&
+	    wsync_msg_str(&m, "model", model, sizeof(model)) == 0 &&
+	    wsync_msg_u64(&m, "version", &v.version) == 0) {
+		if (dropped && hub_arrive_has(h, model, v.version)) {
+			wsync_msg_u64(&m, "code", &code);
+			wsync_msg_str(&m, "error", why, sizeof(why));
+			hub_arrive_end(h, (int)code, why);
+		} else if (!dropped && wsync_msg_u64(&m, "size", &v.size) == 0 &&
+		    wsync_msg_u64(&m, "content", &v.content) == 0 &&
+		    wsync_msg_str(&m, "path", path, sizeof(path)) == 0 &&
+		    wsync_msg_u64(&m, "upto", &upto) == 0) {
+			if (!hub_arrive_has(h, model, v.version))
+				hub_arrive_begin(h, model, &v, path);
+			hub_arrive_progress(h, upto);
+		}
+	}
+	wsync_msg_free(&m);
+}
+
 void
 hub_relay_serve(wsync_hub_t *h)
 {
+	char quoted[2200], model[WSYNC_MAX_MODEL + 1];
 	wsync_parts_t p;
 	wsync_msg_t m;
-	wsync_err_t err = { 0 };
-	char quoted[2200];
+	wsync_err_t err;
 	wsync_enc_t e;
-	int ok;
+	uint64_t version;
+	int ok, decoded;
 
-	if (wsync_recv(h->relay_pair, &p, ZMQ_DONTWAIT) < 0)
-		return;
-	ok = wsync_msg_decode(&m, wsync_part_data(&p, 0), wsync_part_size(&p, 0), &err) == 0 &&
-	    s_commit(h, &m, &err) == 0;
-	if (!ok)
-		hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg, quoted,
-		    sizeof(quoted)));
-	wsync_msg_free(&m);
-	wsync_parts_close(&p);
-	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, ok ? 1 : 2);
-	wsync_enc_kv_bool(&e, "ok", ok);
-	if (!ok)
-		wsync_enc_kv_str(&e, "error", err.msg);
-	if (zmq_send(h->relay_pair, "reply", 5, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
-		zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
-	wsync_enc_free(&e);
+	while (wsync_recv(h->relay_pair, &p, ZMQ_DONTWAIT) == 0) {
+		if (p.n == 2) {
+			s_arriving_news(h, &p);
+			wsync_parts_close(&p);
+			continue;
+		}
+		memset(&err, 0, sizeof(err));
+		decoded = wsync_msg_decode(&m, wsync_part_data(&p, 0), wsync_part_size(&p, 0),
+		    &err) == 0;
+		ok = decoded && s_commit(h, &m, &err) == 0;
+		if (!ok)
+			hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg,
+			    quoted, sizeof(quoted)));
+		/* Committed, the version is served from the store; refused, nowhere. */
+		if (decoded && wsync_msg_str(&m, "model", model, sizeof(model)) == 0 &&
+		    wsync_msg_u64(&m, "version", &version) == 0 &&
+		    hub_arrive_has(h, model, version))
+			hub_arrive_end(h, ok ? 0 : EX_DATAERR, err.msg);
+		wsync_msg_free(&m);
+		wsync_parts_close(&p);
+		wsync_enc_init(&e);
+		msgpack_pack_map(&e.pk, ok ? 1 : 2);
+		wsync_enc_kv_bool(&e, "ok", ok);
+		if (!ok)
+			wsync_enc_kv_str(&e, "error", err.msg);
+		if (zmq_send(h->relay_pair, "reply", 5, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
+			zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
+		wsync_enc_free(&e);
+	}
 }
 
 void

@@ -173,16 +173,23 @@ hub_refusal(wsync_enc_t *e, uint64_t id, const wsync_err_t *err, size_t nfields)
 }
 
 void
-hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e, zmq_msg_t *data)
+hub_send_data(wsync_hub_t *h, void *router, const void *ident, size_t identlen,
+    wsync_enc_t *e, zmq_msg_t *data)
 {
 	const int f = ZMQ_DONTWAIT | ZMQ_SNDMORE;
 
-	if (zmq_send(h->router, r->ident, r->identlen, f) >= 0 &&
-	    zmq_send(h->router, "", 0, f) >= 0 &&
-	    zmq_send(h->router, e->sb.data, e->sb.size, f) >= 0)
-		zmq_msg_send(data, h->router, ZMQ_DONTWAIT);
+	(void)h;
+	if (zmq_send(router, ident, identlen, f) >= 0 && zmq_send(router, "", 0, f) >= 0 &&
+	    zmq_send(router, e->sb.data, e->sb.size, f) >= 0)
+		zmq_msg_send(data, router, ZMQ_DONTWAIT);
 	zmq_msg_close(data);
 	wsync_enc_free(e);
+}
+
+void
+hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e, zmq_msg_t *data)
+{
+	hub_send_data(h, h->router, r->ident, r->identlen, e, data);
 }
 
 /* ---- the envelope and the op table ---- */
@@ -203,6 +210,7 @@ static const struct {
 	{ "get", hub_op_get },
 	{ "heads", hub_op_heads },
 	{ "hello", hub_op_hello },
+	{ "layout", hub_op_layout },
 	{ "put", hub_op_put },
 	{ "stat", hub_op_stat },
 	{ "status", hub_op_status },

@@ -63,8 +63,10 @@ s_upload_progress(struct hub_upload *u, int64_t now)
 void
 hub_upload_end(struct hub_upload *u)
 {
-	for (size_t i = 0; i < u->nfiles; i++)
+	for (size_t i = 0; i < u->nfiles; i++) {
 		wsync_store_temp_remove(&u->temps[i]);
+		hub_pushdelta_end(&u->files[i]);
+	}
 	free(u->temps);
 	free(u->files);
 	hub_strv_free(u->targets, u->ntargets);
@@ -136,6 +138,11 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct hub_upload *u, wsy
 		} else if (wsync_store_temp_open(h->store, model, &u->temps[i], err) < 0)
 			return -1;
 		u->nfiles = i + 1;
+		if (u->slot && wsync_obj_get(f, "base") != NULL)
+			return wsync_err_set(err, EX_USAGE, "file %u (model %s): a slot is written in "
+			    "place, not sent as a delta", i, model);
+		if (hub_pushdelta_begin(h, f, model, &u->files[i], err) < 0)
+			return -1;
 	}
 	return 0;
 }
@@ -144,9 +151,9 @@ static int
 s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_err_t *err)
 {
 	struct hub_upload *u = NULL;
-	char list[512] = "";
-	size_t n = 0, mine = 0;
-	uint64_t pending = 0;
+	char list[512] = "", deltas[512] = "";
+	size_t n = 0, m = 0, mine = 0;
+	uint64_t pending = 0, room = 0;
 
 	for (int i = 0; i < HUB_UPLOADS; i++) {
 		const struct hub_upload *o = &h->uploads[i];
@@ -171,9 +178,11 @@ s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_e
 	    &u->targets, &u->ntargets, err) < 0 ||
 	    s_begin_files(h, wsync_msg_get(&r->msg, "files"), u, err) < 0)
 		goto fail;
-	for (size_t i = 0; i < u->nfiles; i++)
+	for (size_t i = 0; i < u->nfiles; i++) {
 		u->total += u->files[i].size;
-	if (wsync_space_check(wsync_store_dir(h->store), u->total, pending, err) < 0)
+		room += u->files[i].size + u->files[i].head_size;
+	}
+	if (wsync_space_check(wsync_store_dir(h->store), room, pending, err) < 0)
 		goto fail;
 	if (u->targets != NULL && u->ntargets == 0) {
 		wsync_err_set(err, EX_USAGE, "field \"workers\" is empty: the version would reach "
@@ -187,10 +196,16 @@ s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_e
 	for (size_t i = 0; i < u->nfiles; i++)
 		n += (size_t)snprintf(list + n, n < sizeof(list) ? sizeof(list) - n : 0, "%s%s",
 		    i ? "," : "", u->temps[i].model);
+	/* Files sent as deltas: deltas=MODEL@BASE:BYTES,... */
+	for (size_t i = 0, k = 0; i < u->nfiles; i++)
+		if (u->files[i].base != 0)
+			m += (size_t)snprintf(deltas + m, m < sizeof(deltas) ? sizeof(deltas) - m : 0,
+			    "%s%s@%" PRIu64 ":%" PRIu64, k++ ? "," : " deltas=", u->temps[i].model,
+			    u->files[i].base, u->files[i].size);
 	/* The log calls a slot transfer=copy: its bytes are copied in place, not sent. */
-	hub_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s recycled=%zu transfer=%s",
+	hub_log(h, "event=begin upload=%" PRIu64 " models=%s pusher=%s recycled=%zu transfer=%s%s",
 	    u->id, list, u->pusher[0] ? u->pusher : "-", u->recycled,
-	    u->slot ? "copy" : "socket");
+	    u->slot ? "copy" : "socket", deltas);
 	*up = u;
 	return 0;
 fail:
@@ -244,7 +259,8 @@ s_upload_write(struct hub_upload *u, uint64_t file, uint64_t off, const char *da
 		    "of %" PRIu64 " bytes at offset %" PRIu64 " goes past its size of %" PRIu64,
 		    u->id, file, len, off, f->size);
 	while (done < len) {
-		ssize_t n = pwrite(u->temps[file].fd, data + done, len - done, (off_t)(off + done));
+		ssize_t n = pwrite(f->base != 0 ? f->delta.fd : u->temps[file].fd, data + done,
+		    len - done, (off_t)(off + done));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -354,6 +370,12 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 			    "has %" PRIu64 " of its %" PRIu64 " bytes", id, i, u->temps[i].model,
 			    u->files[i].filled, u->files[i].size);
 	}
+	/* A delta that does not apply ends the upload: the pusher sends the version whole. */
+	for (size_t i = 0; i < u->nfiles; i++)
+		if (u->files[i].base != 0 && hub_pushdelta_apply(h, u, i, err) < 0) {
+			hub_upload_end(u);
+			return -1;
+		}
 	info.pusher = u->pusher;
 	info.time = wsync_wall_time();
 	info.targets = (const char *const *)u->targets;

@@ -244,6 +244,8 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 			wm->watching = 1;
 		}
 	}
+	if (strcmp(role, "relay") == 0)
+		hub_arrive_reader_add(h, r->conn);
 	hub_log(h, "event=hello role=%s%s%s host=%s pid=%" PRIu64, role, worker[0] ? " worker=" :
 	    "", worker, host[0] ? host : "-", pid);
 	hub_strv_free(models, nmodels);
@@ -334,9 +336,11 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	size_t nmodels, n = 0, cap;
 	struct hub_worker *w = NULL;
 	wsync_enc_t e;
-	int rc = -1;
+	int rc = -1, arriving = 0;
 
 	if (hub_worker_field(r, 0, worker, err) < 0 ||
+	    hub_bool(r, "arriving", &arriving, err) < 0 ||
+	    (arriving && hub_arrive_reader_check(h, r, err) < 0) ||
 	    hub_list(wsync_msg_get(&r->msg, "models"), "models", 0, wsync_model_id_check,
 	    &models, &nmodels, err) < 0)
 		return -1;
@@ -369,7 +373,7 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		}
 	}
 	/* Who answers: a watcher that sees these change knows the hub restarted. */
-	hub_ok(&e, r->id, 4);
+	hub_ok(&e, r->id, 4 + (arriving != 0));
 	wsync_enc_kv_str(&e, "hub", h->name);
 	wsync_enc_kv_str(&e, "store", wsync_store_id(h->store));
 	/* A relay that has not heard from its tree yet says "": it cannot tell whose numbers it has. */
@@ -381,6 +385,9 @@ hub_op_heads(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		wsync_enc_str(&e, ids[i]);
 		s_pack_head(&e, heads[i]);
 	}
+	/* A downstream relay asks for what is on its way here too (hub_arrive.c). */
+	if (arriving)
+		hub_arrive_pack(h, models, nmodels, &e);
 	hub_reply(h, r, &e);
 	rc = 0;
 done:

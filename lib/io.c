@@ -33,6 +33,27 @@ wsync_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int
+wsync_read_at(int fd, void *buf, size_t len, uint64_t off)
+{
+	char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 /* The page-aligned range [*start, *end) inside [p, p + len); 0 when empty. */
 static int
 s_inner_pages(const void *p, size_t len, uintptr_t *start, uintptr_t *end)

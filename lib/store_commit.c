@@ -12,6 +12,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "file_int.h"
 #include "proto_int.h"
 #include "store_impl_int.h"
 
@@ -36,6 +37,7 @@ wsync_store_temp_open(wsync_store_t *s, const char *model, wsync_store_temp_t *t
 {
 	snprintf(t->model, sizeof(t->model), "%s", model);
 	t->fd = -1;
+	t->verified = 0;
 	if (wsync_store_path(t->path, sizeof(t->path), "%s/upload.XXXXXX", s->uploads) < 0 ||
 	    (t->fd = mkostemp(t->path, O_CLOEXEC)) < 0) {
 		t->path[0] = '\0';
@@ -67,7 +69,7 @@ s_check(const wsync_store_temp_t *t, int trust, struct wsync_staged *st, wsync_e
 	snprintf(name, sizeof(name), "model \"%s\"", t->model);
 	if ((f = wsync_file_open_fd(t->fd, name, err)) == NULL)
 		return -1;
-	if (!trust && wsync_file_verify(f, NULL, NULL, err) < 0)
+	if (!trust && wsync_file_verify_fd(f, t->fd, NULL, 0, err) < 0)
 		goto done;
 	if (wsync_file_version_offset(f) == 0) {
 		wsync_err_set(err, EX_DATAERR, "%s: not written with a fixed-width version field "
@@ -201,7 +203,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 	s->step = 0;
 #endif
 	for (size_t i = 0; i < n; i++)
-		if (s_check(&files[i], info->trust, &st[i], err) < 0)
+		if (s_check(&files[i], info->trust || files[i].verified, &st[i], err) < 0)
 			goto done;
 	if (s_number(s, files, n, st, info->versions, err) < 0)
 		goto done;

@@ -140,6 +140,12 @@ typedef struct wsync_store_temp {
 	char model[WSYNC_MAX_MODEL + 1];
 	char path[PATH_MAX];
 	int fd;                         /* read-write; -1 when closed */
+	/*
+	 * Every tensor hash and the content id were checked as the file was
+	 * written (a delta applied, wsync_delta_apply): a commit does not verify
+	 * it again.
+	 */
+	int verified;
 } wsync_store_temp_t;
 
 /* Creates an empty temporary file for an upload of model (a checked id). */

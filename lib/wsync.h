@@ -483,8 +483,8 @@ uint64_t wsync_client_fetched(const wsync_client_t *client);
 /* The bytes of data the last pull or fetch received over the connection (0: none). */
 uint64_t wsync_client_wire(const wsync_client_t *client);
 /*
- * Why the last pull or fetch that had a base fetched the version whole; ""
- * when it came as a delta or had no base. Borrowed until the next fetch.
+ * Why the last pull, fetch or push that had a base moved the version whole;
+ * "" when it went as a delta or had no base. Borrowed until the next one.
  */
 const char *wsync_client_delta_note(const wsync_client_t *client);
 
@@ -496,8 +496,22 @@ typedef struct wsync_push_item {
 	const char *path;
 	uint64_t version;
 	uint64_t content;
+	/*
+	 * NULL, or a .wsync file holding an older version of model: over the
+	 * socket, the push sends the delta from it when the hub still retains
+	 * that version and the delta is at most half of the version (wsync(7),
+	 * DELTAS), else the version whole.
+	 */
+	const char *base;
 } wsync_push_item_t;
 
+/*
+ * on: a push over the socket keeps the version it sent (a scratch file in
+ * $TMPDIR) and sends the next version of that model as a delta from it, when
+ * the hub still retains it and the delta is at most half of it (wsync-push --batch does
+ * this); off: forgets what was kept.
+ */
+void wsync_client_keep_pushed(wsync_client_t *client, int on);
 /*
  * Checks every input (65 before anything is sent), uploads them, and commits
  * them together as the next version of each model; workers (NULL: all) are
@@ -626,6 +640,7 @@ enum {
 	WSYNC_PUSH_OPT_TRUST,           /* --trust-hashes (with --commit) */
 	WSYNC_PUSH_OPT_NEXT_SLOT,       /* --next-slot (with --commit) */
 	WSYNC_PUSH_OPT_SEQ,             /* --seq N (a push signed with --sign-key) */
+	WSYNC_PUSH_OPT_BASE,            /* --base FILE (a push of one model) */
 };
 
 /* What a request asks for: a push, or (batch only) a slot, its commit or its abort. */
@@ -656,6 +671,7 @@ typedef struct wsync_push_req {
 	uint64_t wait_for;              /* --wait-for: no push, a wait for this version */
 	int timeout_ms;                 /* -t; 30 s when not given */
 	uint64_t seq;                   /* --seq: the signed push's sequence number; 0: none */
+	const char *base;               /* --base: the older version to send a delta from */
 } wsync_push_req_t;
 
 /* Sets r to an empty push request (no models, a 30 s timeout). */

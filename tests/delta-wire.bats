@@ -300,3 +300,21 @@ Try 'wsync-pull --help'."
 	assert_line --regexp "^d +policy +2 +0 +[0-9.]+s +alive +delta +$delta +- +-$"
 	assert_line --regexp "^w +policy +2 +0 +[0-9.]+s +alive +socket +$whole +- +-$"
 }
+
+@test "a watcher behind a relay gets deltas from the relay, made from the relay's own store" {
+	steps bf16 0.01 262144 2
+	start_hub
+	start_relay r1
+	push_step 1
+	start_watcher w --transfer socket -e "ipc://$TMP/r1"
+	wait_until watcher_at w 1
+	push_step 2
+	wait_until watcher_at w 2
+	assert_equal "$(content_of w.wsync)" "$(content_of s2.wsync)"
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready" r1.log
+	assert_output 1
+	run -0 grep -c "event=ack worker=w model=policy version=2 transfer=delta " r1.log
+	assert_output 1
+	# The root made none: the relay's link carried the whole version once.
+	run -1 grep -c "event=delta " hub.log
+}

@@ -69,3 +69,22 @@ refused_everywhere() {
 	# Through the socket: a link (same host) has no transit to spoil.
 	refused_everywhere w1 --transfer socket
 }
+
+@test "data spoiled in transit is refused by a pull over an older version laid out the same, which hashes it as it arrives" {
+	need_test_hooks WSYNC_TEST_FLIP_GET
+	make_versions 2
+	start_hub
+	run -0 wsync-push -m policy v1.wsync
+	run -0 wsync-pull --transfer socket -m policy -o p.wsync
+	stop_hub
+	WSYNC_TEST_FLIP_GET=1 start_hub
+	run -0 wsync-push -m policy v2.wsync
+	assert_output 2
+	run -65 wsync-pull --transfer socket -m policy -o p.wsync
+	assert_output "wsync-pull: policy: tensor actor.0.weight: data does not match its hash"
+	# The output still holds version 1, whole.
+	run -0 wsync-inspect --verify p.wsync
+	assert_output "p.wsync: OK"
+	run -0 bash -c 'wsync-inspect --json p.wsync | jq .version'
+	assert_output 1
+}

@@ -180,6 +180,29 @@ root_has() {
 	assert_regex "$stderr" "may only pull: put is for keys on the hub's --allow-push list"
 }
 
+@test "with keys, a relay whose key is on none of the root's lists is refused, saying which key, and mirrors nothing" {
+	local relay_key
+	make_versions 1
+	mkdir push pull rpull
+	for k in root pusher rhub worker; do wsync-keygen "$k" >/dev/null; done
+	relay_key=$(wsync-keygen relay)
+	cp pusher push/
+	cp worker rpull/
+	start_hub --secret-key root_secret --allow-push push --allow-pull pull
+	start_relay r1 --key relay_secret --hub-key root --secret-key rhub_secret --allow-pull rpull
+	wait_until grep -q "event=relay-wait" r1.log
+	run -0 grep -F "event=relay-wait upstream=$WSYNC_ENDPOINT error=\"the hub at $WSYNC_ENDPOINT refused this client's key $relay_key (status 400): it is on none of the hub's --allow-push or --allow-pull lists\"" r1.log
+	wait_until grep -qF "event=deny key=$relay_key " hub.log
+	wsync-push --key pusher_secret --hub-key root -m policy v1.wsync >/dev/null
+	run -66 --separate-stderr wsync-pull --key worker_secret --hub-key rhub -e "ipc://$TMP/r1" \
+		-m policy -o p.wsync
+	assert_equal "$stderr" "wsync-pull: model \"policy\" has no version"
+	# Each hop checks its own lists: a key the root lets push is no key of the relay's.
+	run -77 --separate-stderr wsync-pull --key pusher_secret --hub-key rhub -e "ipc://$TMP/r1" \
+		-m policy -o p.wsync
+	assert_regex "$stderr" "refused this client's key .* it is on none of the hub's --allow-push or --allow-pull lists"
+}
+
 @test "a root, 2 relays, 6 watchers, 20 versions: --wait all, a relay killed with -9, failover, restart" {
 	local w v
 	make_versions 20
@@ -224,8 +247,13 @@ root_has() {
 	WAIT_S=20 wait_until head_at "ipc://$TMP/r2" policy 3
 	run -0 grep -c "event=relay-connect upstream=$root " r2.log
 	assert_output 1
-	run -0 grep -o "event=commit model=policy version=[0-9]*" r2.log
-	assert_output "$(printf 'event=commit model=policy version=%s\n' 1 2 3)"
+	# Latest wins: r2 may skip 1 for 2, on its way to r1 already; the numbers only rise.
+	grep -o "event=commit model=policy version=[0-9]*" r2.log | sed 's/.*=//' >committed
+	run -0 sort -nuc committed
+	assert_equal "$(tail -n 2 committed | paste -sd ' ')" "2 3"
+	# Each commit names the upstream it came from.
+	run -0 grep -c "event=commit model=policy version=3 .* relay=$root\$" r2.log
+	assert_output 1
 }
 
 @test "wsync-push --wait ID at the root waits for a worker two relays down" {
@@ -238,4 +266,77 @@ root_has() {
 	run -0 --separate-stderr wsync-push --wait deep --timeout 20 -m policy v1.wsync
 	assert_output 1
 	assert_equal "$(last_version deep)" 1
+}
+
+# line_of FILE REGEX: the number of the first line of $TMP/FILE matching REGEX (empty: none).
+line_of() {
+	grep -n -m 1 -- "$2" "$TMP/$1" | cut -d: -f1
+}
+
+# gated_chain: the root (started) -> r1 -> r2, a watcher on each relay, and
+# an 8 MiB version pushed; r1 holds it at half until $TMP/gate exists (a test
+# build's hook).
+gated_chain() {
+	make_big 8
+	WSYNC_TEST_RELAY_GATE="$TMP/gate" start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher w1 -e "ipc://$TMP/r1"
+	start_watcher w2 -e "ipc://$TMP/r2"
+	wsync-push -m policy big.safetensors >/dev/null
+}
+
+@test "a relay passes a version on to its downstream relay while it arrives; workers see it only whole" {
+	start_hub
+	gated_chain
+	# r2 reads what r1 has of version 1 while r1 has half of it...
+	wait_until grep -q "event=pass-on model=policy version=1 " r1.log
+	wait_until grep -q "event=arriving model=policy version=1 " r2.log
+	run -1 grep -q "event=commit model=policy version=1 " r1.log
+	# ...and no worker sees it, at either relay, before it is whole.
+	run -66 --separate-stderr wsync-pull -e "ipc://$TMP/r1" -m policy -o p.wsync
+	assert_equal "$stderr" "wsync-pull: model \"policy\" has no version"
+	assert_equal "$(cat w1.out w2.out)" ""
+	touch gate
+	wait_until watcher_at w1 1
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(content_of w1.wsync)"
+	assert_equal "$(wsync-inspect --json w2.wsync | jq .version)" 1
+	# r1 served r2 before it committed the version itself.
+	(($(line_of r1.log "event=pass-on model=policy version=1 ") < \
+	    $(line_of r1.log "event=commit model=policy version=1 ")))
+}
+
+@test "a version that fails verification at a relay while passed on never reaches a worker" {
+	# Every get the root serves arrives spoiled (a test build's hook).
+	WSYNC_TEST_FLIP_GET=1 start_hub
+	gated_chain
+	wait_until grep -q "event=pass-on model=policy version=1 " r1.log
+	touch gate
+	wait_until grep -q "event=relay-fail model=policy version=1 " r1.log
+	wait_until grep -q "event=relay-fail model=policy version=1 " r2.log
+	run -1 grep -q "event=commit" r1.log r2.log
+	assert_equal "$(cat w1.out w2.out)" ""
+	run -66 wsync-pull -e "ipc://$TMP/r2" -m policy -o p.wsync
+}
+
+@test "only a connection that said hello as a relay may read versions still arriving" {
+	make_versions 1
+	start_hub
+	wsync-push -q -m policy v1.wsync
+	run -77 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <<-'EOF'
+	{"op": "hello", "proto": 1, "role": "pull"}
+	{"op": "get", "model": "policy", "version": 1, "off": 0, "len": 16, "arriving": true}
+	EOF
+	assert_line -n 1 --partial '"code":77'
+	assert_line -n 1 --partial 'get with arriving: versions not yet verified here are for relays (hello with role relay), not for workers'
+	run -77 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <<-'EOF'
+	{"op": "hello", "proto": 1, "role": "watch", "worker": "w1"}
+	{"op": "heads", "models": ["policy"], "arriving": true}
+	EOF
+	assert_line -n 1 --partial '"code":77'
+	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <<-'EOF'
+	{"op": "hello", "proto": 1, "role": "relay"}
+	{"op": "heads", "models": ["policy"], "arriving": true}
+	EOF
+	assert_line -n 1 --partial '"arriving":{}'
 }

@@ -273,7 +273,7 @@ error 64 a quoted word has no closing quote'
 
 @test "wsync-push --batch takes no push on its command line" {
 	run -64 wsync-push --batch -m policy v1.wsync
-	assert_output "wsync-push: --batch takes its pushes on stdin, not on the command line (only -e, -t, -q, --progress, --transfer, --sign-key and the keys go with it)
+	assert_output "wsync-push: --batch takes its pushes on stdin, not on the command line (only -e, -t, -q, --progress, --transfer, --sign-key, --no-delta and the keys go with it)
 Try 'wsync-push --help'."
 }
 

@@ -110,3 +110,14 @@ root_sees() {
 	assert_regex "${stderr_lines[1]}" "^  b2: has no version, last seen [0-9.]+ s ago, behind relay [^ ]+:${RPID[3]}\$"
 	kill -CONT "${WPID[b2]}"
 }
+
+@test "bench/hosts-relay: 8 hosts through a binary relay tree cost the root's link 2 copies, hub-direct 8" {
+	local row direct tree
+	[ -x "$ROOT/${BUILD:-build/cc}/bench/mkmodel" ] || skip "no bench/mkmodel in ${BUILD:-build/cc}"
+	run -0 env BOUND_S=120 "$ROOT/bench/hosts-relay" 8 25mbit 8
+	echo "$output" | sed 's/^/# /' >&3
+	row=$(grep '^| 8 |' <<<"$output")
+	read -r direct tree < <(grep -o 'root sent [0-9.]* copies' <<<"$row" | awk '{ print $3 }' | paste -sd ' ')
+	# Bytes, not time: each watcher once from the root, or the root's two children once each.
+	awk -v d="$direct" -v t="$tree" 'BEGIN { exit !(d >= 8 && d <= 8.4 && t >= 2 && t <= 2.1) }'
+}

@@ -1,0 +1,199 @@
+/*
+ * client_pushdelta.c - a push sent as a delta from a version the hub retains
+ * (wsync(7), DELTAS): the version written out, its delta from the base file
+ * made, and sent instead of the version when it is smaller.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_conn_int.h"
+#include "delta_int.h"
+#include "source_int.h"
+
+/* An unnamed file in $TMPDIR (else /tmp), read-write; -1 with err. */
+static int
+s_scratch(wsync_err_t *err)
+{
+	const char *td = getenv("TMPDIR");
+	const char *dir = td != NULL && td[0] == '/' ? td : "/tmp";
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	if (fd < 0)
+		wsync_err_set(err, EX_CANTCREAT, "%s: cannot make a scratch file for the delta: %s",
+		    dir, strerror(errno));
+	return fd;
+}
+
+/*
+ * The version of item as a .wsync file: its own file when it is sent as it
+ * is and not kept, else written out from src into a scratch file. -1 with err.
+ */
+static int
+s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *src,
+    uint64_t size, wsync_err_t *err)
+{
+	struct stat st;
+	int fd;
+
+	/* A kept version must stay as sent: the trainer may write its file again. */
+	if (!c->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
+	    stat(item->path, &st) == 0 && S_ISREG(st.st_mode))
+		return open(item->path, O_RDONLY | O_CLOEXEC);
+	if ((fd = s_scratch(err)) < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)size) < 0) {
+		wsync_err_set(err, EX_IOERR, "scratch file: %s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (wsync_source_write_fd(src, fd, size, NULL, NULL, c->stop, err) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The version of model this client pushed last and kept; NULL when none. */
+static struct wsync_kept *
+s_kept(wsync_client_t *c, const char *model)
+{
+	for (int i = 0; i < c->nkept; i++)
+		if (strcmp(c->kept[i].model, model) == 0)
+			return &c->kept[i];
+	return NULL;
+}
+
+/* Opens item's --base file as the base: fd (-1 with err) and send's base fields. */
+static int
+s_base_file(const wsync_push_item_t *item, struct wsync_push_send *send, wsync_err_t *err)
+{
+	wsync_file_t *base = wsync_file_open(item->base, err);
+	int fd;
+
+	if (base == NULL)
+		return -1;
+	if (strcmp(wsync_file_model(base), item->model) != 0 || wsync_file_version(base) == 0) {
+		wsync_err_set(err, EX_USAGE, "--base %s holds %s%s, not a version of model %s",
+		    item->base, wsync_file_version(base) == 0 ? "an unnumbered file" : "model ",
+		    wsync_file_version(base) == 0 ? "" : wsync_file_model(base), item->model);
+		wsync_file_close(&base);
+		return -1;
+	}
+	send->base = wsync_file_version(base);
+	send->base_content = wsync_file_content_id(base);
+	wsync_file_close(&base);
+	if ((fd = open(item->base, O_RDONLY | O_CLOEXEC)) < 0)
+		wsync_err_set(err, EX_NOINPUT, "%s: %s", item->base, strerror(errno));
+	return fd;
+}
+
+int
+wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
+    struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err)
+{
+	const struct wsync_kept *k = item->base == NULL && c->keep_pushed ? s_kept(c, item->model)
+	    : NULL;
+	wsync_delta_stats_t stats;
+	int bfd = -1, rc = -1;
+
+	*send = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = size };
+	if (item->base != NULL && (bfd = s_base_file(item, send, err)) < 0)
+		return -1;
+	if (k != NULL) {
+		if ((bfd = dup(k->fd)) < 0)
+			return wsync_err_set(err, EX_OSERR, "dup: %s", strerror(errno));
+		send->base = k->version;
+		send->base_content = k->content;
+	}
+	if (bfd < 0 && !c->keep_pushed)
+		return 0;
+	if ((send->head_fd = s_head_file(c, item, src, size, err)) < 0)
+		goto out;
+	send->fd = send->head_fd;
+	rc = 0;
+	if (bfd < 0)
+		goto out;
+	/* The hub's rule: a delta over half of the version is not worth making. */
+	if ((send->fd = s_scratch(err)) < 0 ||
+	    (rc = wsync_delta_make(bfd, send->head_fd, send->fd, item->base != NULL ?
+	    item->base : "the version pushed before", WSYNC_DELTA_WORTH, &stats, err)) < 0)
+		goto out;
+	if (rc == 1) {
+		snprintf(c->delta_note, sizeof(c->delta_note), "the delta from version %" PRIu64
+		    " is not worth it (over half of the version)", send->base);
+		wsync_client_pushdelta_whole(send, size);
+	} else
+		send->bytes = stats.bytes;
+	rc = 0;
+out:
+	if (bfd >= 0)
+		close(bfd);
+	return rc;
+}
+
+void
+wsync_client_pushdelta_whole(struct wsync_push_send *send, uint64_t size)
+{
+	if (send->base == 0)
+		return;
+	if (send->fd >= 0 && send->fd != send->head_fd)
+		close(send->fd);
+	send->fd = send->head_fd;
+	send->bytes = size;
+	send->base = 0;
+}
+
+void
+wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
+    struct wsync_push_send *send)
+{
+	struct wsync_kept *k = s_kept(c, item->model);
+
+	if (send->head_fd < 0)
+		return;
+	if (k == NULL) {
+		/* Full: the slot of the model kept longest goes (models are pushed in turn). */
+		if (c->nkept == WSYNC_KEPT_MAX) {
+			close(c->kept[0].fd);
+			memmove(&c->kept[0], &c->kept[1], sizeof(c->kept[0]) * (WSYNC_KEPT_MAX - 1));
+			c->nkept--;
+		}
+		k = &c->kept[c->nkept++];
+		snprintf(k->model, sizeof(k->model), "%s", item->model);
+	} else
+		close(k->fd);
+	k->fd = send->head_fd;
+	k->version = item->version;
+	k->content = item->content;
+	if (send->fd == send->head_fd)
+		send->fd = -1;
+	send->head_fd = -1;
+}
+
+void
+wsync_client_pushdelta_end(struct wsync_push_send *send)
+{
+	if (send->fd >= 0 && send->fd != send->head_fd)
+		close(send->fd);
+	if (send->head_fd >= 0)
+		close(send->head_fd);
+	send->fd = send->head_fd = -1;
+}
+
+void
+wsync_client_keep_pushed(wsync_client_t *c, int on)
+{
+	c->keep_pushed = on;
+	if (on)
+		return;
+	for (int i = 0; i < c->nkept; i++)
+		close(c->kept[i].fd);
+	c->nkept = 0;
+}

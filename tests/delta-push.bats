@@ -1,0 +1,140 @@
+#!/usr/bin/env bats
+# delta-push.bats - pushes sent as deltas (wsync-push --base, wsync(7) DELTAS):
+# a pusher that holds the version the hub has sends only what changed; the hub
+# rebuilds the version from its own copy, verified, and anything amiss (a
+# retired base, another content, a damaged base) sends the version whole.
+
+load test_helper
+load hub_helper
+
+# steps N: $TMP/sV.wsync for V in 1..N, unnumbered files of model "policy",
+# 8 MiB of bf16 each, 1% changed a step (over the 4 MiB a push sends in one
+# message, which always goes whole). A push sends them as they are.
+steps() {
+	"$PY" "$FIXTURES/mkstep.py" chain bf16 0.01 8388608 "$1" "$TMP/step"
+	for ((v = 1; v <= $1; v++)); do
+		wsync-convert -m policy "$TMP/step$v.wsync" "$TMP/s$v.wsync"
+	done
+}
+
+# same_but_number A B: the two .wsync files are equal past their version number.
+same_but_number() {
+	cmp <(tail -c +64 "$1") <(tail -c +64 "$2")
+}
+
+# A hub on tcp, so that pushes go over the socket; version 1 pushed and pulled into p1.wsync.
+hub_with_v1() {
+	local port
+	port=$(free_port)
+	start_hub -e "tcp://127.0.0.1:$port" "$@"
+	export WSYNC_ENDPOINT="tcp://127.0.0.1:$port"
+	run -0 wsync-push -q --transfer socket -m policy s1.wsync
+	run -0 wsync-pull -q --transfer socket -m policy -o p1.wsync
+}
+
+@test "a push with --base sends the delta, and the hub's version equals the one pushed whole" {
+	steps 2
+	hub_with_v1
+	run -0 --separate-stderr wsync-push --transfer socket --base p1.wsync -m policy s2.wsync
+	assert_output "2"
+	assert_equal "$stderr" ""
+	bytes=$(sed -n 's/.*event=begin upload=[0-9]* models=policy .*deltas=policy@1:\([0-9]*\)$/\1/p' hub.log)
+	size=$(stat -c %s s2.wsync)
+	[ -n "$bytes" ] && ((bytes * 40 < size)) || fail "delta of ${bytes:-?} bytes for $size"
+	run -0 wsync-push -q --transfer socket -m policy s2.wsync
+	assert_output "3"
+	same_but_number "$STORE/policy/2.wsync" "$STORE/policy/3.wsync"
+	run -0 wsync-inspect --verify "$STORE/policy/2.wsync"
+}
+
+@test "a push with --base of a safetensors file sends the delta of the version it lays out" {
+	steps 2
+	hub_with_v1
+	wsync-convert s2.wsync s2.safetensors
+	run -0 --separate-stderr wsync-push --transfer socket --base p1.wsync -m policy s2.safetensors
+	assert_output "2"
+	run -0 grep -c 'deltas=policy@1:' hub.log
+	run -0 wsync-push -q --transfer socket -m policy s2.safetensors
+	same_but_number "$STORE/policy/2.wsync" "$STORE/policy/3.wsync"
+}
+
+@test "a base the hub retired sends the version whole, saying why" {
+	steps 3
+	hub_with_v1 --keep 1
+	run -0 wsync-push -q --transfer socket -m policy s2.wsync
+	run -0 --separate-stderr wsync-push --transfer socket --base p1.wsync -m policy s3.wsync
+	assert_output "3"
+	assert_equal "$stderr" 'wsync-push: policy version 3 sent whole: model "policy" has no version 1 any more (retired: the hub keeps the last 1)'
+	same_but_number "$STORE/policy/3.wsync" s3.wsync
+}
+
+@test "a base of another content than the hub's version sends the version whole" {
+	steps 2
+	hub_with_v1
+	# Version 1 of policy at another hub: another content under the same number.
+	wsync-serve --store "$TMP/other.store" -e "ipc://$TMP/other" 2>other.log &
+	PIDS+=("$!")
+	WSYNC_ENDPOINT="ipc://$TMP/other" wait_until hub_answers
+	WSYNC_ENDPOINT="ipc://$TMP/other" wsync-push -q -m policy s2.wsync
+	WSYNC_ENDPOINT="ipc://$TMP/other" wsync-pull -q -m policy -o q1.wsync
+	theirs=$(wsync-inspect --json q1.wsync | jq -r .content_id)
+	ours=$(wsync-inspect --json p1.wsync | jq -r .content_id)
+	run -0 --separate-stderr wsync-push --transfer socket --base q1.wsync -m policy s2.wsync
+	assert_output "2"
+	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: model policy version 1 is content $ours here, not $theirs: send the version whole"
+	run -1 grep -c 'deltas=' hub.log
+}
+
+@test "a flipped byte in the pusher's base is caught by the hub: the version goes whole, never damaged" {
+	steps 2
+	hub_with_v1
+	# In the data of a tensor: the header, and so the content id, stays as it was.
+	size=$(stat -c %s p1.wsync)
+	printf '\x55' | dd of=p1.wsync bs=1 seek=$((size / 2)) conv=notrunc status=none
+	run -0 --separate-stderr wsync-push --transfer socket --base p1.wsync -m policy s2.wsync
+	assert_output "2"
+	assert_regex "$stderr" '^wsync-push: policy version 2 sent whole: model policy: delta from version 1: .*tensor'
+	run -0 grep -c 'event=abort upload=2 model=policy reason="the delta did not apply"' hub.log
+	run -0 wsync-inspect --verify "$STORE/policy/2.wsync"
+	same_but_number "$STORE/policy/2.wsync" s2.wsync
+	run -1 compgen -G "$STORE/.uploads/*"
+}
+
+@test "--base takes a numbered version of the model pushed, with one model" {
+	steps 2
+	hub_with_v1
+	wsync-convert s1.wsync s1.safetensors
+	wsync-convert -m policy s1.safetensors u1.wsync
+	run -64 wsync-push --transfer socket --base u1.wsync -m policy s2.wsync
+	assert_output "wsync-push: --base u1.wsync holds an unnumbered file, not a version of model policy"
+	run -64 wsync-push --transfer socket --base p1.wsync -m other s2.wsync
+	assert_output "wsync-push: --base p1.wsync holds model policy, not a version of model other"
+	run -64 wsync-push --base p1.wsync -m policy=s1.wsync -m critic=s2.wsync
+	assert_line -n 0 "wsync-push: --base names an older version of the one model pushed"
+	run -66 wsync-push --transfer socket --base nope.wsync -m policy s2.wsync
+	assert_output --partial "nope.wsync"
+}
+
+@test "wsync-push --batch sends each version as a delta from the one it pushed before; --no-delta whole" {
+	steps 3
+	hub_with_v1
+	run -0 wsync-push --batch --transfer socket <<-EOF
+	-m policy $TMP/s2.wsync
+	-m policy $TMP/s3.wsync
+	EOF
+	assert_output "ok policy 2
+ok policy 3"
+	# The first has no version of this coprocess to start from: whole.
+	run -0 grep -c 'models=policy .*transfer=socket$' hub.log
+	assert_output 2
+	run -0 grep -c 'models=policy .*deltas=policy@2:' hub.log
+	same_but_number "$STORE/policy/3.wsync" s3.wsync
+	run -0 wsync-push --batch --no-delta --transfer socket <<-EOF
+	-m policy $TMP/s2.wsync
+	-m policy $TMP/s3.wsync
+	EOF
+	run -0 grep -c 'deltas=' hub.log
+	assert_output 1
+	run -64 wsync-push --no-delta -m policy s2.wsync
+	assert_line -n 0 "wsync-push: --no-delta goes with --batch: a single push sends a delta only with --base"
+}
