@@ -1,6 +1,7 @@
 /* cli.c - messages and exits shared by the wsync programs. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <malloc.h>
@@ -17,6 +18,8 @@
 
 static const char *s_prog = "wsync";
 static volatile sig_atomic_t s_signal, s_reload;
+/* CLI_SIGNAL_STDIN_EOF: /dev/null, put on standard input by a stop signal; else -1. */
+static int s_devnull = -1;
 static int s_json;
 static int s_quiet, s_progress_forced, s_progress_shown;
 static int64_t s_start_ms, s_progress_ms;
@@ -131,10 +134,17 @@ cli_die(int code, const char *fmt, ...)
 static void
 s_on_signal(int sig)
 {
+	int saved = errno;
+
 	if (sig == SIGHUP)
 		s_reload = 1;
-	else
+	else {
 		s_signal = sig;
+		/* A read of stdin about to start ends at once (one under way gets EINTR). */
+		if (s_devnull >= 0)
+			dup2(s_devnull, STDIN_FILENO);
+	}
+	errno = saved;
 }
 
 volatile sig_atomic_t *
@@ -142,6 +152,8 @@ cli_catch_signals(int flags)
 {
 	struct sigaction sa = { .sa_handler = s_on_signal };
 
+	if ((flags & CLI_SIGNAL_STDIN_EOF) && s_devnull < 0)
+		s_devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	/* No SA_RESTART: a blocked wait must return, so the library can clean up. */
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);

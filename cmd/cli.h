@@ -19,6 +19,12 @@ _Noreturn void cli_die(int code, const char *fmt, ...)
 enum {
 	CLI_SIGNAL_HUP = 1,             /* SIGHUP sets the flag cli_reload_flag gives */
 	CLI_SIGNAL_PIPE_IGNORE = 2,     /* SIGPIPE is ignored: a write to a gone reader fails */
+	/*
+	 * SIGINT and SIGTERM also turn standard input into /dev/null: a loop
+	 * reading requests there ends even when the signal came just before
+	 * its read began, which EINTR alone does not interrupt.
+	 */
+	CLI_SIGNAL_STDIN_EOF = 4,
 };
 /*
  * Installs the handlers a program needs: SIGINT and SIGTERM set the stop flag

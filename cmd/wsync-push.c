@@ -264,7 +264,7 @@ main(int argc, char **argv)
 			cli_usage_error("--batch takes its pushes on stdin, not on the command line "
 			    "(only -e, -t, -q, --progress, --transfer, --sign-key, --no-delta and the "
 			    "keys go with it)");
-		stop = cli_catch_signals(0);
+		stop = cli_catch_signals(CLI_SIGNAL_STDIN_EOF);
 		client = s_connect(&conn, &r, stop);
 		/* Over the socket, each push goes as a delta from the one before it. */
 		wsync_client_keep_pushed(client, !no_delta);
