@@ -196,13 +196,15 @@ int wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version,
 /*
  * Fetches version got of f->model as a delta from the file f->base and
  * rebuilds it, verified, into a new temporary file beside path, named in buf
- * and open as *fd. 0 when done; 1 when the version must come whole (why in
+ * and open as *fd; with a selection (sel not NULL, not empty), only the
+ * tensors it takes, and only when the delta is smaller than their bytes in
+ * the base. 0 when done; 1 when the version must come whole (why in
  * c->delta_note; the hub heard of a delta that did not apply); -1 with err
  * when the hub is lost or the fetch was stopped.
  */
 int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
     const wsync_head_t *got, const char *path, char *buf, size_t size, int *fd,
-    int64_t deadline, wsync_err_t *err);
+    const wsync_ckpt_out_t *sel, int64_t deadline, wsync_err_t *err);
 
 /* ---- uploading (client_upload.c) ---- */
 
@@ -258,6 +260,8 @@ typedef struct wsync_range {
 int wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
     const char *worker, int fd, const wsync_range_t *ranges, size_t n, int64_t deadline,
     wsync_err_t *err);
+/* 1 when a fetch of selection sel takes the tensor at path: selected, or a small file. */
+int wsync_client_selects(const wsync_ckpt_out_t *sel, const char *path);
 /*
  * Gets version h of model into fd (already h->size bytes long) in part: asks
  * the hub where each tensor's data lies (op layout), then gets every byte

@@ -132,11 +132,31 @@ s_tell(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint6
 		wsync_client_release(&m, &p);
 }
 
+/* The keep of wsync_delta_apply_some for a selection. */
+static int
+s_keep(void *sel, const char *path)
+{
+	return wsync_client_selects(sel, path);
+}
+
+/* The bytes of the tensors sel takes, as the base file bf lays them out. */
+static uint64_t
+s_selected_bytes(const wsync_file_t *bf, const wsync_ckpt_out_t *sel)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < wsync_file_count(bf); i++)
+		if (wsync_client_selects(sel, wsync_file_tensor(bf, i)->path))
+			n += wsync_file_tensor(bf, i)->nbytes;
+	return n;
+}
+
 int
 wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
-    const char *path, char *buf, size_t size, int *fd, int64_t deadline, wsync_err_t *err)
+    const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
+    int64_t deadline, wsync_err_t *err)
 {
-	uint64_t base, base_content, dsize, version, content;
+	uint64_t base, base_content, dsize, version, content, selected = 0;
 	int base_fd, dfd = -1, rc = 1;
 	char dtmp[PATH_MAX];
 	wsync_file_t *bf;
@@ -153,6 +173,10 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 	}
 	base = wsync_file_version(bf);
 	base_content = wsync_file_content_id(bf);
+	if (sel != NULL && sel->nselect == 0)
+		sel = NULL;
+	if (sel != NULL)
+		selected = s_selected_bytes(bf, sel);
 	wsync_file_close(&bf);
 	if (base == 0 || base >= got->version) {
 		close(base_fd);
@@ -160,6 +184,12 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 	}
 	if ((rc = s_ready(c, f, got, base, base_content, deadline, &dsize, err)) != 0)
 		goto out;
+	/* A delta of every tensor can outweigh a few tensors fetched whole. */
+	if (sel != NULL && dsize >= selected) {
+		rc = s_whole(c, "the delta (%" PRIu64 " bytes) is not smaller than the selection "
+		    "(%" PRIu64 " bytes)", dsize, selected);
+		goto out;
+	}
 	/* The delta itself needs no name: a watcher killed while it comes leaves nothing. */
 	if ((dfd = wsync_temp_open(path, dtmp, sizeof(dtmp), err)) < 0) {
 		rc = -1;
@@ -181,7 +211,8 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 		rc = -1;
 		goto out;
 	}
-	if (wsync_delta_apply(base_fd, dfd, *fd, f->model, &version, &content, &why) < 0)
+	if (wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ? s_keep : NULL,
+	    (void *)sel, &version, &content, &why) < 0)
 		rc = s_whole(c, "the delta from version %" PRIu64 " did not apply: %s", base,
 		    why.msg);
 	else if (version != got->version || content != got->content)

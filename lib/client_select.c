@@ -20,9 +20,8 @@ struct s_plan {
 	wsync_err_t *err;
 };
 
-/* 1 when the tensor at path is fetched: selected, or a small file. */
-static int
-s_selected(const wsync_ckpt_out_t *sel, const char *path)
+int
+wsync_client_selects(const wsync_ckpt_out_t *sel, const char *path)
 {
 	return strncmp(path, WSYNC_CKPT_FILES ".", sizeof(WSYNC_CKPT_FILES)) == 0 ||
 	    wsync_ckpt_selected(sel, path);
@@ -67,7 +66,7 @@ s_plan_tensor(struct s_plan *pl, const msgpack_object *o)
 		    " bytes of the version", pl->model, pl->h->version, path, off, len,
 		    pl->h->size);
 	s_add(pl, pl->at, off - pl->at);
-	if (s_selected(pl->sel, path))
+	if (wsync_client_selects(pl->sel, path))
 		s_add(pl, off, len);
 	pl->at = off + len;
 	return 0;
@@ -132,7 +131,7 @@ wsync_client_verify_selected(int fd, const char *model, const wsync_head_t *h,
 	for (size_t i = 0; i < wsync_file_count(f); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(f, i);
 		uint64_t got;
-		if (!s_selected(sel, t->path))
+		if (!wsync_client_selects(sel, t->path))
 			continue;
 		if ((got = wsync_hash(t->data, (size_t)t->nbytes)) != t->hash) {
 			wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": tensor %s: hash "

@@ -465,7 +465,22 @@ typedef struct s_apply {
 	unsigned char *group;           /* a sparse group */
 	const char *name;
 	XXH3_state_t hash;
+	wsync_delta_keep_fn keep;       /* NULL: every tensor is written */
+	void *keep_arg;
 } s_apply_t;
+
+/* Leaves the next n bytes of the output unwritten: a hole, which reads as zeros. */
+static int
+s_out_skip(delta_out_t *o, uint64_t n, wsync_err_t *err)
+{
+	if (delta_out_flush(o, err) < 0)
+		return -1;
+	if (lseek(o->fd, (off_t)n, SEEK_CUR) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot seek: %s", o->name, strerror(errno));
+	o->pos += n;
+	o->flushed += n;
+	return 0;
+}
 
 /* B's tensor whose data starts at off and has len bytes, its hash checked. */
 static const wsync_tensor_t *
@@ -755,7 +770,10 @@ s_apply(s_apply_t *a, wsync_err_t *err)
 		const wsync_delta_tensor_t *t = &h->tensors[i];
 		if (t->len > 0 && s_put_skeleton(a, t->off - pos, err) < 0)
 			return -1;
-		if (s_apply_tensor(a, t, err) < 0)
+		if (a->keep != NULL && t->len > 0 && !a->keep(a->keep_arg, t->path)) {
+			if (s_out_skip(&a->out, t->len, err) < 0)
+				return -1;
+		} else if (s_apply_tensor(a, t, err) < 0)
 			return -1;
 		if (t->len > 0)
 			pos = t->off + t->len;
@@ -763,6 +781,10 @@ s_apply(s_apply_t *a, wsync_err_t *err)
 	if (s_put_skeleton(a, h->size - pos, err) < 0 || s_zin_end(&a->skel) < 0 ||
 	    delta_out_flush(&a->out, err) < 0)
 		return -1;
+	/* A tensor left out at the end is a hole the file must still reach over. */
+	if (a->keep != NULL && ftruncate(a->out.fd, (off_t)h->size) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot size the output: %s", a->name,
+		    strerror(errno));
 	return s_apply_check(a, err);
 }
 
@@ -770,7 +792,17 @@ int
 wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err)
 {
-	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err }, .name = name };
+	return wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, NULL, NULL, version,
+	    content, err);
+}
+
+int
+wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
+    wsync_err_t *err)
+{
+	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err }, .name = name,
+	    .keep = keep, .keep_arg = keep_arg };
 	wsync_delta_header_t h = { 0 };
 	wsync_file_t *base = NULL;
 	void *map = MAP_FAILED;

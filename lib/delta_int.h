@@ -62,6 +62,18 @@ int wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name,
  */
 int wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err);
+/* Whether an apply writes the tensor at path: 1 to write it. */
+typedef int (*wsync_delta_keep_fn)(void *arg, const char *path);
+/*
+ * As wsync_delta_apply, writing only the tensors keep(arg, path) keeps
+ * (keep NULL: all): the data of the others is a hole that reads as zeros,
+ * neither read from B nor checked. H's header, every tensor hash in it and
+ * H's content id are checked as ever, and each tensor written against its
+ * hash: the file holds a selection of H (wsync-watch --select).
+ */
+int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
+    wsync_err_t *err);
 
 /* One tensor of H as the delta describes it; offsets into the delta buffer. */
 typedef struct wsync_delta_tensor {

@@ -179,6 +179,66 @@ flip_in() {
 	assert_output 1
 }
 
+# change NAME DIR [STEP]: flips the low bit of every STEPth byte (default 97)
+# of tensor NAME in the checkpoint directory DIR, in place; STEP 0: every
+# byte becomes a random one (nothing a delta could compress).
+change() {
+	"$PY" - "$2" "$1" "${3:-97}" <<'PYEOF'
+import glob, json, os, struct, sys
+d, name, step = sys.argv[1], sys.argv[2], int(sys.argv[3])
+for shard in sorted(glob.glob(d + "/*.safetensors")):
+    raw = bytearray(open(shard, "rb").read())
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    if name in head:
+        a, b = head[name]["data_offsets"]
+        if step == 0:
+            raw[8 + n + a:8 + n + b] = os.urandom(b - a)
+        for i in range(8 + n + a, 8 + n + b, step or b - a):
+            raw[i] ^= 1
+        open(shard, "wb").write(raw)
+PYEOF
+}
+
+@test "--select takes a delta smaller than the selection, and writes only the selected tensors" {
+	mkckpt make ck --layers 8 --hidden 256 --inter 640 --shards 3
+	start_hub
+	wsync-push -q -m policy ck
+	run -0 wsync-watch -q --once --id w -m policy -o sel --format safetensors --transfer socket \
+		--select 'model.layers.[01].*'
+	assert_output "policy 1 sel.v1"
+	cp -r ck ck2
+	change model.layers.1.mlp.up_proj.weight ck2
+	change model.layers.5.mlp.up_proj.weight ck2
+	wsync-push -q -m policy ck2
+	run -0 --separate-stderr wsync-watch -q --once --id w -m policy -o sel --format safetensors \
+		--transfer socket --select 'model.layers.[01].*'
+	assert_output "policy 2 sel.v2"
+	assert_equal "$stderr" ""
+	assert_equal "$(mkckpt dump sel --files)" \
+		"$(mkckpt dump ck2 --files | grep -e '^model.layers.[01]\.' -e '^file ')"
+	run -0 jq -r .metadata.wsync_content sel/model.safetensors.index.json
+	assert_output "$(wsync-inspect --json "$STORE/policy/2.wsync" | jq -r .content_id)"
+	run -0 grep -c 'event=ack worker=w model=policy version=2 transfer=delta ' hub.log
+	# On the wire: the delta, under 1/80 of the version (the two layers are 1/4 of it).
+	wire=$(wsync-inspect --hub --json | jq '.workers[] | select(.worker == "w") | .wire')
+	size=$(stat -c %s "$STORE/policy/2.wsync")
+	(( wire > 0 && wire * 80 < size )) || fail "$wire bytes on the wire for $size"
+	# Every byte of three other layers changed: a delta larger than the selection.
+	for l in 2 3 4; do
+		for t in mlp.up_proj mlp.gate_proj mlp.down_proj; do
+			change "model.layers.$l.$t.weight" ck2 0
+		done
+	done
+	wsync-push -q -m policy ck2
+	run -0 wsync-watch --once --id w -m policy -o sel --format safetensors \
+		--transfer socket --select 'model.layers.[01].*'
+	assert_line "policy 3 sel.v3"
+	assert_line --regexp '^wsync-watch: policy version 3 fetched whole: the delta \([0-9]+ bytes\) is not smaller than the selection \([0-9]+ bytes\)$'
+	assert_equal "$(mkckpt dump sel --files)" \
+		"$(mkckpt dump ck2 --files | grep -e '^model.layers.[01]\.' -e '^file ')"
+}
+
 @test "the hub shows a watcher's selection in wsync-inspect --hub" {
 	mkckpt make ck
 	start_hub
