@@ -260,6 +260,21 @@ typedef struct wsync_range {
 int wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
     const char *worker, int fd, const wsync_range_t *ranges, size_t n, int64_t deadline,
     wsync_err_t *err);
+/* Where each tensor's data lies in a version (op layout), in file order. */
+typedef struct wsync_layout {
+	char **paths;
+	wsync_range_t *data;            /* {0, 0} for an empty tensor */
+	size_t n;
+} wsync_layout_t;
+/*
+ * Asks the hub for the layout of version h of model into l (caller frees with
+ * wsync_layout_free): each tensor's data inside the version, in order, else
+ * 76. -1 with err.
+ */
+int wsync_client_layout(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, int64_t deadline, wsync_layout_t *l, wsync_err_t *err);
+/* Frees what l holds. */
+void wsync_layout_free(wsync_layout_t *l);
 /* 1 when a fetch of selection sel takes the tensor at path: selected, or a small file. */
 int wsync_client_selects(const wsync_ckpt_out_t *sel, const char *path);
 /*

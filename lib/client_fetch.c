@@ -20,6 +20,13 @@
 #include "stream_hash_int.h"
 #include "tempfile_int.h"
 
+/*
+ * From this size on, a fetch with no output in place asks the hub where the
+ * tensors lie (one round trip), to hash them as they arrive rather than read
+ * the file back: below it, the round trip costs more than the read.
+ */
+#define S_LAYOUT_MIN (16u << 20)
+
 static int
 s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_ms,
     wsync_err_t *err)
@@ -405,6 +412,31 @@ s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
 	return rc == 0 ? 1 : rc == 1 ? 0 : -1;
 }
 
+/*
+ * A hasher for version got from the hub's layout of it; NULL when the hub
+ * gives none (the file is read back to verify it then).
+ */
+static wsync_stream_hash_t *
+s_layout_hash(wsync_client_t *c, const char *model, const wsync_head_t *got,
+    const char *worker, int64_t deadline)
+{
+	wsync_stream_hash_t *sh = NULL;
+	wsync_known_hash_t *data;
+	wsync_layout_t l;
+	wsync_err_t ignored;
+
+	if (wsync_client_layout(c, model, got, worker, deadline, &l, &ignored) < 0)
+		return NULL;
+	if ((data = calloc(l.n + 1, sizeof(*data))) != NULL) {
+		for (size_t i = 0; i < l.n; i++)
+			data[i] = (wsync_known_hash_t){ .at = l.data[i].off, .nbytes = l.data[i].len };
+		sh = wsync_stream_hash_of(data, l.n);
+	}
+	free(data);
+	wsync_layout_free(&l);
+	return sh;
+}
+
 int
 wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
     wsync_head_t *got, int timeout_ms, wsync_err_t *err)
@@ -458,6 +490,9 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			 * are hashed as they arrive, and verifying reads none of them.
 			 */
 			sh = wsync_stream_hash_new(path);
+			/* No such output: where a large version's tensors lie, the hub says. */
+			if (sh == NULL && got->size >= S_LAYOUT_MIN)
+				sh = s_layout_hash(c, model, got, f->what.worker, deadline);
 			if (s_get_ranges(c, model, got, 0, f->what.worker, fd,
 			    &(wsync_range_t){ 0, got->size }, 1, sh, deadline, err) < 0)
 				goto fail;

@@ -1,4 +1,4 @@
-/* client_select.c - fetching some tensors of a version: its layout from the hub, then its headers and their data. */
+/* client_select.c - a version's layout from the hub, and fetching some of its tensors: its headers and their data. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,16 +10,6 @@
 #include "client_conn_int.h"
 
 /* The selection's ranges of a version: its headers, then the selected data. */
-struct s_plan {
-	const char *model;
-	const wsync_head_t *h;
-	const wsync_ckpt_out_t *sel;
-	wsync_range_t *want;
-	size_t nwant;
-	uint64_t at;                 /* every byte before it is planned or left out */
-	wsync_err_t *err;
-};
-
 int
 wsync_client_selects(const wsync_ckpt_out_t *sel, const char *path)
 {
@@ -27,27 +17,24 @@ wsync_client_selects(const wsync_ckpt_out_t *sel, const char *path)
 	    wsync_ckpt_selected(sel, path);
 }
 
-/* Adds [off, off + len) to the plan, joined to the range before it when they touch. */
-static void
-s_add(struct s_plan *pl, uint64_t off, uint64_t len)
+void
+wsync_layout_free(wsync_layout_t *l)
 {
-	wsync_range_t *last = pl->nwant > 0 ? &pl->want[pl->nwant - 1] : NULL;
-
-	if (len == 0)
-		return;
-	if (last != NULL && last->off + last->len == off)
-		last->len += len;
-	else
-		pl->want[pl->nwant++] = (wsync_range_t){ off, len };
+	for (size_t i = 0; i < l->n; i++)
+		free(l->paths[i]);
+	free(l->paths);
+	free(l->data);
+	memset(l, 0, sizeof(*l));
 }
 
 /*
- * One entry of the layout, [path, off, len]: the bytes since the last data
- * (headers) are fetched, and the data when selected. Data lies in file order,
- * inside the version, each after the one before; else 76.
+ * Entry i of the layout, [path, off, len], into l: data in file order, inside
+ * the version, each after the one before (an empty tensor says nothing of
+ * where it lies); else 76.
  */
 static int
-s_plan_tensor(struct s_plan *pl, const msgpack_object *o)
+s_layout_entry(wsync_layout_t *l, const msgpack_object *o, const char *model,
+    const wsync_head_t *h, uint64_t *at, wsync_err_t *err)
 {
 	char path[WSYNC_MAX_PATH + 1];
 	uint64_t off, len;
@@ -56,35 +43,32 @@ s_plan_tensor(struct s_plan *pl, const msgpack_object *o)
 	    wsync_obj_str(&o->via.array.ptr[0], path, sizeof(path)) < 0 ||
 	    wsync_obj_u64(&o->via.array.ptr[1], &off) < 0 ||
 	    wsync_obj_u64(&o->via.array.ptr[2], &len) < 0)
-		return wsync_err_set(pl->err, EX_PROTOCOL, "%s version %" PRIu64 ": a layout entry "
-		    "that is not [path, off, len]", pl->model, pl->h->version);
-	if (len == 0)
-		return 0;
-	if (off < pl->at || off > pl->h->size || len > pl->h->size - off)
-		return wsync_err_set(pl->err, EX_PROTOCOL, "%s version %" PRIu64 ": tensor %s: "
+		return wsync_err_set(err, EX_PROTOCOL, "%s version %" PRIu64 ": a layout entry "
+		    "that is not [path, off, len]", model, h->version);
+	if (len > 0 && (off < *at || off > h->size || len > h->size - off))
+		return wsync_err_set(err, EX_PROTOCOL, "%s version %" PRIu64 ": tensor %s: "
 		    "data at [%" PRIu64 ", +%" PRIu64 ") is out of order or beyond the %" PRIu64
-		    " bytes of the version", pl->model, pl->h->version, path, off, len,
-		    pl->h->size);
-	s_add(pl, pl->at, off - pl->at);
-	if (wsync_client_selects(pl->sel, path))
-		s_add(pl, off, len);
-	pl->at = off + len;
+		    " bytes of the version", model, h->version, path, off, len, h->size);
+	if ((l->paths[l->n] = strdup(path)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	l->data[l->n++] = (wsync_range_t){ len > 0 ? off : 0, len };
+	if (len > 0)
+		*at = off + len;
 	return 0;
 }
 
 int
-wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
-    const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,
-    wsync_err_t *err)
+wsync_client_layout(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, int64_t deadline, wsync_layout_t *l, wsync_err_t *err)
 {
-	struct s_plan pl = { .model = model, .h = h, .sel = sel, .err = err };
 	const msgpack_object *t;
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
 	wsync_enc_t e;
-	uint64_t id = wsync_client_request(c, &e, "layout", 2 + (worker != NULL));
+	uint64_t id = wsync_client_request(c, &e, "layout", 2 + (worker != NULL)), at = 0;
 	int rc = -1;
 
+	memset(l, 0, sizeof(*l));
 	wsync_enc_kv_str(&e, "model", model);
 	wsync_enc_kv_u64(&e, "version", h->version);
 	if (worker != NULL)
@@ -97,19 +81,68 @@ wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head
 		    c->endpoint);
 		goto out;
 	}
-	/* Each tensor adds at most two ranges (headers, data); one more for the tail. */
-	if ((pl.want = calloc(2 * (size_t)t->via.array.size + 1, sizeof(*pl.want))) == NULL) {
+	if ((l->paths = calloc((size_t)t->via.array.size + 1, sizeof(*l->paths))) == NULL ||
+	    (l->data = calloc((size_t)t->via.array.size + 1, sizeof(*l->data))) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
 	for (uint32_t i = 0; i < t->via.array.size; i++)
-		if (s_plan_tensor(&pl, &t->via.array.ptr[i]) < 0)
+		if (s_layout_entry(l, &t->via.array.ptr[i], model, h, &at, err) < 0)
 			goto out;
-	s_add(&pl, pl.at, h->size - pl.at);
-	rc = wsync_client_get_ranges(c, model, h, worker, fd, pl.want, pl.nwant, deadline, err);
+	rc = 0;
 out:
-	free(pl.want);
+	if (rc < 0)
+		wsync_layout_free(l);
 	wsync_client_release(&m, &p);
+	return rc;
+}
+
+/* Adds [off, off + len) to want (*n ranges), joined to the range before it when they touch. */
+static void
+s_add(wsync_range_t *want, size_t *n, uint64_t off, uint64_t len)
+{
+	wsync_range_t *last = *n > 0 ? &want[*n - 1] : NULL;
+
+	if (len == 0)
+		return;
+	if (last != NULL && last->off + last->len == off)
+		last->len += len;
+	else
+		want[(*n)++] = (wsync_range_t){ off, len };
+}
+
+int
+wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
+    const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,
+    wsync_err_t *err)
+{
+	wsync_range_t *want = NULL;
+	wsync_layout_t l;
+	uint64_t at = 0;
+	size_t n = 0;
+	int rc = -1;
+
+	if (wsync_client_layout(c, model, h, worker, deadline, &l, err) < 0)
+		return -1;
+	/* Each tensor adds at most two ranges (headers, data); one more for the tail. */
+	if ((want = calloc(2 * l.n + 1, sizeof(*want))) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	/* Every byte outside the data (the headers), and the data selected. */
+	for (size_t i = 0; i < l.n; i++) {
+		if (l.data[i].len == 0)
+			continue;
+		s_add(want, &n, at, l.data[i].off - at);
+		if (wsync_client_selects(sel, l.paths[i]))
+			s_add(want, &n, l.data[i].off, l.data[i].len);
+		at = l.data[i].off + l.data[i].len;
+	}
+	s_add(want, &n, at, h->size - at);
+	rc = wsync_client_get_ranges(c, model, h, worker, fd, want, n, deadline, err);
+out:
+	free(want);
+	wsync_layout_free(&l);
 	return rc;
 }
 

@@ -23,6 +23,30 @@ s_by_at(const void *a, const void *b)
 }
 
 wsync_stream_hash_t *
+wsync_stream_hash_of(const wsync_known_hash_t *data, size_t n)
+{
+	wsync_stream_hash_t *s = NULL;
+
+	if (n == 0 || (s = aligned_alloc(64, sizeof(*s))) == NULL ||
+	    (s->t = calloc(n, sizeof(*s->t))) == NULL) {
+		free(s);
+		return NULL;
+	}
+	s->n = n;
+	for (size_t i = 0; i < n; i++)
+		s->t[i] = (wsync_known_hash_t){ .at = data[i].at, .nbytes = data[i].nbytes };
+	s->cur = 0;
+	s->expect = 0;
+	s->broken = 0;
+	qsort(s->t, n, sizeof(*s->t), s_by_at);
+	for (size_t i = 1; i < n; i++)
+		if (s->t[i].at < s->t[i - 1].at + s->t[i - 1].nbytes)
+			s->broken = 1;
+	XXH3_64bits_reset(&s->state);
+	return s;
+}
+
+wsync_stream_hash_t *
 wsync_stream_hash_new(const char *path)
 {
 	wsync_err_t err;
@@ -30,30 +54,18 @@ wsync_stream_hash_new(const char *path)
 	/* Only a regular file: opening a FIFO someone named as the output would block. */
 	wsync_file_t *f = stat(path, &st) == 0 && S_ISREG(st.st_mode) ?
 	    wsync_file_open(path, &err) : NULL;
-	wsync_stream_hash_t *s = NULL;
 	size_t n = f != NULL ? wsync_file_count(f) : 0;
+	wsync_known_hash_t *data = n > 0 ? calloc(n, sizeof(*data)) : NULL;
+	wsync_stream_hash_t *s = NULL;
 
-	if (n == 0 || (s = aligned_alloc(64, sizeof(*s))) == NULL ||
-	    (s->t = calloc(n, sizeof(*s->t))) == NULL) {
-		free(s);
-		wsync_file_close(&f);
-		return NULL;
+	if (data != NULL) {
+		for (size_t i = 0; i < n; i++)
+			data[i] = (wsync_known_hash_t){ .at = wsync_file_tensor(f, i)->offset,
+			    .nbytes = wsync_file_tensor(f, i)->nbytes };
+		s = wsync_stream_hash_of(data, n);
 	}
-	s->n = n;
-	s->cur = 0;
-	s->expect = 0;
-	s->broken = 0;
-	for (size_t i = 0; i < n; i++) {
-		const wsync_tensor_t *t = wsync_file_tensor(f, i);
-		s->t[i].at = t->offset;
-		s->t[i].nbytes = t->nbytes;
-	}
+	free(data);
 	wsync_file_close(&f);
-	qsort(s->t, n, sizeof(*s->t), s_by_at);
-	for (size_t i = 1; i < n; i++)
-		if (s->t[i].at < s->t[i - 1].at + s->t[i - 1].nbytes)
-			s->broken = 1;
-	XXH3_64bits_reset(&s->state);
 	return s;
 }
 

@@ -24,6 +24,11 @@ typedef struct wsync_stream_hash wsync_stream_hash_t;
  * or holds no tensor (nothing is hashed then). Caller destroys.
  */
 wsync_stream_hash_t *wsync_stream_hash_new(const char *path);
+/*
+ * A hasher expecting the n tensors whose data lie where the entries of data
+ * say (at and nbytes); NULL when n is 0.
+ */
+wsync_stream_hash_t *wsync_stream_hash_of(const wsync_known_hash_t *data, size_t n);
 /* Frees it and sets *p to NULL. */
 void wsync_stream_hash_destroy(wsync_stream_hash_t **p);
 /*

@@ -88,3 +88,20 @@ refused_everywhere() {
 	run -0 bash -c 'wsync-inspect --json p.wsync | jq .version'
 	assert_output 1
 }
+
+@test "a first pull of a large version (hashed as it arrives, where the hub's layout says) refuses data spoiled in transit" {
+	need_test_hooks WSYNC_TEST_FLIP_GET
+	# 32 MiB of bf16: over the size from which a fetch asks the hub for the layout.
+	"$PY" "$FIXTURES/mkstep.py" chain bf16 0.01 33554432 1 "$TMP/s"
+	WSYNC_TEST_FLIP_GET=1 start_hub
+	run -0 wsync-push -q -m big s1.wsync
+	run -65 wsync-pull --transfer socket -m big -o p.wsync
+	assert_output --regexp '^wsync-pull: big: tensor [^ ]+: data does not match its hash( \(and more tensors\))?$'
+	[ ! -e p.wsync ]
+	# The same pull from an honest hub: the layout it gives is the version's.
+	stop_hub
+	start_hub
+	run -0 wsync-pull -q --transfer socket -m big -o p.wsync
+	assert_output 1
+	run -1 grep 'event=refuse op=layout' hub.log
+}
