@@ -76,26 +76,12 @@ delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err)
 	return 0;
 }
 
-/*
- * Lets go of a mapped file's pages in [p, p + len) once read, and of the page
- * p starts in: read in file order, its first bytes were read before, and
- * without it every window would leave a page behind.
- */
-void
-delta_release_map(const void *p, size_t len)
-{
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t start = (uintptr_t)p & ~(page - 1);
-
-	wsync_pages_release((const void *)start, len + ((uintptr_t)p - start));
-}
-
-/* delta_release_map for an input that is mapped, never for one read into memory. */
+/* wsync_pages_release_around for an input that is mapped, never for one read into memory. */
 void
 delta_release(const wsync_file_t *f, const void *p, size_t len)
 {
 	if (f->mem == WSYNC_MEM_MMAP)
-		delta_release_map(p, len);
+		wsync_pages_release_around(p, len);
 }
 
 /* ---- reading a delta's document ---- */
@@ -389,7 +375,7 @@ s_zin_fill(s_zin_t *r, wsync_err_t *err)
 			return wsync_err_set(err, EX_DATAERR, "%s: %s: damaged (zstd: %s)",
 			    r->name, r->what, ZSTD_getErrorName(left));
 		r->have = out.pos;
-		delta_release_map((const unsigned char *)r->in.src + r->released,
+		wsync_pages_release_around((const unsigned char *)r->in.src + r->released,
 		    r->in.pos - r->released);
 		r->released = r->in.pos;
 		if (left == 0)
@@ -700,7 +686,7 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	}
 	a->out.hash = NULL;
 	if (t->data_len > 0)
-		delta_release_map(d, t->data_len);
+		wsync_pages_release_around(d, t->data_len);
 	if (rc < 0)
 		return -1;
 	if (XXH3_64bits_digest(&a->hash) != t->hash)

@@ -95,6 +95,15 @@ wsync_pages_release(const void *p, size_t len)
 }
 
 void
+wsync_pages_release_around(const void *p, size_t len)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)p & ~(page - 1);
+
+	wsync_pages_release((const void *)start, len + ((uintptr_t)p - start));
+}
+
+void
 wsync_pages_populate(const void *p, size_t len)
 {
 #ifdef MADV_POPULATE_READ

@@ -437,7 +437,7 @@ static void
 s_input_release(const wsync_source_t *src, const void *p, size_t n)
 {
 	if (src->shared)
-		wsync_pages_release(p, n);
+		wsync_pages_release_around(p, n);
 }
 
 /*
