@@ -7,7 +7,9 @@
  * over 1 GiB where libsodium's BLAKE2b does 0.8 and its own SHA-256 0.5
  * (bench/digest, bench/results.md).
  */
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
@@ -18,13 +20,30 @@
 /* Data is hashed in chunks this size, each by both hashes while it is in the cache. */
 #define S_CHUNK (128u << 10)
 
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static EVP_MD *s_sha256;
+
+/*
+ * OpenSSL without its configuration file (nothing of it is used here, and
+ * reading and applying it is most of a small signed push's start-up), and
+ * SHA-256 fetched from its provider once, not once a tensor.
+ */
+static void
+s_init(void)
+{
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
+	s_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 /* A new SHA-256 context; NULL with err. */
 static EVP_MD_CTX *
 s_sha256_new(wsync_err_t *err)
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	EVP_MD_CTX *ctx;
 
-	if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+	pthread_once(&s_once, s_init);
+	ctx = EVP_MD_CTX_new();
+	if (ctx == NULL || s_sha256 == NULL || EVP_DigestInit_ex(ctx, s_sha256, NULL) != 1) {
 		EVP_MD_CTX_free(ctx);
 		wsync_err_set(err, EX_SOFTWARE, "cannot start a SHA-256 digest (OpenSSL)");
 		return NULL;
