@@ -138,28 +138,6 @@ s_scratch_reset(s_make_t *m, wsync_err_t *err)
 	return 0;
 }
 
-/* Reads n bytes at off from fd, whole. */
-static int
-s_read_at(int fd, void *buf, size_t n, off_t off)
-{
-	unsigned char *p = buf;
-
-	while (n > 0) {
-		ssize_t k = pread(fd, p, n, off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			if (k == 0)
-				errno = EIO;
-			return -1;
-		}
-		p += k;
-		n -= (size_t)k;
-		off += k;
-	}
-	return 0;
-}
-
 /* Packs what the scratch holds as one bin, then empties it. */
 static int
 s_pack_scratch(s_make_t *m, const char *what, wsync_err_t *err)
@@ -176,7 +154,7 @@ s_pack_scratch(s_make_t *m, const char *what, wsync_err_t *err)
 			return -1;
 		for (uint64_t at = 0; at < o->flushed; at += CHUNK) {
 			size_t n = o->flushed - at < CHUNK ? (size_t)(o->flushed - at) : CHUNK;
-			if (s_read_at(o->fd, m->tmp, n, (off_t)at) < 0)
+			if (wsync_read_at(o->fd, m->tmp, n, at) < 0)
 				return wsync_err_set(err, EX_IOERR, "%s: cannot read the scratch "
 				    "file: %s", o->name, strerror(errno));
 			if (msgpack_pack_bin_body(&m->pk, m->tmp, n) < 0)

@@ -104,9 +104,8 @@ s_make(void *arg)
 	return NULL;
 }
 
-/* Opens version of model in the store, read-only: its own descriptor, its own offset. */
-static int
-s_open_version(const wsync_hub_t *h, const char *model, uint64_t version)
+int
+hub_open_version(const wsync_hub_t *h, const char *model, uint64_t version)
 {
 	char path[PATH_MAX];
 
@@ -135,8 +134,8 @@ s_start(wsync_hub_t *h)
 	memset(j, 0, sizeof(*j));
 	j->slot = (size_t)(d - h->deltas);
 	j->done_fd = h->delta_pipe[1];
-	j->base_fd = s_open_version(h, d->model, d->base);
-	j->head_fd = s_open_version(h, d->model, d->head);
+	j->base_fd = hub_open_version(h, d->model, d->base);
+	j->head_fd = hub_open_version(h, d->model, d->head);
 	j->out_fd = -1;
 	if (s_dir(h, NULL, top, sizeof(top)) < 0 || s_dir(h, d->model, dir, sizeof(dir)) < 0 ||
 	    s_path(h, d, path, sizeof(path)) < 0 || (mkdir(top, 0700) < 0 && errno != EEXIST) ||

@@ -516,6 +516,8 @@ const wsync_version_t *hub_delta_file(wsync_hub_t *h, const char *model, uint64_
     uint64_t head, wsync_err_t *err);
 
 int hub_op_delta(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+/* Opens version of model in the store, read-only: its own descriptor, its own offset; -1. */
+int hub_open_version(const wsync_hub_t *h, const char *model, uint64_t version);
 
 /* ---- hub_status.c: the status document ---- */
 

@@ -4,7 +4,6 @@
  * received into a file of its own, the version rebuilt and verified from both
  * at the commit.
  */
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,7 +20,6 @@ hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
 	const wsync_model_t *m;
 	const wsync_version_t *v;
 	uint64_t base, content, size;
-	char path[PATH_MAX];
 
 	uf->base_fd = -1;
 	uf->delta.fd = -1;
@@ -42,9 +40,7 @@ hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
 		    "%016" PRIx64 " here, not %016" PRIx64 ": send the version whole", model, base,
 		    v->content, content);
 	/* Its own descriptor: the version may be retired before the commit, not changed. */
-	if (snprintf(path, sizeof(path), "%s/%s/%" PRIu64 ".wsync", wsync_store_dir(h->store),
-	    model, base) >= (int)sizeof(path) ||
-	    (uf->base_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	if ((uf->base_fd = hub_open_version(h, model, base)) < 0)
 		return wsync_err_set(err, EX_IOERR, "model %s version %" PRIu64 ": cannot open "
 		    "it as a base", model, base);
 	if (wsync_store_temp_open(h->store, model, &uf->delta, err) < 0)
