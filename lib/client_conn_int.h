@@ -195,16 +195,18 @@ int wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version,
 
 /*
  * Fetches version got of f->model as a delta from the file f->base and
- * rebuilds it, verified, into a new temporary file beside path, named in buf
- * and open as *fd; with a selection (sel not NULL, not empty), only the
- * tensors it takes, and only when the delta is smaller than their bytes in
- * the base. 0 when done; 1 when the version must come whole (why in
+ * rebuilds it, verified, into a new temporary file beside path (a spare of
+ * recycle when one is free and nothing is selected), named in buf and open
+ * as *fd; with a selection (sel not NULL, not empty), only the tensors it
+ * takes, and only when the delta is smaller than their bytes in the base.
+ * 0 when done; 1 when the version must come whole (why in
  * c->delta_note; the hub heard of a delta that did not apply); -1 with err
  * when the hub is lost or the fetch was stopped.
  */
 int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
     const wsync_head_t *got, const char *path, char *buf, size_t size, int *fd,
-    const wsync_ckpt_out_t *sel, int64_t deadline, wsync_err_t *err);
+    const wsync_ckpt_out_t *sel, wsync_recycle_t *recycle, int64_t deadline,
+    wsync_err_t *err);
 
 /* ---- uploading (client_upload.c) ---- */
 

@@ -154,7 +154,7 @@ s_selected_bytes(const wsync_file_t *bf, const wsync_ckpt_out_t *sel)
 int
 wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
-    int64_t deadline, wsync_err_t *err)
+    wsync_recycle_t *recycle, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t base, base_content, dsize, version, content, selected = 0;
 	int base_fd, dfd = -1, rc = 1;
@@ -206,8 +206,19 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 		rc = err->code == EX_NOINPUT ? s_whole(c, "%s", err->msg) : -1;
 		goto out;
 	}
-	/* Never in place: the version is rebuilt into a new file; the base stays whole. */
-	if ((*fd = wsync_temp_open(path, buf, size, err)) < 0) {
+	/*
+	 * Never in place: the version is rebuilt into another file, the base stays
+	 * whole. A spare's pages exist (--recycle): rebuilding into one costs a
+	 * copy, not fresh pages. Not with a selection, whose other tensors stay zeros.
+	 */
+	if (recycle != NULL && sel == NULL &&
+	    (*fd = wsync_recycle_take(recycle, buf, size)) >= 0 &&
+	    ftruncate(*fd, (off_t)got->size) < 0) {
+		close(*fd);
+		unlink(buf);
+		*fd = -1;
+	}
+	if (*fd < 0 && (*fd = wsync_temp_open(path, buf, size, err)) < 0) {
 		rc = -1;
 		goto out;
 	}

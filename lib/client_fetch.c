@@ -402,13 +402,14 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 static int
 s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
-    int64_t deadline, wsync_err_t *err)
+    wsync_recycle_t *recycle, int64_t deadline, wsync_err_t *err)
 {
 	int rc;
 
 	if (f->base == NULL)
 		return 0;
-	rc = wsync_client_fetch_delta(c, f, got, path, buf, size, fd, sel, deadline, err);
+	rc = wsync_client_fetch_delta(c, f, got, path, buf, size, fd, sel, recycle, deadline,
+	    err);
 	return rc == 0 ? 1 : rc == 1 ? 0 : -1;
 }
 
@@ -463,7 +464,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 		if ((linked = s_fetch_from_store(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
 	} else if ((rebuilt = s_try_delta(c, &f->what, got, path, buf, sizeof(buf), &fd,
-	    f->select, deadline, err)) < 0) {
+	    f->select, f->recycle, deadline, err)) < 0) {
 		return -1;
 	} else if (!rebuilt) {
 		c->travelled = WSYNC_TRANSFER_SOCKET;

@@ -767,8 +767,11 @@ s_apply(s_apply_t *a, wsync_err_t *err)
 	if (s_put_skeleton(a, h->size - pos, err) < 0 || s_zin_end(&a->skel) < 0 ||
 	    delta_out_flush(&a->out, err) < 0)
 		return -1;
-	/* A tensor left out at the end is a hole the file must still reach over. */
-	if (a->keep != NULL && ftruncate(a->out.fd, (off_t)h->size) < 0)
+	/*
+	 * A tensor left out at the end is a hole the file must still reach over;
+	 * an output that held more (a recycled file) ends where the head does.
+	 */
+	if (ftruncate(a->out.fd, (off_t)h->size) < 0)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot size the output: %s", a->name,
 		    strerror(errno));
 	return s_apply_check(a, err);
@@ -837,9 +840,11 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	}
 	ZSTD_DCtx_setParameter(a.skel.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
 	ZSTD_DCtx_setParameter(a.data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
+	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
 	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
-	    ost.st_size != 0) {
-		wsync_err_set(err, EX_SOFTWARE, "%s: the output must be a new empty file", name);
+	    (keep != NULL && ost.st_size != 0)) {
+		wsync_err_set(err, EX_SOFTWARE, "%s: the output must be %s", name, keep != NULL ?
+		    "a new empty file" : "a file open at its start");
 		goto out;
 	}
 	/* Reserves no memory: only the skeleton's pages are ever written. */

@@ -53,8 +53,9 @@ int wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name,
 #define WSYNC_DELTA_ANY UINT64_MAX      /* limit: none, whatever the delta's size */
 
 /*
- * Rebuilds H from base (B) and the delta into out_fd, a new empty file open
- * for reading and writing (the caller renames it into place). Every tensor's
+ * Rebuilds H from base (B) and the delta into out_fd, a file open for
+ * writing at its start: a new one, or one whose pages exist (a recycled file,
+ * cut to H's size at the end); the caller renames it into place. Every tensor's
  * hash, the tensor list and H's content id are checked against the delta;
  * any mismatch, a base that is not the delta's, or a damaged delta gives 65
  * naming the tensor. base_fd is only read. version and content (may be NULL)
@@ -66,10 +67,11 @@ int wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 typedef int (*wsync_delta_keep_fn)(void *arg, const char *path);
 /*
  * As wsync_delta_apply, writing only the tensors keep(arg, path) keeps
- * (keep NULL: all): the data of the others is a hole that reads as zeros,
- * neither read from B nor checked. H's header, every tensor hash in it and
- * H's content id are checked as ever, and each tensor written against its
- * hash: the file holds a selection of H (wsync-watch --select).
+ * (keep NULL: all): the data of the others is a hole that reads as zeros
+ * (out_fd must then be a new empty file), neither read from B nor checked.
+ * H's header, every tensor hash in it and H's content id are checked as
+ * ever, and each tensor written against its hash: the file holds a
+ * selection of H (wsync-watch --select).
  */
 int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,

@@ -7,9 +7,11 @@
  * over 1 GiB where libsodium's BLAKE2b does 0.8 and its own SHA-256 0.5
  * (bench/digest, bench/results.md).
  */
+#include <dlfcn.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
@@ -20,8 +22,44 @@
 /* Data is hashed in chunks this size, each by both hashes while it is in the cache. */
 #define S_CHUNK (128u << 10)
 
+#define S_STR_(x) #x
+#define S_STR(x) S_STR_(x)
+/* The libcrypto whose headers this is built with (its ABI: OpenSSL 3). */
+#define S_LIBCRYPTO "libcrypto.so." S_STR(OPENSSL_SHLIB_VERSION)
+
+/*
+ * OpenSSL's libcrypto is loaded the first time a digest is made, not when a
+ * program starts: only signing and verifying use it, and mapping and linking
+ * it cost every wsync process about 0.45 ms of its start (a 256 KiB push as a
+ * process: ~5 ms in all). The functions used, looked up once.
+ */
+static struct {
+	int (*init)(uint64_t, const OPENSSL_INIT_SETTINGS *);
+	EVP_MD *(*fetch)(OSSL_LIB_CTX *, const char *, const char *);
+	EVP_MD_CTX *(*ctx_new)(void);
+	void (*ctx_free)(EVP_MD_CTX *);
+	int (*start)(EVP_MD_CTX *, const EVP_MD *, ENGINE *);
+	int (*update)(EVP_MD_CTX *, const void *, size_t);
+	int (*end)(EVP_MD_CTX *, unsigned char *, unsigned int *);
+} s_ssl;
+
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static EVP_MD *s_sha256;
+static char s_why[256];                 /* why libcrypto could not be loaded */
+
+/* Looks up name in lib into *fn (a function pointer, as POSIX allows); 0 or -1. */
+static int
+s_sym(void *lib, const char *name, void *fn)
+{
+	void *p = dlsym(lib, name);
+
+	if (p == NULL) {
+		snprintf(s_why, sizeof(s_why), "%s has no %s", S_LIBCRYPTO, name);
+		return -1;
+	}
+	memcpy(fn, &p, sizeof(p));
+	return 0;
+}
 
 /*
  * OpenSSL without its configuration file and without its tables of every
@@ -32,9 +70,24 @@ static EVP_MD *s_sha256;
 static void
 s_init(void)
 {
-	OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS |
+	void *lib = dlopen(S_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
+
+	if (lib == NULL) {
+		snprintf(s_why, sizeof(s_why), "%s", dlerror());
+		return;
+	}
+	if (s_sym(lib, "OPENSSL_init_crypto", &s_ssl.init) < 0 ||
+	    s_sym(lib, "EVP_MD_fetch", &s_ssl.fetch) < 0 ||
+	    s_sym(lib, "EVP_MD_CTX_new", &s_ssl.ctx_new) < 0 ||
+	    s_sym(lib, "EVP_MD_CTX_free", &s_ssl.ctx_free) < 0 ||
+	    s_sym(lib, "EVP_DigestInit_ex", &s_ssl.start) < 0 ||
+	    s_sym(lib, "EVP_DigestUpdate", &s_ssl.update) < 0 ||
+	    s_sym(lib, "EVP_DigestFinal_ex", &s_ssl.end) < 0)
+		return;
+	s_ssl.init(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS |
 	    OPENSSL_INIT_NO_ADD_ALL_DIGESTS, NULL);
-	s_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+	if ((s_sha256 = s_ssl.fetch(NULL, "SHA256", NULL)) == NULL)
+		snprintf(s_why, sizeof(s_why), "%s has no SHA-256", S_LIBCRYPTO);
 }
 
 /* A new SHA-256 context; NULL with err. */
@@ -44,9 +97,13 @@ s_sha256_new(wsync_err_t *err)
 	EVP_MD_CTX *ctx;
 
 	pthread_once(&s_once, s_init);
-	ctx = EVP_MD_CTX_new();
-	if (ctx == NULL || s_sha256 == NULL || EVP_DigestInit_ex(ctx, s_sha256, NULL) != 1) {
-		EVP_MD_CTX_free(ctx);
+	if (s_sha256 == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "cannot load OpenSSL for SHA-256: %s", s_why);
+		return NULL;
+	}
+	ctx = s_ssl.ctx_new();
+	if (ctx == NULL || s_ssl.start(ctx, s_sha256, NULL) != 1) {
+		s_ssl.ctx_free(ctx);
 		wsync_err_set(err, EX_SOFTWARE, "cannot start a SHA-256 digest (OpenSSL)");
 		return NULL;
 	}
@@ -58,9 +115,9 @@ static int
 s_sha256_end(EVP_MD_CTX *ctx, uint8_t *out, wsync_err_t *err)
 {
 	unsigned len = 0;
-	int rc = EVP_DigestFinal_ex(ctx, out, &len);
+	int rc = s_ssl.end(ctx, out, &len);
 
-	EVP_MD_CTX_free(ctx);
+	s_ssl.ctx_free(ctx);
 	if (rc != 1 || len != WSYNC_DIGEST)
 		return wsync_err_set(err, EX_SOFTWARE, "cannot end a SHA-256 digest (OpenSSL)");
 	return 0;
@@ -83,7 +140,7 @@ s_digest(void *dst, const void *src, size_t n, uint8_t *out, uint64_t *xxh3,
 		c = n - off < S_CHUNK ? n - off : S_CHUNK;
 		if (d != NULL)
 			memcpy(d + off, s + off, c);
-		EVP_DigestUpdate(ctx, s + off, c);
+		s_ssl.update(ctx, s + off, c);
 		if (xxh3 != NULL)
 			wsync_hash_update(&state, s + off, c);
 	}
@@ -128,8 +185,8 @@ wsync_model_digest(wsync_digest_item_t *items, size_t n, uint8_t *digest, uint64
 	for (size_t i = 0; i < n; i++) {
 		const wsync_digest_item_t *t = &items[i];
 		size_t len = wsync_tensor_describe(desc, t->path, t->dtype, t->ndim, t->shape);
-		EVP_DigestUpdate(ctx, desc, len);
-		EVP_DigestUpdate(ctx, t->data, WSYNC_DIGEST);
+		s_ssl.update(ctx, desc, len);
+		s_ssl.update(ctx, t->data, WSYNC_DIGEST);
 		for (int b = 0; b < 8; b++)
 			desc[len + (size_t)b] = (unsigned char)(t->hash >> (8 * b));
 		XXH3_64bits_update(&state, desc, len + 8);
@@ -168,8 +225,8 @@ wsync_meta_digest(const char *const *keys, const char *const *values, size_t n,
 		if (strcmp(e[i].key, WSYNC_META_MANIFEST) == 0 ||
 		    strcmp(e[i].key, WSYNC_META_SIGNATURE) == 0)
 			continue;
-		EVP_DigestUpdate(ctx, e[i].key, strlen(e[i].key) + 1);
-		EVP_DigestUpdate(ctx, e[i].value, strlen(e[i].value) + 1);
+		s_ssl.update(ctx, e[i].key, strlen(e[i].key) + 1);
+		s_ssl.update(ctx, e[i].value, strlen(e[i].value) + 1);
 	}
 	free(e);
 	return s_sha256_end(ctx, out, err);

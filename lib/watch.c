@@ -318,7 +318,8 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			wsync_recycle_keep(&w->spares[i], o->paths[i]);
 		rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
 		if (rc == 0 && w->tmp[i] != NULL)
-			w->own[i] = w->how[i] == WSYNC_TRANSFER_SOCKET;
+			w->own[i] = w->how[i] == WSYNC_TRANSFER_SOCKET ||
+			    w->how[i] == WSYNC_TRANSFER_DELTA;
 		/* A link to the file the output already is: rename leaves the temporary name. */
 		if (rc == 0 && w->tmp[i] != NULL)
 			unlink(w->tmp[i]);

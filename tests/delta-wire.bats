@@ -126,6 +126,58 @@ wire_test() {
 	cmp "$TMP/d.wsync" "$TMP/w.wsync"
 }
 
+@test "with --recycle a watcher rebuilds each delta into a file it replaced before, byte for byte" {
+	steps bf16 0.01 262144 5
+	start_hub --keep 8
+	push_step 1
+	start_watcher w --transfer socket --recycle
+	wait_until watcher_at w 1
+	first=$(stat -c %i "$TMP/w.wsync")
+	push_step 2
+	wait_until watcher_at w 2
+	second=$(stat -c %i "$TMP/w.wsync")
+	# Versions 3 and 4 are rebuilt into the files versions 1 and 2 were in.
+	push_step 3
+	wait_until watcher_at w 3
+	assert_equal "$(stat -c %i "$TMP/w.wsync")" "$first"
+	cmp "$TMP/w.wsync" "$STORE/policy/3.wsync"
+	push_step 4
+	wait_until watcher_at w 4
+	assert_equal "$(stat -c %i "$TMP/w.wsync")" "$second"
+	cmp "$TMP/w.wsync" "$STORE/policy/4.wsync"
+	for v in 2 3 4; do
+		run -0 grep -c "event=ack worker=w model=policy version=$v transfer=delta " hub.log
+		assert_output 1
+	done
+	# A spare that held more than the head is cut to it: version 5 is version
+	# 4 less its last tensor, rebuilt into the file version 3 was in.
+	wsync-convert "$TMP/s4.wsync" s4.safetensors
+	"$PY" - s4.safetensors small.safetensors <<'PYEOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+meta = head.pop("__metadata__", None)
+keep = sorted(head, key=lambda k: head[k]["data_offsets"][0])[:-1]
+out, body = {}, b""
+for k in keep:
+    a, b = head[k]["data_offsets"]
+    out[k] = dict(head[k], data_offsets=[len(body), len(body) + b - a])
+    body += data[a:b]
+if meta is not None:
+    out["__metadata__"] = meta
+t = json.dumps(out).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + body)
+PYEOF
+	wsync-push -q -m policy small.safetensors
+	wait_until watcher_at w 5
+	assert_equal "$(stat -c %i "$TMP/w.wsync")" "$first"
+	cmp "$TMP/w.wsync" "$STORE/policy/5.wsync"
+	run -0 grep -c "event=ack worker=w model=policy version=5 transfer=delta " hub.log
+	assert_output 1
+}
+
 @test "at 1% changed a delta is at most 1/40 of the whole version on the wire, and no more than xor+zstd-1" {
 	wire_test 0.01 40
 }

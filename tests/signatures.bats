@@ -320,3 +320,23 @@ error 65 --seq 7 is not above 7, the last sequence number signed with key.key (k
 	run -0 cat err
 	assert_output --regexp "^wsync-pull: policy version 1 \(seq 1\) was signed [0-9]+ s ago, more than --max-age 1: is the trainer or the hub stuck\?$"
 }
+
+@test "without a usable libcrypto, signing and verifying say so and exit 70; unsigned work goes on" {
+	make_versions 2
+	start_hub
+	run -0 wsync-push -q --sign-key key.key -m policy v1.wsync
+	assert_output "1"
+	# A libcrypto.so.3 that has none of OpenSSL's functions, found first.
+	mkdir lib
+	echo 'int wsync_not_openssl;' >lib/empty.c
+	cc -shared -fPIC -o lib/libcrypto.so.3 lib/empty.c
+	run -70 env LD_LIBRARY_PATH="$TMP/lib" wsync-push -q --sign-key key.key -m policy v2.wsync
+	assert_output "wsync-push: cannot load OpenSSL for SHA-256: libcrypto.so.3 has no OPENSSL_init_crypto"
+	run -70 env LD_LIBRARY_PATH="$TMP/lib" wsync-inspect --verify-key key.pub "$STORE/policy/1.wsync"
+	assert_line "wsync-inspect: cannot load OpenSSL for SHA-256: libcrypto.so.3 has no OPENSSL_init_crypto"
+	run -0 env LD_LIBRARY_PATH="$TMP/lib" wsync-push -q -m policy v2.wsync
+	assert_output "2"
+	# The refused signed push committed nothing: the head is the unsigned version 2.
+	run -0 wsync-pull -q -m policy -o head.wsync
+	assert_output "2"
+}

@@ -318,6 +318,45 @@ test_every_change_of_a_tree_round_trips(void)
 	    "a head against itself round trips (%s)", err.msg);
 }
 
+/*
+ * A tensor of 32 MiB is estimated from one 1 MiB chunk in 8: changed only in
+ * chunks the sample skips, it is still encoded (its hash differs), never taken
+ * for the same, and the rebuilt file equals the head.
+ */
+static void
+test_a_change_the_sample_skips_is_still_sent(void)
+{
+	uint64_t shape[1] = { 8u << 20 };
+	wsync_delta_stats_t st = { 0 };
+	wsync_err_t err = { 0 };
+	unsigned char *b = malloc(32u << 20), *h = malloc(32u << 20);
+	int rc;
+	wsync_tree_t *tb = wsync_tree_new("sampled", &err), *th = wsync_tree_new("sampled", &err);
+
+	if (b == NULL || h == NULL || tb == NULL || th == NULL) {
+		ok(0, "sampled: 64 MiB of memory");
+		return;
+	}
+	s_add(tb, "w", WSYNC_F32, 1, shape, b, 1);
+	s_add(th, "w", WSYNC_F32, 1, shape, h, 1);
+	/* The first chunk and the last are not sampled (the fifth in each 8 is). */
+	h[10] ^= 1;
+	h[(32u << 20) - 3] ^= 0x80;
+	ok(s_write(tb, s_path("base.wsync"), 1) == 0 && s_write(th, s_path("head.wsync"), 2) == 0,
+	    "sampled: base and head written");
+	rc = s_make_worth(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err);
+	ok(rc == 0 && st.count[WSYNC_DELTA_SPARSE] == 1 && st.count[WSYNC_DELTA_SAME] == 0,
+	    "sampled: two changes the sample skips, with the hub's limit: encoded sparse "
+	    "(estimate %llu bytes, delta %llu)", (unsigned long long)st.estimate,
+	    (unsigned long long)st.bytes);
+	ok(s_apply(s_path("base.wsync"), s_path("d.wdelta"), s_path("out.wsync"), &err) == 0 &&
+	    s_same_files(s_path("out.wsync"), s_path("head.wsync")),
+	    "sampled: the rebuilt file equals the head byte for byte (%s)", err.msg);
+	free(b);
+	free(h);
+}
+
 /* The delta's header, read from the file at path; 0 on success. */
 static int
 s_header(const char *path, unsigned char **buf, size_t *len, wsync_delta_header_t *h)
@@ -628,6 +667,7 @@ main(void)
 	test_stepped_models_round_trip_within_the_bars();
 	test_no_change_and_all_changed_round_trip();
 	test_every_change_of_a_tree_round_trips();
+	test_a_change_the_sample_skips_is_still_sent();
 	test_damage_is_refused_naming_the_tensor();
 	test_hostile_headers_give_65();
 	test_lying_entries_are_refused();
