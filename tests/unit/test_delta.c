@@ -1,8 +1,9 @@
 /*
  * test_delta.c - deltas: byte-identical round trips on stepped models and on
  * every change of a tree, sizes against the issue's bars and the peers'
- * xor+zstd-1, damaged deltas and bases refused naming the tensor, and the
- * header decoder on truncated and altered input. Run from the repository
+ * xor+zstd-1, damaged deltas and bases refused naming the tensor, the
+ * header decoder on truncated and altered input, and inputs that are pipes
+ * (held in memory, not read from their files). Run from the repository
  * root (tests/fixtures/mkstep.py writes the stepped models).
  */
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sysexits.h>
 #include <unistd.h>
 #include <zstd.h>
@@ -583,6 +585,69 @@ out:
 	free(buf);
 }
 
+/* A pipe whose write end a child fills with path's bytes: the read end, or -1. */
+static int
+s_pipe_of(const char *path, pid_t *pid)
+{
+	int fds[2];
+	size_t len = 0;
+	unsigned char *p;
+
+	if (pipe(fds) < 0)
+		return -1;
+	if ((*pid = fork()) == 0) {
+		close(fds[0]);
+		p = s_slurp(path, &len);
+		_exit(p != NULL && write(fds[1], p, len) == (ssize_t)len ? 0 : 1);
+	}
+	close(fds[1]);
+	if (*pid < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	return fds[0];
+}
+
+/*
+ * Files are read a piece at a time; a base and a head that are pipes are held
+ * in memory instead, and the delta made from them is the same, byte for byte.
+ */
+static void
+test_inputs_from_pipes_make_the_same_delta(void)
+{
+	wsync_delta_stats_t st = { 0 };
+	wsync_err_t err = { 0 };
+	pid_t bpid = -1, hpid = -1;
+	int b, h, d, rc, bst = -1, hst = -1;
+
+	int made = s_mkstep("bf16", "0.01", 1u << 21) == 0 &&
+	    s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("files.wdelta"), &st,
+	    &err) == 0;
+
+	ok(made, "pipes: a 2 MiB model, its step and their delta from the files (%s)", err.msg);
+	if (!made)
+		return;
+	b = s_pipe_of(s_path("base.wsync"), &bpid);
+	h = s_pipe_of(s_path("head.wsync"), &hpid);
+	d = open(s_path("pipes.wdelta"), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	rc = b >= 0 && h >= 0 && d >= 0 ? wsync_delta_make(b, h, d, "pipes.wdelta",
+	    WSYNC_DELTA_ANY, &st, &err) : -1;
+	if (b >= 0)
+		close(b);
+	if (h >= 0)
+		close(h);
+	if (d >= 0)
+		close(d);
+	if (bpid > 0)
+		waitpid(bpid, &bst, 0);
+	if (hpid > 0)
+		waitpid(hpid, &hst, 0);
+	ok(rc == 0 && bst == 0 && hst == 0 &&
+	    s_same_files(s_path("files.wdelta"), s_path("pipes.wdelta")),
+	    "pipes: the delta made from a base and a head that are pipes is the files' one (%s)",
+	    err.msg);
+}
+
 static void
 s_clean(void)
 {
@@ -607,6 +672,7 @@ main(void)
 	test_hostile_headers_give_65();
 	test_lying_entries_are_refused();
 	test_large_files_parse_from_an_image();
+	test_inputs_from_pipes_make_the_same_delta();
 	s_clean();
 	return tap_done();
 }
