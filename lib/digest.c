@@ -3,15 +3,21 @@
  * (with XXH3-64 in the same pass, or while copying), a model digest over
  * every tensor's descriptor and data digest, and a meta digest.
  *
- * SHA-256 is OpenSSL's, which runs on the CPU's SHA extensions: 2.1 GB/s
- * over 1 GiB where libsodium's BLAKE2b does 0.8 and its own SHA-256 0.5
- * (bench/digest, bench/results.md).
+ * SHA-256 of a large job is OpenSSL's, which runs on the CPU's SHA
+ * extensions: 2.1 GB/s over 1 GiB where libsodium's BLAKE2b does 0.8 and its
+ * own SHA-256 0.5 (bench/digest, bench/results.md). OpenSSL's libcrypto is
+ * loaded when such a job first comes, not when a program starts: mapping and
+ * linking it cost every wsync process about 0.5 ms of its start, and
+ * starting it another 0.2. A small job (a 256 KiB push) is done by
+ * libsodium's SHA-256 sooner than OpenSSL could be loaded; so is every job
+ * when libcrypto cannot be loaded. The digests are the same either way.
  */
 #include <dlfcn.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
-#include <stdio.h>
+#include <sodium.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
@@ -21,18 +27,15 @@
 
 /* Data is hashed in chunks this size, each by both hashes while it is in the cache. */
 #define S_CHUNK (128u << 10)
+/* A job of this many bytes or more loads OpenSSL: at 0.5 GB/s, 2 ms of libsodium. */
+#define S_OPENSSL_MIN (1u << 20)
 
 #define S_STR_(x) #x
 #define S_STR(x) S_STR_(x)
 /* The libcrypto whose headers this is built with (its ABI: OpenSSL 3). */
 #define S_LIBCRYPTO "libcrypto.so." S_STR(OPENSSL_SHLIB_VERSION)
 
-/*
- * OpenSSL's libcrypto is loaded the first time a digest is made, not when a
- * program starts: only signing and verifying use it, and mapping and linking
- * it cost every wsync process about 0.45 ms of its start (a 256 KiB push as a
- * process: ~5 ms in all). The functions used, looked up once.
- */
+/* OpenSSL's functions used, looked up once. */
 static struct {
 	int (*init)(uint64_t, const OPENSSL_INIT_SETTINGS *);
 	EVP_MD *(*fetch)(OSSL_LIB_CTX *, const char *, const char *);
@@ -45,7 +48,7 @@ static struct {
 
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static EVP_MD *s_sha256;
-static char s_why[256];                 /* why libcrypto could not be loaded */
+static atomic_int s_openssl;            /* 1 once OpenSSL's SHA-256 is ready */
 
 /* Looks up name in lib into *fn (a function pointer, as POSIX allows); 0 or -1. */
 static int
@@ -53,10 +56,8 @@ s_sym(void *lib, const char *name, void *fn)
 {
 	void *p = dlsym(lib, name);
 
-	if (p == NULL) {
-		snprintf(s_why, sizeof(s_why), "%s has no %s", S_LIBCRYPTO, name);
+	if (p == NULL)
 		return -1;
-	}
 	memcpy(fn, &p, sizeof(p));
 	return 0;
 }
@@ -64,19 +65,15 @@ s_sym(void *lib, const char *name, void *fn)
 /*
  * OpenSSL without its configuration file and without its tables of every
  * cipher and digest by name (nothing of them is used here, and building them
- * was most of a small signed push's start-up), and SHA-256 fetched from its
- * provider once, not once a tensor.
+ * was most of its start-up), and SHA-256 fetched from its provider once, not
+ * once a tensor. Nothing when it cannot be loaded: libsodium does the work.
  */
 static void
-s_init(void)
+s_load(void)
 {
 	void *lib = dlopen(S_LIBCRYPTO, RTLD_NOW | RTLD_LOCAL);
 
-	if (lib == NULL) {
-		snprintf(s_why, sizeof(s_why), "%s", dlerror());
-		return;
-	}
-	if (s_sym(lib, "OPENSSL_init_crypto", &s_ssl.init) < 0 ||
+	if (lib == NULL || s_sym(lib, "OPENSSL_init_crypto", &s_ssl.init) < 0 ||
 	    s_sym(lib, "EVP_MD_fetch", &s_ssl.fetch) < 0 ||
 	    s_sym(lib, "EVP_MD_CTX_new", &s_ssl.ctx_new) < 0 ||
 	    s_sym(lib, "EVP_MD_CTX_free", &s_ssl.ctx_free) < 0 ||
@@ -86,38 +83,59 @@ s_init(void)
 		return;
 	s_ssl.init(OPENSSL_INIT_NO_LOAD_CONFIG | OPENSSL_INIT_NO_ADD_ALL_CIPHERS |
 	    OPENSSL_INIT_NO_ADD_ALL_DIGESTS, NULL);
-	if ((s_sha256 = s_ssl.fetch(NULL, "SHA256", NULL)) == NULL)
-		snprintf(s_why, sizeof(s_why), "%s has no SHA-256", S_LIBCRYPTO);
+	if ((s_sha256 = s_ssl.fetch(NULL, "SHA256", NULL)) != NULL)
+		atomic_store(&s_openssl, 1);
 }
 
-/* A new SHA-256 context; NULL with err. */
-static EVP_MD_CTX *
-s_sha256_new(wsync_err_t *err)
+void
+wsync_digest_expect(uint64_t bytes)
 {
-	EVP_MD_CTX *ctx;
-
-	pthread_once(&s_once, s_init);
-	if (s_sha256 == NULL) {
-		wsync_err_set(err, EX_SOFTWARE, "cannot load OpenSSL for SHA-256: %s", s_why);
-		return NULL;
-	}
-	ctx = s_ssl.ctx_new();
-	if (ctx == NULL || s_ssl.start(ctx, s_sha256, NULL) != 1) {
-		s_ssl.ctx_free(ctx);
-		wsync_err_set(err, EX_SOFTWARE, "cannot start a SHA-256 digest (OpenSSL)");
-		return NULL;
-	}
-	return ctx;
+	if (bytes >= S_OPENSSL_MIN)
+		pthread_once(&s_once, s_load);
 }
 
-/* Ends ctx into out (32 bytes) and frees it. */
+/* A SHA-256 in progress: OpenSSL's (evp) once it is loaded, else libsodium's. */
+typedef struct s_sha {
+	EVP_MD_CTX *evp;
+	crypto_hash_sha256_state st;
+} s_sha_t;
+
 static int
-s_sha256_end(EVP_MD_CTX *ctx, uint8_t *out, wsync_err_t *err)
+s_sha_start(s_sha_t *c, wsync_err_t *err)
+{
+	c->evp = NULL;
+	if (!atomic_load(&s_openssl))
+		return crypto_hash_sha256_init(&c->st) == 0 ? 0 :
+		    wsync_err_set(err, EX_SOFTWARE, "cannot start a SHA-256 digest (libsodium)");
+	c->evp = s_ssl.ctx_new();
+	if (c->evp == NULL || s_ssl.start(c->evp, s_sha256, NULL) != 1) {
+		s_ssl.ctx_free(c->evp);
+		return wsync_err_set(err, EX_SOFTWARE, "cannot start a SHA-256 digest (OpenSSL)");
+	}
+	return 0;
+}
+
+static void
+s_sha_update(s_sha_t *c, const void *p, size_t n)
+{
+	if (c->evp != NULL)
+		s_ssl.update(c->evp, p, n);
+	else
+		crypto_hash_sha256_update(&c->st, p, n);
+}
+
+/* Ends c into out (32 bytes). */
+static int
+s_sha_end(s_sha_t *c, uint8_t *out, wsync_err_t *err)
 {
 	unsigned len = 0;
-	int rc = s_ssl.end(ctx, out, &len);
+	int rc;
 
-	s_ssl.ctx_free(ctx);
+	if (c->evp == NULL)
+		return crypto_hash_sha256_final(&c->st, out) == 0 ? 0 :
+		    wsync_err_set(err, EX_SOFTWARE, "cannot end a SHA-256 digest (libsodium)");
+	rc = s_ssl.end(c->evp, out, &len);
+	s_ssl.ctx_free(c->evp);
 	if (rc != 1 || len != WSYNC_DIGEST)
 		return wsync_err_set(err, EX_SOFTWARE, "cannot end a SHA-256 digest (OpenSSL)");
 	return 0;
@@ -130,23 +148,23 @@ s_digest(void *dst, const void *src, size_t n, uint8_t *out, uint64_t *xxh3,
 {
 	const unsigned char *s = src;
 	unsigned char *d = dst;
-	EVP_MD_CTX *ctx;
+	s_sha_t ctx;
 	XXH3_state_t state;
 
-	if ((ctx = s_sha256_new(err)) == NULL)
+	if (s_sha_start(&ctx, err) < 0)
 		return -1;
 	XXH3_64bits_reset(&state);
 	for (size_t off = 0, c; off < n; off += c) {
 		c = n - off < S_CHUNK ? n - off : S_CHUNK;
 		if (d != NULL)
 			memcpy(d + off, s + off, c);
-		s_ssl.update(ctx, s + off, c);
+		s_sha_update(&ctx, s + off, c);
 		if (xxh3 != NULL)
 			wsync_hash_update(&state, s + off, c);
 	}
 	if (xxh3 != NULL)
 		*xxh3 = XXH3_64bits_digest(&state);
-	return s_sha256_end(ctx, out, err);
+	return s_sha_end(&ctx, out, err);
 }
 
 int
@@ -174,10 +192,10 @@ wsync_model_digest(wsync_digest_item_t *items, size_t n, uint8_t *digest, uint64
     wsync_err_t *err)
 {
 	unsigned char desc[WSYNC_DESCRIBE_MAX + 8];
-	EVP_MD_CTX *ctx;
+	s_sha_t ctx;
 	XXH3_state_t state;
 
-	if ((ctx = s_sha256_new(err)) == NULL)
+	if (s_sha_start(&ctx, err) < 0)
 		return -1;
 	XXH3_64bits_reset(&state);
 	if (n > 1)
@@ -185,14 +203,14 @@ wsync_model_digest(wsync_digest_item_t *items, size_t n, uint8_t *digest, uint64
 	for (size_t i = 0; i < n; i++) {
 		const wsync_digest_item_t *t = &items[i];
 		size_t len = wsync_tensor_describe(desc, t->path, t->dtype, t->ndim, t->shape);
-		s_ssl.update(ctx, desc, len);
-		s_ssl.update(ctx, t->data, WSYNC_DIGEST);
+		s_sha_update(&ctx, desc, len);
+		s_sha_update(&ctx, t->data, WSYNC_DIGEST);
 		for (int b = 0; b < 8; b++)
 			desc[len + (size_t)b] = (unsigned char)(t->hash >> (8 * b));
 		XXH3_64bits_update(&state, desc, len + 8);
 	}
 	*content = XXH3_64bits_digest(&state);
-	return s_sha256_end(ctx, digest, err);
+	return s_sha_end(&ctx, digest, err);
 }
 
 struct s_entry {
@@ -210,11 +228,11 @@ wsync_meta_digest(const char *const *keys, const char *const *values, size_t n,
     uint8_t *out, wsync_err_t *err)
 {
 	struct s_entry *e = malloc((n + 1) * sizeof(*e));
-	EVP_MD_CTX *ctx;
+	s_sha_t ctx;
 
 	if (e == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	if ((ctx = s_sha256_new(err)) == NULL) {
+	if (s_sha_start(&ctx, err) < 0) {
 		free(e);
 		return -1;
 	}
@@ -225,9 +243,9 @@ wsync_meta_digest(const char *const *keys, const char *const *values, size_t n,
 		if (strcmp(e[i].key, WSYNC_META_MANIFEST) == 0 ||
 		    strcmp(e[i].key, WSYNC_META_SIGNATURE) == 0)
 			continue;
-		s_ssl.update(ctx, e[i].key, strlen(e[i].key) + 1);
-		s_ssl.update(ctx, e[i].value, strlen(e[i].value) + 1);
+		s_sha_update(&ctx, e[i].key, strlen(e[i].key) + 1);
+		s_sha_update(&ctx, e[i].value, strlen(e[i].value) + 1);
 	}
 	free(e);
-	return s_sha256_end(ctx, out, err);
+	return s_sha_end(&ctx, out, err);
 }

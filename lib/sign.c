@@ -4,6 +4,8 @@
  * manifest of the whole push (base64) and a minisign signature of it: the
  * text of a .minisig file, so minisign -V checks the manifest's bytes too.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,7 +122,10 @@ wsync_minisig_check(const uint8_t *pk, const void *msg, size_t len, const uint8_
 /* What a model's digests are computed from: its tensors and its meta. */
 struct s_parts {
 	wsync_digest_item_t *items;
+	const void **data;              /* per item, its tensor's bytes */
+	uint64_t *nbytes;
 	size_t nitems;
+	int xxh3;                       /* the items' XXH3-64 is computed too */
 	const char **keys, **values;
 	size_t nmeta;
 };
@@ -130,16 +135,83 @@ static int
 s_parts_new(struct s_parts *p, size_t nitems, size_t nmeta, wsync_err_t *err)
 {
 	p->items = calloc(nitems + 1, sizeof(*p->items));
+	p->data = calloc(nitems + 1, sizeof(*p->data));
+	p->nbytes = calloc(nitems + 1, sizeof(*p->nbytes));
 	p->keys = calloc(nmeta + 1, sizeof(*p->keys));
 	p->values = calloc(nmeta + 1, sizeof(*p->values));
 	p->nitems = nitems;
 	p->nmeta = nmeta;
-	if (p->items != NULL && p->keys != NULL && p->values != NULL)
+	if (p->items != NULL && p->data != NULL && p->nbytes != NULL && p->keys != NULL &&
+	    p->values != NULL)
 		return 0;
 	free(p->items);
+	free(p->data);
+	free(p->nbytes);
 	free(p->keys);
 	free(p->values);
 	return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+}
+
+/* Items [from, to) of parts, digested by one thread. */
+struct s_share {
+	const struct s_parts *p;
+	size_t from, to;
+	int rc;
+	wsync_err_t err;
+};
+
+static void *
+s_share_run(void *arg)
+{
+	struct s_share *sh = arg;
+	const struct s_parts *p = sh->p;
+
+	for (size_t i = sh->from; i < sh->to && sh->rc == 0; i++)
+		sh->rc = wsync_data_digest(p->data[i], p->nbytes[i], p->items[i].data,
+		    p->xxh3 ? &p->items[i].hash : NULL, &sh->err);
+	return NULL;
+}
+
+/*
+ * Every item's data digest: on two CPUs, from S_TWO_MIN bytes and two
+ * tensors, the tensors split in two halves of about the same bytes, one on a
+ * thread of its own (a 256 KiB push signed: 0.25 ms of its 5).
+ */
+#define S_TWO_MIN (64u << 10)
+static int
+s_parts_digest(const struct s_parts *p, wsync_err_t *err)
+{
+	struct s_share mine = { p, 0, p->nitems, 0, { 0 } }, other = mine;
+	uint64_t total = 0, half = 0;
+	pthread_t thread;
+	cpu_set_t cpus;
+	int two = 0;
+
+	for (size_t i = 0; i < p->nitems; i++)
+		total += p->nbytes[i];
+	wsync_digest_expect(total);
+	if (p->nitems >= 2 && total >= S_TWO_MIN &&
+	    sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
+		while (mine.to > 1 && half < total / 2)
+			half += p->nbytes[--mine.to];
+		other.from = mine.to;
+		two = other.from < p->nitems && pthread_create(&thread, NULL, s_share_run,
+		    &other) == 0;
+		if (!two)
+			mine.to = p->nitems;
+	}
+	s_share_run(&mine);
+	if (two)
+		pthread_join(thread, NULL);
+	if (mine.rc != 0) {
+		*err = mine.err;
+		return -1;
+	}
+	if (two && other.rc != 0) {
+		*err = other.err;
+		return -1;
+	}
+	return 0;
 }
 
 /* The model and meta digests of the parts into out (when ok), and frees them. */
@@ -151,6 +223,8 @@ s_parts_end(struct s_parts *p, int ok, wsync_signed_model_t *out, wsync_err_t *e
 	    wsync_meta_digest(p->keys, p->values, p->nmeta, out->meta, err) == 0 ? 0 : -1;
 
 	free(p->items);
+	free(p->data);
+	free(p->nbytes);
 	free(p->keys);
 	free(p->values);
 	return rc;
@@ -160,45 +234,47 @@ int
 wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err)
 {
 	struct s_parts p;
-	int rc = 0;
 
 	if (s_parts_new(&p, tree->n, tree->nmeta, err) < 0)
 		return -1;
 	memset(out, 0, sizeof(*out));
 	strcpy(out->model, tree->model);
-	for (size_t i = 0; i < tree->n && rc == 0; i++) {
+	for (size_t i = 0; i < tree->n; i++) {
 		const struct wsync_tree_tensor *t = &tree->t[i];
 		p.items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, 0, { 0 } };
-		rc = wsync_data_digest(t->data, t->nbytes, p.items[i].data, &p.items[i].hash, err);
+		p.data[i] = t->data;
+		p.nbytes[i] = t->nbytes;
 	}
+	p.xxh3 = 1;
 	for (size_t i = 0; i < tree->nmeta; i++) {
 		p.keys[i] = tree->meta[i].key;
 		p.values[i] = tree->meta[i].value;
 	}
-	return s_parts_end(&p, rc, out, err);
+	return s_parts_end(&p, s_parts_digest(&p, err), out, err);
 }
 
 int
 wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err)
 {
 	struct s_parts p;
-	int rc = 0;
 
 	if (s_parts_new(&p, wsync_file_count(file), wsync_file_meta_count(file), err) < 0)
 		return -1;
 	memset(out, 0, sizeof(*out));
 	snprintf(out->model, sizeof(out->model), "%s", wsync_file_model(file));
-	for (size_t i = 0; i < p.nitems && rc == 0; i++) {
+	for (size_t i = 0; i < p.nitems; i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(file, i);
 		p.items[i] = (wsync_digest_item_t){ t->path, t->dtype, t->ndim, t->shape, t->hash,
 		    { 0 } };
-		rc = wsync_data_digest(t->data, t->nbytes, p.items[i].data, NULL, err);
+		p.data[i] = t->data;
+		p.nbytes[i] = t->nbytes;
 	}
+	p.xxh3 = 0;
 	for (size_t i = 0; i < p.nmeta; i++) {
 		p.keys[i] = wsync_file_meta(file, i)->key;
 		p.values[i] = wsync_file_meta(file, i)->value;
 	}
-	return s_parts_end(&p, rc, out, err);
+	return s_parts_end(&p, s_parts_digest(&p, err), out, err);
 }
 
 static int

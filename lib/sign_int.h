@@ -11,6 +11,11 @@
 #define WSYNC_MINISIG_BIN (2 + WSYNC_KEYID + 64)
 
 /*
+ * A signing or verifying job is about to digest this many bytes of tensor
+ * data: from 1 MiB, OpenSSL's faster SHA-256 is loaded for it (digest.c).
+ */
+void wsync_digest_expect(uint64_t bytes);
+/*
  * SHA-256 of n bytes at data into out (32 bytes), and their XXH3-64 into
  * *xxh3 in the same pass when xxh3 is not NULL.
  */
