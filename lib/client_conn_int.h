@@ -158,9 +158,9 @@ struct wsync_push_send {
  * lays out (size bytes) to a scratch file (unless it is a .wsync file sent as
  * it is and not to be kept), makes the delta from that base to it, and fills
  * send with the delta when it is at most half of the version, else with the
- * version (and the reason in c->delta_note). Without either, send stays the source's. -1 with
- * err (64: base is not a version of the model). wsync_client_pushdelta_end
- * frees what send holds.
+ * version (and the reason in c->delta_note). Without either, send stays the
+ * source's. -1 with err (64: base is not a version of the model).
+ * wsync_client_pushdelta_end frees what send holds.
  */
 int wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
     struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err);

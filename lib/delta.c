@@ -77,7 +77,7 @@ delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err)
 }
 
 /* wsync_pages_release_around for an input that is mapped, never for one read into memory. */
-void
+static void
 delta_release(const wsync_file_t *f, const void *p, size_t len)
 {
 	if (f->mem == WSYNC_MEM_MMAP)

@@ -42,7 +42,5 @@ typedef struct delta_out {
 int delta_out_flush(delta_out_t *o, wsync_err_t *err);
 /* Emits len bytes (hashed too when o->hash is set). */
 int delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err);
-/* wsync_pages_release_around for an input that is mapped, never for one read into memory. */
-void delta_release(const wsync_file_t *f, const void *p, size_t len);
 
 #endif

@@ -813,19 +813,13 @@ static int
 s_tensor_hash_read(const wsync_tensor_t *t, int fd, unsigned char *buf, XXH3_state_t *state,
     uint64_t *h)
 {
-	uint64_t at = t->offset;
-
 	XXH3_64bits_reset(state);
-	for (uint64_t off = 0; off < t->nbytes; ) {
-		size_t want = t->nbytes - off < S_READ_PIECE ? (size_t)(t->nbytes - off) :
+	for (uint64_t off = 0; off < t->nbytes; off += S_READ_PIECE) {
+		size_t n = t->nbytes - off < S_READ_PIECE ? (size_t)(t->nbytes - off) :
 		    S_READ_PIECE;
-		ssize_t n = pread(fd, buf, want, (off_t)(at + off));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
+		if (wsync_read_at(fd, buf, n, t->offset + off) < 0)
 			return -1;
-		wsync_hash_update(state, buf, (size_t)n);
-		off += (uint64_t)n;
+		wsync_hash_update(state, buf, n);
 	}
 	*h = XXH3_64bits_digest(state);
 	return 0;

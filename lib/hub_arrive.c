@@ -17,6 +17,17 @@
 #include <unistd.h>
 
 #include "hub_int.h"
+#include "io_int.h"
+
+/* Refuses g with err. */
+static void
+s_refuse(wsync_hub_t *h, const struct hub_early_get *g, const wsync_err_t *err)
+{
+	wsync_enc_t e;
+
+	hub_refusal(&e, g->req, err, 0);
+	hub_send(h, g->router, g->ident, g->identlen, &e);
+}
 
 /* Sends a get's reply of len bytes at off of the arriving file to g's asker. */
 static void
@@ -29,14 +40,13 @@ s_serve(wsync_hub_t *h, const struct hub_early_get *g)
 
 	if (zmq_msg_init_size(&data, g->len) < 0)
 		wsync_err_set(&err, EX_SOFTWARE, "out of memory");
-	else if (pread(a->fd, zmq_msg_data(&data), g->len, (off_t)g->off) != (ssize_t)g->len) {
+	else if (wsync_read_at(a->fd, zmq_msg_data(&data), g->len, g->off) < 0) {
 		zmq_msg_close(&data);
 		wsync_err_set(&err, EX_IOERR, "model \"%s\" version %" PRIu64 ": cannot read "
 		    "what arrived: %s", a->model, a->version, strerror(errno));
 	}
 	if (err.code != 0) {
-		hub_refusal(&e, g->req, &err, 0);
-		hub_send(h, g->router, g->ident, g->identlen, &e);
+		s_refuse(h, g, &err);
 		return;
 	}
 	hub_ok(&e, g->req, 2);
@@ -50,16 +60,6 @@ s_serve(wsync_hub_t *h, const struct hub_early_get *g)
 		    PRIu64 " arrived=%" PRIu64 " size=%" PRIu64, a->model, a->version, g->off,
 		    g->len, a->upto, a->size);
 	}
-}
-
-/* Refuses g with err. */
-static void
-s_refuse(wsync_hub_t *h, const struct hub_early_get *g, const wsync_err_t *err)
-{
-	wsync_enc_t e;
-
-	hub_refusal(&e, g->req, err, 0);
-	hub_send(h, g->router, g->ident, g->identlen, &e);
 }
 
 /* Answers the gets waiting for what has arrived now. */
