@@ -80,6 +80,9 @@ struct wsync_client {
 	wsync_signkey_t *sign;          /* NULL: pushes are not signed */
 	char sign_path[PATH_MAX];       /* the key's file; its counter is beside it */
 	uint64_t sign_seq;              /* the next push's sequence number; 0: the counter's */
+	/* A push is part part of parts (0: a whole version) of the version named group. */
+	uint32_t part, parts;
+	uint64_t group;
 };
 
 /* Milliseconds left until deadline (monotonic ms), never negative. */

@@ -520,6 +520,14 @@ void wsync_client_keep_pushed(wsync_client_t *client, int on);
 int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
 /*
+ * Makes every later push of client part part (from 0) of parts of the version
+ * named group (wsync(7), SHARDED TRAINERS): sent over the socket, committed
+ * by the hub with the other parts once all are in. parts 0: whole versions
+ * again. 64 when part is not below parts or parts above 256.
+ */
+int wsync_client_push_part(wsync_client_t *client, unsigned part, unsigned parts,
+    uint64_t group, wsync_err_t *err);
+/*
  * Signs every later push of client with the secret key at path (minisign's
  * or signify's; wsync-format(5), SIGNATURES): one manifest of all the push's
  * models, its sequence number from the counter beside the key (path.seq).
