@@ -264,7 +264,8 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	rc = wsync_client_call(c, &e, id, joined, total, timeout_ms + s_part_grace(c), "put", &m,
 	    &p, err);
 	free(joined);
-	if (rc < 0 && err->code == EX_TEMPFAIL)
+	/* A part's 75 is the hub's word on the parts missing, kept as it is. */
+	if (rc < 0 && err->code == EX_TEMPFAIL && c->parts == 0)
 		wsync_err_set(err, EX_TEMPFAIL, "put: no answer from %s within the timeout"
 		    WSYNC_MAYBE_COMMITTED, c->endpoint);
 	if (rc < 0)

@@ -178,3 +178,30 @@ Try 'wsync-push --help'."
 	assert_output "wsync-push: --part goes over the socket to every worker, unsigned and whole: not with -W, --base, --sign-key or --transfer copy|link
 Try 'wsync-push --help'."
 }
+
+@test "a rank alone with a part of one message exits 75 naming the parts missing" {
+	parts 3 3 100
+	start_hub
+	run -75 wsync-push -q -t 1 --part 2/3 --group 4 -m policy "$TMP/m.2.safetensors"
+	assert_output "wsync-push: model policy group 4: parts 0,1 of 3 missing after 1.0 s; nothing committed"
+	no_version
+}
+
+@test "parts that give one meta key two values are refused, naming both" {
+	parts 2 2 100
+	"$PY" - "$TMP/m.1.safetensors" <<'PYEOF'
+import os, sys
+sys.path.insert(0, os.environ["FIXTURES"])
+from mksafetensors import build
+open(sys.argv[1], "wb").write(build([("layers.1.weight", "BF16", [50], bytes(100))],
+                                    {"format": "np"}, False))
+PYEOF
+	start_hub
+	push_part 0/2 2
+	wait_log "event=part model=policy group=2 part=0/2"
+	run -65 wsync-push -q --part 1/2 --group 2 -m policy "$TMP/m.1.safetensors"
+	assert_output 'wsync-push: model policy group 2: parts 0 and 1 give meta "format" two values; nothing committed'
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc")" "65"
+	no_version
+}
