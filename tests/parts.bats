@@ -34,6 +34,19 @@ ended() {
 	[ -s "$TMP/r$1.rc" ]
 }
 
+# both_refused KEY MESSAGE: with a hub started, rank 0 of two pushes its part of
+# group KEY and waits; rank 1's part is refused 65 with MESSAGE, so is rank 0's,
+# and nothing is committed.
+both_refused() {
+	push_part 0/2 "$1"
+	wait_log "event=part model=policy group=$1 part=0/2"
+	run -65 wsync-push -q --part 1/2 --group "$1" -m policy "$TMP/m.1.safetensors"
+	assert_output "$2"
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc") $(cat "$TMP/r0.err")" "65 $2"
+	no_version
+}
+
 # no_version: the hub holds no version of policy.
 no_version() {
 	[ ! -e "$STORE/policy/1.wsync" ]
@@ -80,14 +93,7 @@ no_version() {
 	parts 2
 	cp "$TMP/m.0.safetensors" "$TMP/m.1.safetensors"
 	start_hub
-	push_part 0/2 1
-	wait_log "event=part model=policy group=1 part=0/2"
-	run -65 wsync-push -q --part 1/2 --group 1 -m policy "$TMP/m.1.safetensors"
-	assert_output 'wsync-push: model policy group 1: parts 0 and 1 both hold tensor "layers.0.weight"; nothing committed'
-	wait_until ended 0
-	assert_equal "$(cat "$TMP/r0.rc")" "65"
-	assert_equal "$(cat "$TMP/r0.err")" "$output"
-	no_version
+	both_refused 1 'wsync-push: model policy group 1: parts 0 and 1 both hold tensor "layers.0.weight"; nothing committed'
 }
 
 @test "parts that disagree on the number of parts are refused, naming them" {
@@ -197,11 +203,5 @@ open(sys.argv[1], "wb").write(build([("layers.1.weight", "BF16", [50], bytes(100
                                     {"format": "np"}, False))
 PYEOF
 	start_hub
-	push_part 0/2 2
-	wait_log "event=part model=policy group=2 part=0/2"
-	run -65 wsync-push -q --part 1/2 --group 2 -m policy "$TMP/m.1.safetensors"
-	assert_output 'wsync-push: model policy group 2: parts 0 and 1 give meta "format" two values; nothing committed'
-	wait_until ended 0
-	assert_equal "$(cat "$TMP/r0.rc")" "65"
-	no_version
+	both_refused 2 'wsync-push: model policy group 2: parts 0 and 1 give meta "format" two values; nothing committed'
 }
