@@ -135,11 +135,15 @@ no_version() {
 	parts 3 3 6000000
 	start_hub
 	wsync-push -q -m policy "$TMP/m.safetensors"
-	WSYNC_TEST_PUSH_GATE="$TMP/gate" wsync-push -q -t 3 --part 1/3 --group 1 -m policy \
-		"$TMP/m.1.safetensors" 2>/dev/null &
-	killed=$!
-	PIDS+=("$killed")
+	# Rank 1 in a subshell of its own, whose stderr takes the shell's word of its death.
+	(
+		WSYNC_TEST_PUSH_GATE="$TMP/gate" bash -c 'echo $$ >"$0"; exec wsync-push -q -t 3 \
+			--part 1/3 --group 1 -m policy "$1"' "$TMP/r1.pid" "$TMP/m.1.safetensors" || true
+	) 2>/dev/null &
+	PIDS+=("$!")
 	wait_log "event=begin upload=2"
+	killed=$(cat "$TMP/r1.pid")
+	PIDS+=("$killed")
 	kill -KILL "$killed"
 	push_part 2/3 1 -t 3
 	run -75 wsync-push -q -t 3 --part 0/3 --group 1 -m policy "$TMP/m.0.safetensors"
