@@ -155,6 +155,30 @@ no_version() {
 	wait_log "event=drop model=policy group=1 parts=3 missing=1 reason=\"timeout\""
 }
 
+# push_alone: rank 0 of a group of one part, its version in $TMP/alone.out.
+push_alone() {
+	wsync-push -q --part 0/1 --group 1 -m policy "$TMP/m.0.safetensors" >"$TMP/alone.out" \
+		2>/dev/null
+}
+
+@test "a part pushed again after its pusher was lost replaces the first attempt" {
+	need_test_hooks WSYNC_TEST_PUSH_GATE
+	parts 1 2 6000000
+	start_hub
+	(
+		WSYNC_TEST_PUSH_GATE="$TMP/gate" bash -c 'echo $$ >"$0"; exec wsync-push -q \
+			--part 0/1 --group 1 -m policy "$1"' "$TMP/r0.pid" "$TMP/m.0.safetensors" || true
+	) 2>/dev/null &
+	PIDS+=("$!")
+	wait_log "event=begin upload=1"
+	PIDS+=("$(cat "$TMP/r0.pid")")
+	kill -KILL "$(cat "$TMP/r0.pid")"
+	# Refused (75) while the lost attempt was heard from within 3 s, then taken.
+	wait_until push_alone
+	assert_equal "$(cat "$TMP/alone.out")" "1"
+	wait_log "event=replace model=policy group=1 part=0 upload=1"
+}
+
 @test "a group of 64 parts commits one version of all their tensors" {
 	parts 64 64 4096
 	start_hub
