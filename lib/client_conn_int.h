@@ -56,14 +56,6 @@ struct wsync_client {
 	uint32_t heartbeat_ms;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
-	/*
-	 * A relay's client (hub_relay.c): its gets may read a version still
-	 * arriving at the hub, and each fetch tells arrived the file it writes
-	 * and how much of it is in, from offset 0 without a gap. NULL otherwise.
-	 */
-	void (*arrived)(void *arg, const char *tmp, uint64_t upto);
-	void *arrived_arg;
-	const char *arrived_tmp;        /* the file of the fetch in progress */
 	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
 	int store_here;                 /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
@@ -107,39 +99,6 @@ wsync_name_of(const char *const *names, int n, int i)
 {
 	return i >= 0 && i < n ? names[i] : "?";
 }
-
-/* ---- the connection (client.c) ---- */
-
-/* Starts request op with nfields more fields in e (the caller frees it); returns its id. */
-uint64_t wsync_client_request(wsync_client_t *c, wsync_enc_t *e, const char *op,
-    size_t nfields);
-/* Sends the request e, then data (may be NULL), without blocking; 69 when it cannot. */
-int wsync_client_send(wsync_client_t *c, const wsync_enc_t *e, const void *data, size_t dlen,
-    wsync_err_t *err);
-/* Frees a reply received by wsync_client_recv, wsync_client_await or wsync_client_call. */
-void wsync_client_release(wsync_msg_t *m, wsync_parts_t *p);
-/*
- * Receives the next reply before deadline (monotonic ms). Returns 0 with the
- * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
- * and nothing to free: a malformed reply (*id 0) or a refusal (*id its id),
- * which keep_refusal leaves in m and p for the caller to read and free.
- */
-int wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
-    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
-/*
- * Receives the reply to request id before deadline; replies to other requests
- * are dropped. 0 with it in m and p (the caller frees both), 1 on timeout, -1
- * with err; a refusal of id is 2 when keep_refusal, with err, and m and p.
- */
-int wsync_client_await(wsync_client_t *c, uint64_t id, int64_t deadline, wsync_msg_t *m,
-    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
-/*
- * Sends request e (freed) with data and waits timeout_ms for its reply: 0 with
- * it in m and p (the caller frees both); -1 with err, 75 on timeout naming what.
- */
-int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data,
-    size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
-    wsync_err_t *err);
 
 /* ---- a push sent as a delta (client_pushdelta.c) ---- */
 

@@ -52,26 +52,70 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 }
 
 /*
- * Gets the nranges byte ranges of a version (of the delta to it from base,
- * when base is not 0) into fd, each chunk written at its offset as it
- * arrives, with up to window gets in flight, and hashed by sh (may be NULL)
- * while it is in the cache. With a bound on silence, each get is as long as
- * arrives well within it (pace_int.h).
+ * What one fetch's gets are: the byte ranges of a version (of the delta to it
+ * from base, when base is not 0), hashed by sh (may be NULL) while in the
+ * cache, and the fetch's own options (zero: none; see wsync_fetch_temp_t).
+ */
+struct s_gets {
+	uint64_t base;
+	const wsync_range_t *ranges;
+	size_t nranges;
+	wsync_stream_hash_t *sh;
+	unsigned window;
+	int arriving;
+	void (*written)(void *arg, const char *tmp, uint64_t upto);
+	void *written_arg;
+	const char *tmp;
+};
+
+/* Sends a get of n bytes at off of version h of model; -1 with err. */
+static int
+s_get_send(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
+    const struct s_gets *g, uint64_t off, uint64_t n, uint64_t *id, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	int rc;
+
+	*id = wsync_client_request(c, &e, "get", 4 + (worker != NULL) + (g->base != 0) +
+	    (g->arriving != 0));
+	if (worker != NULL)
+		wsync_enc_kv_str(&e, "worker", worker);
+	if (g->base != 0)
+		wsync_enc_kv_u64(&e, "base", g->base);
+	if (g->arriving)
+		wsync_enc_kv_bool(&e, "arriving", 1);
+	wsync_enc_kv_str(&e, "model", model);
+	wsync_enc_kv_u64(&e, "version", h->version);
+	wsync_enc_kv_u64(&e, "off", off);
+	wsync_enc_kv_u64(&e, "len", n);
+	rc = wsync_client_send(c, &e, NULL, 0, err);
+	wsync_enc_free(&e);
+	return rc;
+}
+
+/*
+ * Gets g's ranges of version h of model into fd, each chunk written at its
+ * offset as it arrives, with up to window gets in flight. With a bound on
+ * silence, each get is as long as arrives well within it (pace_int.h).
  */
 static int
-s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64_t base,
-    const char *worker, int fd, const wsync_range_t *ranges, size_t nranges,
-    wsync_stream_hash_t *sh, int64_t deadline, wsync_err_t *err)
+s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
+    int fd, const struct s_gets *g, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0, total = 0, end = 0;
+	const wsync_range_t *ranges = g->ranges;
+	size_t nranges = g->nranges;
+	unsigned window = g->window > 0 && g->window < c->window ? g->window : c->window;
 	int64_t asked[64];
 	unsigned inflight = 0;
 	wsync_pace_t pace;
+	/* One range from 0: what is in without a gap can be told (g->written). */
+	int from0 = nranges == 1 && ranges[0].off == 0;
 	/*
 	 * The whole file: its pages are allocated ahead of the chunks, unless it
 	 * has them all already (a recycled file), when asking costs a look-up a page.
 	 */
-	int whole = nranges == 1 && ranges[0].off == 0 && ranges[0].len == h->size;
+	int whole = from0 && ranges[0].len == h->size;
 	struct stat st;
 	size_t r = 0;
 
@@ -99,26 +143,12 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 		unsigned at;
 		int rc;
 
-		while (inflight < c->window && r < nranges) {
-			wsync_enc_t e;
+		while (inflight < window && r < nranges) {
 			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
-			ids[inflight] = wsync_client_request(c, &e, "get", 4 + (worker != NULL) +
-			    (base != 0) + (c->arrived != NULL));
 			offs[inflight] = next_off;
 			asked[inflight] = wsync_now_ms();
-			if (worker != NULL)
-				wsync_enc_kv_str(&e, "worker", worker);
-			if (base != 0)
-				wsync_enc_kv_u64(&e, "base", base);
-			if (c->arrived != NULL)
-				wsync_enc_kv_bool(&e, "arriving", 1);
-			wsync_enc_kv_str(&e, "model", model);
-			wsync_enc_kv_u64(&e, "version", h->version);
-			wsync_enc_kv_u64(&e, "off", next_off);
-			wsync_enc_kv_u64(&e, "len", n);
-			rc = wsync_client_send(c, &e, NULL, 0, err);
-			wsync_enc_free(&e);
-			if (rc < 0)
+			if (s_get_send(c, model, h, worker, g, next_off, n, &ids[inflight],
+			    err) < 0)
 				return -1;
 			inflight++;
 			if ((next_off += n) == end) {
@@ -171,7 +201,7 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 			wsync_client_release(&m, &p);
 			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
 		}
-		wsync_stream_hash_chunk(sh, off, wsync_part_data(&p, 2), len);
+		wsync_stream_hash_chunk(g->sh, off, wsync_part_data(&p, 2), len);
 		done += len;
 		c->wire += len;
 		wsync_client_release(&m, &p);
@@ -180,15 +210,14 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 			c->progress(c->progress_arg, done, total);
 		/*
 		 * What is in without a gap: everything below the lowest get still
-		 * out and below the next one to ask for (a whole file is one range
-		 * from 0).
+		 * out and below the next one to ask for.
 		 */
-		if (c->arrived != NULL && whole) {
+		if (g->written != NULL && from0) {
 			uint64_t upto = next_off;
 			for (unsigned i = 0; i < inflight; i++)
 				if (i != at && offs[i] < upto)
 					upto = offs[i];
-			c->arrived(c->arrived_arg, c->arrived_tmp, upto);
+			g->written(g->written_arg, g->tmp, upto);
 		}
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
@@ -206,7 +235,9 @@ wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t
     const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
     wsync_err_t *err)
 {
-	return s_get_ranges(c, model, h, 0, worker, fd, ranges, nranges, NULL, deadline, err);
+	const struct s_gets g = { .ranges = ranges, .nranges = nranges };
+
+	return s_get_ranges(c, model, h, worker, fd, &g, deadline, err);
 }
 
 int
@@ -214,9 +245,10 @@ wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version, uin
     uint64_t size, const char *worker, int fd, int64_t deadline, wsync_err_t *err)
 {
 	const wsync_head_t head = { .version = version, .size = size };
+	const struct s_gets g = { .base = base, .ranges = &(wsync_range_t){ 0, size },
+	    .nranges = 1 };
 
-	return s_get_ranges(c, model, &head, base, worker, fd, &(wsync_range_t){ 0, size }, 1,
-	    NULL, deadline, err);
+	return s_get_ranges(c, model, &head, worker, fd, &g, deadline, err);
 }
 
 /* Where version of model lives in the hub's store (wsync-serve(1), FILES). */
@@ -476,9 +508,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
-		c->arrived_tmp = buf;
-		if (c->arrived != NULL)
-			c->arrived(c->arrived_arg, buf, 0);
+		if (f->written != NULL)
+			f->written(f->written_arg, buf, 0);
 		if (f->select != NULL && f->select->nselect > 0) {
 			if (wsync_client_get_selected(c, model, got, f->what.worker, f->select, fd,
 			    deadline, err) < 0)
@@ -494,8 +525,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			/* No such output: where a large version's tensors lie, the hub says. */
 			if (sh == NULL && got->size >= S_LAYOUT_MIN)
 				sh = s_layout_hash(c, model, got, f->what.worker, deadline);
-			if (s_get_ranges(c, model, got, 0, f->what.worker, fd,
-			    &(wsync_range_t){ 0, got->size }, 1, sh, deadline, err) < 0)
+			const struct s_gets g = { .ranges = &(wsync_range_t){ 0, got->size },
+			    .nranges = 1, .sh = sh, .window = f->window, .arriving = f->arriving,
+			    .written = f->written, .written_arg = f->written_arg, .tmp = buf };
+			if (s_get_ranges(c, model, got, f->what.worker, fd, &g, deadline, err) < 0)
 				goto fail;
 		}
 	}
