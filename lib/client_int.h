@@ -84,9 +84,10 @@ typedef struct wsync_fetch_temp {
 
 /*
  * Fetches f->what into a new temporary file beside f->beside, verified; *tmp
- * (caller frees) names it, *got describes it. The caller renames or unlinks it.
+ * (caller frees) names it, *got says what came and how. The caller renames
+ * or unlinks it.
  */
 int wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
-    wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+    wsync_fetched_t *got, int timeout_ms, wsync_err_t *err);
 
 #endif

@@ -228,7 +228,7 @@ s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, cons
 	    .known = head, .beside = rl->beside, .window = S_WINDOW, .arriving = 1,
 	    .written = s_written, .written_arg = rl };
 	struct relay_have *have = relay_have(rl, model);
-	wsync_head_t got;
+	wsync_fetched_t got;
 	char *tmp = NULL;
 	int rc = 0;
 
@@ -252,12 +252,12 @@ s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, cons
 		}
 		return -1;
 	}
-	if (s_hand_over(rl, model, &got, tmp, origin, err) == 0)
-		have->version = got.version;
+	if (s_hand_over(rl, model, &got.head, tmp, origin, err) == 0)
+		have->version = got.head.version;
 	else if (err->code == EX_TEMPFAIL)
 		rc = -1;
 	else
-		have->failed = got.version;
+		have->failed = got.head.version;
 	unlink(tmp);
 	free(tmp);
 	return rc;

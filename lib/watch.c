@@ -19,21 +19,31 @@
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
 
+/* What a watcher knows of one model it follows. */
+struct s_model {
+	uint64_t failed;        /* the last version whose apply failed */
+	int how;                /* how the version fetched came (WSYNC_TRANSFER_*) */
+	uint64_t wire;          /* its bytes on the wire */
+	uint64_t aged;          /* verifying: the seq last said to be too old */
+	int own;                /* the output is a file this watcher wrote */
+	wsync_recycle_t spare;  /* replaced outputs, with --recycle */
+};
+
+/*
+ * A watcher's state. What a round passes to wsync_client_heads and
+ * wsync_check_round, which take one array each, stays in arrays beside m:
+ * applied, heads, tmp, in_place and next, per model.
+ */
 struct s_watch {
 	const wsync_watch_opts_t *o;
 	wsync_follower_t hub;   /* the hub followed, and its announcements */
+	struct s_model *m;      /* per model */
 	uint64_t *applied;      /* per model: the last version applied (0: none) */
-	uint64_t *failed;       /* per model: the last version whose apply failed */
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
-	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
-	uint64_t *wire;         /* per model: its bytes on the wire */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
 	wsync_applied_t *in_place;  /* verifying: per model, what its output holds */
 	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
-	uint64_t *aged;         /* verifying: per model, the seq last said to be too old */
-	int *own;               /* per model: the output is a file this watcher wrote */
-	wsync_recycle_t *spares;        /* per model: replaced outputs, with --recycle */
 	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 };
@@ -106,7 +116,7 @@ s_failed(struct s_watch *w, int i, uint64_t v, const char *reason)
 	    .version = v, .reason = reason[0] ? reason : "not applied" };
 	wsync_err_t rerr;
 
-	w->failed[i] = v;
+	w->m[i].failed = v;
 	s_log(w, "%s version %" PRIu64 " not applied: %s", w->o->models[i], v, reason);
 	if (wsync_client_report(w->hub.client, &r, S_CALL_MS, &rerr) < 0)
 		s_log(w, "cannot report %s version %" PRIu64 ": %s", w->o->models[i], v, rerr.msg);
@@ -165,7 +175,8 @@ s_store_changed(struct s_watch *w, const char *now)
 	    "version", now, w->store);
 	snprintf(w->store, sizeof(w->store), "%s", now);
 	memset(w->applied, 0, (size_t)w->o->nmodels * sizeof(*w->applied));
-	memset(w->failed, 0, (size_t)w->o->nmodels * sizeof(*w->failed));
+	for (int i = 0; i < w->o->nmodels; i++)
+		w->m[i].failed = 0;
 }
 
 /*
@@ -206,9 +217,9 @@ s_check_age(struct s_watch *w)
 	for (int i = 0; i < w->o->nmodels && w->o->max_age_s > 0; i++) {
 		const wsync_applied_t *a = &w->in_place[i];
 		if (!a->is_signed || a->time + (uint64_t)w->o->max_age_s >= now ||
-		    w->aged[i] == a->seq)
+		    w->m[i].aged == a->seq)
 			continue;
-		w->aged[i] = a->seq;
+		w->m[i].aged = a->seq;
 		s_log(w, "%s: the newest signed version (seq %" PRIu64 ") was signed %" PRIu64
 		    " s ago, more than --max-age %d: is the trainer or the hub stuck?",
 		    w->o->models[i], a->seq, now - a->time, w->o->max_age_s);
@@ -251,9 +262,9 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
 		    .worker = o->worker, .base = o->no_delta ? NULL : o->paths[i] },
 		    .known = &w->heads[i], .beside = o->paths[i],
-		    .recycle = o->recycle ? &w->spares[i] : NULL, .select = o->select };
-		wsync_head_t got;
-		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
+		    .recycle = o->recycle ? &w->m[i].spare : NULL, .select = o->select };
+		wsync_fetched_t got;
+		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->m[i].failed)
 			continue;
 		if (wsync_client_fetch_temp(w->hub.client, &f, &w->tmp[i], &got, S_CALL_MS, err) < 0) {
 			s_drop_temps(w);
@@ -267,16 +278,15 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			}
 			return -1;
 		}
-		if (wsync_client_delta_note(w->hub.client)[0] != '\0')
+		if (got.delta_note[0] != '\0')
 			s_log(w, "%s version %" PRIu64 " fetched whole: %s", o->models[i], v,
-			    wsync_client_delta_note(w->hub.client));
-		w->heads[i] = got;
-		w->how[i] = wsync_client_transfer(w->hub.client);
-		if (o->select != NULL && o->select->nselect > 0 && w->how[i] == WSYNC_TRANSFER_SOCKET)
+			    got.delta_note);
+		w->heads[i] = got.head;
+		w->m[i].how = got.transfer;
+		if (o->select != NULL && o->select->nselect > 0 && w->m[i].how == WSYNC_TRANSFER_SOCKET)
 			s_log(w, "%s version %" PRIu64 ": fetched %" PRIu64 " of %" PRIu64 " bytes "
-			    "for the selection", o->models[i], v, wsync_client_fetched(w->hub.client),
-			    got.size);
-		w->wire[i] = wsync_client_wire(w->hub.client);
+			    "for the selection", o->models[i], v, got.asked, got.head.size);
+		w->m[i].wire = got.wire;
 		moved = 1;
 	}
 	if (!moved)
@@ -286,12 +296,12 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	for (int i = 0; i < o->nmodels; i++) {
 		int rc;
 		/* The file being replaced, when this watcher wrote it, is the next one's spare. */
-		if (o->recycle && w->tmp[i] != NULL && w->own[i])
-			wsync_recycle_keep(&w->spares[i], o->paths[i]);
+		if (o->recycle && w->tmp[i] != NULL && w->m[i].own)
+			wsync_recycle_keep(&w->m[i].spare, o->paths[i]);
 		rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
 		if (rc == 0 && w->tmp[i] != NULL)
-			w->own[i] = w->how[i] == WSYNC_TRANSFER_SOCKET ||
-			    w->how[i] == WSYNC_TRANSFER_DELTA;
+			w->m[i].own = w->m[i].how == WSYNC_TRANSFER_SOCKET ||
+			    w->m[i].how == WSYNC_TRANSFER_DELTA;
 		/* A link to the file the output already is: rename leaves the temporary name. */
 		if (rc == 0 && w->tmp[i] != NULL)
 			unlink(w->tmp[i]);
@@ -311,7 +321,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		    .path = o->paths[i], .beat_ms = (int)wsync_client_heartbeat_ms(w->hub.client),
 		    .beat = s_beat, .beat_ctx = w };
 		wsync_report_t r = { .worker = o->worker, .model = o->models[i],
-		    .transfer = w->how[i], .wire = w->wire[i] };
+		    .transfer = w->m[i].how, .wire = w->m[i].wire };
 		wsync_err_t rerr;
 
 		if (w->tmp[i] == NULL)
@@ -369,7 +379,7 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	memset(head, 0, sizeof(*head));
 	if (wsync_msg_u64(&m, "version", &head->version) < 0)
 		rc = 1;
-	else if (head->version <= w->applied[i] || head->version == w->failed[i] ||
+	else if (head->version <= w->applied[i] || head->version == w->m[i].failed ||
 	    !s_for_me(wsync_msg_get(&m, "workers"), w->o->worker))
 		rc = 0;
 	else if (w->o->nmodels > 1 || wsync_msg_u64(&m, "size", &head->size) < 0 ||
@@ -527,21 +537,15 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	size_t n = (size_t)o->nmodels;
 	int rc = -1;
 
+	w.m = calloc(n, sizeof(*w.m));
 	w.applied = calloc(n, sizeof(*w.applied));
-	w.failed = calloc(n, sizeof(*w.failed));
 	w.heads = calloc(n, sizeof(*w.heads));
 	w.tmp = calloc(n, sizeof(*w.tmp));
-	w.how = calloc(n, sizeof(*w.how));
-	w.wire = calloc(n, sizeof(*w.wire));
 	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
 	w.in_place = calloc(n, sizeof(*w.in_place));
 	w.next = calloc(n, sizeof(*w.next));
-	w.aged = calloc(n, sizeof(*w.aged));
-	w.own = calloc(n, sizeof(*w.own));
-	w.spares = calloc(n, sizeof(*w.spares));
-	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
-	    w.how == NULL || w.wire == NULL || w.leases == NULL || w.in_place == NULL ||
-	    w.next == NULL || w.aged == NULL || w.own == NULL || w.spares == NULL) {
+	if (w.m == NULL || w.applied == NULL || w.heads == NULL || w.tmp == NULL || w.leases == NULL ||
+	    w.in_place == NULL || w.next == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -563,21 +567,16 @@ out:
 	if (w.tmp != NULL)
 		s_drop_temps(&w);
 	free(w.applied);
-	free(w.failed);
 	free(w.heads);
 	free(w.tmp);
-	free(w.how);
-	free(w.wire);
 	for (size_t i = 0; w.leases != NULL && i < n * (o->keep + 1); i++)
 		if (w.leases[i] >= 0)
 			close(w.leases[i]);
 	free(w.leases);
 	free(w.in_place);
 	free(w.next);
-	free(w.aged);
-	for (size_t i = 0; w.spares != NULL && i < n; i++)
-		wsync_recycle_clear(&w.spares[i]);
-	free(w.spares);
-	free(w.own);
+	for (size_t i = 0; w.m != NULL && i < n; i++)
+		wsync_recycle_clear(&w.m[i].spare);
+	free(w.m);
 	return rc;
 }
