@@ -409,3 +409,45 @@ EOF
 	done
 	assert_equal "missing:$missing gone:$gone" "missing: gone:"
 }
+
+# header_functions: each function lib/wsync.h declares, one "SECTION FUNCTION"
+# a line, SECTION the file its section's heading names ("-" before the first).
+header_functions() {
+	awk '
+		BEGIN { section = "-" }
+		/^\/\* ---- / { section = $3; sub(/:$/, "", section); next }
+		/^(typedef|#|\/\*| \*|[ \t])/ { next }
+		match($0, /wsync_[a-z0-9_]+\(/) {
+			print section, substr($0, RSTART, RLENGTH - 1)
+		}' "$ROOT/lib/wsync.h"
+}
+
+@test "every function in wsync.h sits in the section of the file that defines it" {
+	local section fn defined wrong=""
+	while read -r section fn; do
+		defined=$(cd "$ROOT" && grep -lE "^([A-Za-z_][^;=(]*[ *])?$fn\(.*[^;]\$" lib/*.c)
+		[ "$defined" = "$section" ] || wrong="$wrong $fn($section, defined in ${defined:-nothing})"
+	done < <(header_functions)
+	assert_equal "wrong:$wrong" "wrong:"
+	assert [ "$(header_functions | wc -l)" -gt 100 ]
+}
+
+@test "every section of wsync.h names a file of lib/ that exists" {
+	local heading file wrong=""
+	while read -r heading; do
+		file=${heading#"/* ---- "}
+		file=${file%%:*}
+		case $file in
+		lib/*.c) [ -f "$ROOT/$file" ] || wrong="$wrong [$heading]" ;;
+		*) wrong="$wrong [$heading]" ;;
+		esac
+	done < <(grep '^/\* ---- ' "$ROOT/lib/wsync.h")
+	assert_equal "wrong:$wrong" "wrong:"
+}
+
+@test "wsync.h's sections come in the order of HACKING.md's source map" {
+	local sections mapped
+	sections=$(sed -n 's|^/\* ---- \(lib/[^:]*\):.*|\1|p' "$ROOT/lib/wsync.h")
+	mapped=$(sed -n 's/^| `\(lib\/[^`]*\.c\)` |.*/\1/p' "$ROOT/HACKING.md" | grep -Fx "$sections")
+	assert_equal "$sections" "$mapped"
+}
