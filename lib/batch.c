@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sysexits.h>
 
-#include "wsync.h"
+#include "batch_int.h"
 
 /* How long a session waits to say hello again after the hub went away. */
 #define S_CONNECT_MS 5000

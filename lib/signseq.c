@@ -8,6 +8,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "batch_int.h"
 #include "tempfile_int.h"
 
 /* Reads the counter at path into *last: 0 when there is no file yet; -1 with err. */

@@ -451,3 +451,9 @@ header_functions() {
 	mapped=$(sed -n 's/^| `\(lib\/[^`]*\.c\)` |.*/\1/p' "$ROOT/HACKING.md" | grep -Fx "$sections")
 	assert_equal "$sections" "$mapped"
 }
+
+@test "wsync.h holds none of wsync-push's option grammar" {
+	run grep -nE 'WSYNC_PUSH_|wsync_push_req|wsync_batch_|wsync_parse_|wsync_split' "$ROOT/lib/wsync.h"
+	assert_failure 1
+	assert_output ""
+}
