@@ -17,6 +17,7 @@
 #include "pace_int.h"
 #include "signcheck_int.h"
 #include "signround_int.h"
+#include "store_int.h"
 #include "stream_hash_int.h"
 #include "tempfile_int.h"
 
@@ -224,7 +225,7 @@ static int
 s_store_path(const wsync_client_t *c, const char *model, uint64_t version, char *buf,
     size_t size, wsync_err_t *err)
 {
-	if (snprintf(buf, size, "%s/%s/%" PRIu64 ".wsync", c->store, model, version) >= (int)size)
+	if (wsync_store_version_path(buf, size, c->store, model, version, 0) < 0)
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", c->store);
 	return 0;
 }

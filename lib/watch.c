@@ -229,17 +229,15 @@ s_check_signed(struct s_watch *w, wsync_err_t *err)
 static void
 s_check_age(struct s_watch *w)
 {
-	uint64_t now = (uint64_t)time(NULL);
-
 	for (int i = 0; i < w->o->nmodels && w->o->max_age_s > 0; i++) {
 		const wsync_applied_t *a = &w->in_place[i];
-		if (!a->is_signed || a->time + (uint64_t)w->o->max_age_s >= now ||
-		    w->aged[i] == a->seq)
+		uint64_t age = wsync_applied_age_over(a, w->o->max_age_s);
+		if (age == 0 || w->aged[i] == a->seq)
 			continue;
 		w->aged[i] = a->seq;
 		s_log(w, "%s: the newest signed version (seq %" PRIu64 ") was signed %" PRIu64
 		    " s ago, more than --max-age %d: is the trainer or the hub stuck?",
-		    w->o->models[i], a->seq, now - a->time, w->o->max_age_s);
+		    w->o->models[i], a->seq, age, w->o->max_age_s);
 	}
 }
 

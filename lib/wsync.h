@@ -327,6 +327,9 @@ int wsync_ckpt_write(const wsync_file_t *f, const char *dir, const wsync_ckpt_ou
  */
 int wsync_ckpt_publish(const wsync_file_t *f, const char *link, uint64_t version,
     const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
+/* wsync_ckpt_publish of the .wsync file at path, opened and closed for the call. */
+int wsync_ckpt_publish_path(const char *path, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
 
 /* ---- lib/signkey.c: ed25519 signing keys (wsync-format(5), SIGNATURES) ---- */
 
@@ -470,6 +473,12 @@ typedef struct wsync_applied {
 } wsync_applied_t;
 /* Reads what the file at path holds into a; a missing or unreadable file holds nothing. */
 void wsync_applied_read(const char *path, wsync_applied_t *a);
+/*
+ * The seconds since a was signed, when they are more than max_age_s (> 0):
+ * a version in place grown older than its reader accepts; 0 when a is
+ * unsigned, signed since, or max_age_s is 0.
+ */
+uint64_t wsync_applied_age_over(const wsync_applied_t *a, int max_age_s);
 /* Reads file's manifest without checking its signature (wsync_manifest_free after); -1 when it has none. */
 int wsync_manifest_of(const wsync_file_t *file, wsync_manifest_t *m);
 /*
