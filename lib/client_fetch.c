@@ -338,8 +338,8 @@ out:
 int
 wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
 {
-	return wsync_err_set(err, EX_USAGE, "--transfer %s: the hub's store is not visible "
-	    "from here (another host, user or mount namespace); use socket or auto",
+	return wsync_err_set(err, EX_USAGE, "transfer by %s: the hub's store is not visible "
+	    "from here (another host, user or mount namespace); socket or auto works",
 	    wsync_transfer_name(c->transfer));
 }
 
@@ -375,8 +375,8 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 		if (e == ENOENT && access(src, F_OK) < 0)
 			return s_retired(model, got->version, err);
 		if (c->transfer == WSYNC_TRANSFER_LINK && e == EXDEV)
-			return wsync_err_set(err, EX_USAGE, "--transfer link: cannot link %s to %s: "
-			    "%s (--transfer copy works across file systems)", src, path,
+			return wsync_err_set(err, EX_USAGE, "cannot link %s to %s: "
+			    "%s (a copy works across file systems)", src, path,
 			    strerror(e));
 		if (c->transfer == WSYNC_TRANSFER_LINK)
 			return wsync_err_set(err, EX_IOERR, "cannot link %s to %s: %s", src, path,

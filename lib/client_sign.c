@@ -26,8 +26,7 @@ int
 wsync_client_sign_seq(wsync_client_t *c, uint64_t seq, wsync_err_t *err)
 {
 	if (seq != 0 && c->sign == NULL)
-		return wsync_err_set(err, EX_USAGE, "--seq goes with --sign-key: an unsigned "
-		    "push has no sequence number");
+		return wsync_err_set(err, EX_USAGE, "an unsigned push has no sequence number");
 	c->sign_seq = seq;
 	return 0;
 }

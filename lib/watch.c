@@ -236,7 +236,7 @@ s_check_age(struct s_watch *w)
 			continue;
 		w->aged[i] = a->seq;
 		s_log(w, "%s: the newest signed version (seq %" PRIu64 ") was signed %" PRIu64
-		    " s ago, more than --max-age %d: is the trainer or the hub stuck?",
+		    " s ago, more than the maximum age of %d s: is the trainer or the hub stuck?",
 		    w->o->models[i], a->seq, age, w->o->max_age_s);
 	}
 }
@@ -529,7 +529,7 @@ s_run(struct s_watch *w, wsync_err_t *err)
 		for (int i = 0; i < o->nmodels; i++) {
 			if (o->max_lag && w->heads[i].version > w->applied[i] + o->max_lag)
 				return wsync_err_set(err, EX_TEMPFAIL, "%s: applied version %" PRIu64
-				    " is %" PRIu64 " behind the head %" PRIu64 " (--max-lag %" PRIu64 ")",
+				    " is %" PRIu64 " behind the head %" PRIu64 " (more than %" PRIu64 ")",
 				    o->models[i], w->applied[i], w->heads[i].version - w->applied[i],
 				    w->heads[i].version, o->max_lag);
 		}

@@ -936,7 +936,7 @@ int64_t wsync_now_ms(void);
 /* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
 int wsync_id_check(const char *s);
 
-/* ---- lib/endpoint.c: where a hub listens when nobody says ---- */
+/* ---- lib/endpoint.c: where a hub listens when nobody says; who reaches it ---- */
 
 /*
  * The per-user runtime directory, created 0700 and checked to be private:
@@ -945,5 +945,7 @@ int wsync_id_check(const char *s);
 int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 /* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
 int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
+/* 1 when no other host reaches endpoint: not tcp://, or tcp:// on a loopback address. */
+int wsync_endpoint_local(const char *endpoint);
 
 #endif

@@ -457,3 +457,15 @@ header_functions() {
 	assert_failure 1
 	assert_output ""
 }
+
+@test "no library message names a command-line option" {
+	# batch.c parses wsync-push's options (batch_int.h, the programs' own): its
+	# messages are about the words typed. Log lines keep their form.
+	local f found=""
+	for f in "$ROOT"/lib/*.c; do
+		[ "${f##*/}" = batch.c ] && continue
+		found=$found$(grep -nE '"[^"]*--[a-z][^"]*"' "$f" |
+		    grep -vE '^[0-9]+:[[:space:]]*(/?\*)|wsync_logf' | sed "s|^|${f##*/}:|")
+	done
+	assert_equal "$found" ""
+}
