@@ -9,7 +9,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "client_conn_int.h"
+#include "push_session_int.h"
 #include "io_int.h"
 #include "source_int.h"
 
@@ -187,12 +187,16 @@ int
 wsync_client_push_part(wsync_client_t *c, unsigned part, unsigned parts, uint64_t group,
     wsync_err_t *err)
 {
+	struct wsync_push_session *ps;
+
 	if (parts > 256 || (parts != 0 && part >= parts))
 		return wsync_err_set(err, EX_USAGE, "part %u of %u: a version has 1 to 256 parts, "
 		    "numbered from 0", part, parts);
-	c->part = part;
-	c->parts = parts;
-	c->group = group;
+	if ((ps = wsync_push_session(c, err)) == NULL)
+		return -1;
+	ps->part = part;
+	ps->parts = parts;
+	ps->group = group;
 	return 0;
 }
 
@@ -200,12 +204,14 @@ wsync_client_push_part(wsync_client_t *c, unsigned part, unsigned parts, uint64_
 static size_t
 s_pack_part(const wsync_client_t *c, wsync_enc_t *e, int timeout_ms)
 {
-	if (c->parts == 0)
+	const struct wsync_push_session *ps = wsync_push_find(c);
+
+	if (ps == NULL || ps->parts == 0)
 		return 0;
 	if (e != NULL) {
-		wsync_enc_kv_u64(e, "group", c->group);
-		wsync_enc_kv_u64(e, "part", c->part);
-		wsync_enc_kv_u64(e, "parts", c->parts);
+		wsync_enc_kv_u64(e, "group", ps->group);
+		wsync_enc_kv_u64(e, "part", ps->part);
+		wsync_enc_kv_u64(e, "parts", ps->parts);
 		wsync_enc_kv_u64(e, "timeout_ms", (uint64_t)timeout_ms);
 	}
 	return 4;
@@ -215,7 +221,7 @@ s_pack_part(const wsync_client_t *c, wsync_enc_t *e, int timeout_ms)
 static int
 s_part_grace(const wsync_client_t *c)
 {
-	return c->parts != 0 ? 2000 : 0;
+	return s_pack_part(c, NULL, 0) != 0 ? 2000 : 0;
 }
 
 #ifdef WSYNC_TEST_HOOKS
@@ -265,7 +271,7 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	    &p, err);
 	free(joined);
 	/* A part's 75 is the hub's word on the parts missing, kept as it is. */
-	if (rc < 0 && err->code == EX_TEMPFAIL && c->parts == 0)
+	if (rc < 0 && err->code == EX_TEMPFAIL && s_part_grace(c) == 0)
 		wsync_err_set(err, EX_TEMPFAIL, "put: no answer from %s within the timeout"
 		    WSYNC_MAYBE_COMMITTED, c->endpoint);
 	if (rc < 0)
@@ -315,7 +321,7 @@ s_deltas(wsync_client_t *c, const wsync_push_item_t *items, wsync_source_t **src
 {
 	int i;
 
-	for (i = 0; i < n && items[i].base == NULL && !c->keep_pushed; i++)
+	for (i = 0; i < n && items[i].base == NULL && !wsync_push_find(c)->keep_pushed; i++)
 		;
 	if (i == n)
 		return 0;
@@ -390,6 +396,7 @@ int
 wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
 {
+	struct wsync_push_session *ps = wsync_push_session(c, err);
 	wsync_source_t **src = calloc((size_t)n + 1, sizeof(*src));
 	const char **models = calloc((size_t)n + 1, sizeof(*models));
 	uint64_t *sizes = calloc((size_t)n + 1, sizeof(*sizes));
@@ -400,22 +407,22 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	size_t total = 0;
 	int rc = -1, i, hand_over;
 
-	if (src == NULL || models == NULL || sizes == NULL) {
+	if (ps == NULL || src == NULL || models == NULL || sizes == NULL) {
 		free(src);
 		free(models);
 		free(sizes);
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
-	c->delta_note[0] = '\0';
+	ps->delta_note[0] = '\0';
 	for (i = 0; i < n; i++) {
-		if ((src[i] = c->sign != NULL ? wsync_source_open_tree(items[i].path,
+		if ((src[i] = ps->sign != NULL ? wsync_source_open_tree(items[i].path,
 		    items[i].model, err) : wsync_source_open(items[i].path, items[i].model,
 		    err)) == NULL)
 			goto out;
 		models[i] = items[i].model;
 	}
 	/* A signed push always goes through trees: the signature goes into their meta. */
-	if (c->sign != NULL && s_sources_sign(c, src, n, err) < 0)
+	if (ps->sign != NULL && s_sources_sign(c, src, n, err) < 0)
 		goto out;
 	for (i = 0; i < n; i++) {
 		if ((sizes[i] = wsync_source_size(src[i], err)) == 0)
@@ -428,7 +435,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		goto out;
 	}
 	/* One message is as cheap as handing files over; auto only hands over larger pushes. */
-	hand_over = c->parts == 0 && c->store_here && (c->transfer == WSYNC_TRANSFER_LINK ||
+	hand_over = s_pack_part(c, NULL, 0) == 0 && c->store_here && (c->transfer == WSYNC_TRANSFER_LINK ||
 	    c->transfer == WSYNC_TRANSFER_COPY ||
 	    (c->transfer == WSYNC_TRANSFER_AUTO && total > c->chunk));
 	if (total <= c->chunk && !hand_over) {
@@ -441,13 +448,13 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	/* A base the hub no longer has as it was, or a delta it could not apply: whole. */
 	if (rc < 0 && send != NULL && s_any_delta(send, n) && (err->code == EX_NOINPUT ||
 	    err->code == EX_DATAERR)) {
-		snprintf(c->delta_note, sizeof(c->delta_note), "%.*s", WSYNC_MAX_REASON - 1,
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "%.*s", WSYNC_MAX_REASON - 1,
 		    err->msg);
 		for (i = 0; i < n; i++)
 			wsync_client_pushdelta_whole(&send[i], sizes[i]);
 		rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
 	}
-	for (i = 0; rc == 0 && send != NULL && c->keep_pushed && i < n; i++)
+	for (i = 0; rc == 0 && send != NULL && ps->keep_pushed && i < n; i++)
 		wsync_client_pushdelta_keep(c, &items[i], &send[i]);
 out:
 	for (i = 0; i < n; i++) {
@@ -475,4 +482,12 @@ wsync_client_abort(wsync_client_t *c, uint64_t upload, int timeout_ms, wsync_err
 		return -1;
 	wsync_client_release(&m, &p);
 	return 0;
+}
+
+const char *
+wsync_client_delta_note(const wsync_client_t *c)
+{
+	const struct wsync_push_session *ps = wsync_push_find(c);
+
+	return ps != NULL ? ps->delta_note : "";
 }
