@@ -10,6 +10,12 @@
 void cli_init(const char *prog);
 /* The program name given to cli_init. */
 const char *cli_prog(void);
+/*
+ * msg, a library message, with the options of the programs named again
+ * where it speaks of what one sets (the base, the transfer, a key...), into
+ * out; returns out. Every message a program prints goes through it.
+ */
+const char *cli_options_named(const char *msg, char *out, size_t size);
 /* Prints "PROG: message" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "PROG: message" on stderr and exits with code. */

@@ -145,7 +145,7 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 {
 	wsync_batch_t *batch;
 	wsync_err_t err;
-	char *line = NULL, *answer;
+	char *line = NULL, *answer, named[4096];
 	size_t cap = 0;
 
 	if ((batch = wsync_batch_new(client, &err)) == NULL)
@@ -153,7 +153,10 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 	while (getline(&line, &cap, stdin) >= 0 && !*stop) {
 		if (wsync_batch_serve(batch, line, &answer) < 0)
 			cli_die(EX_SOFTWARE, "out of memory");
-		if (answer != NULL)
+		/* An error line is a message: it names this program's options. */
+		if (answer != NULL && strncmp(answer, "error ", 6) == 0)
+			printf("%s\n", cli_options_named(answer, named, sizeof(named)));
+		else if (answer != NULL)
 			printf("%s\n", answer);
 		free(answer);
 		if (*stop)
