@@ -393,7 +393,7 @@ s_cast_tensor(struct s_cast *s, const wsync_tensor_t *t, wsync_err_t *err)
 		    "dtype (f64, f32, f16 or bf16)", in, t->path, rule, wsync_dtype_name(t->dtype));
 	if (r->scaling == WSYNC_SCALING_BLOCK128 && t->ndim != 2)
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: cast %s: block128 scaling "
-		    "needs a 2-D tensor, this one has %d dimensions", in, t->path, rule, t->ndim);
+		    "needs a 2-D tensor, this one is %d-D", in, t->path, rule, t->ndim);
 	if (r->dtype != WSYNC_F8E4M3) {
 		if ((out = s_keep(s, (size_t)(count * wsync_dtype_size(r->dtype)), err)) == NULL)
 			return -1;
