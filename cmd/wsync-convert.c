@@ -122,6 +122,7 @@ s_parse_args(int argc, char **argv, struct args *a)
 		    "too many arguments: needs IN and OUT");
 	a->in = argv[optind];
 	a->out = argv[optind + 1];
+	cli_cast_rules();            /* the rules checked as a whole: a usage error first */
 }
 
 /* The kind named by OUT's extension; -1 for "-" or another extension. */

@@ -586,41 +586,28 @@ out:
 }
 
 int
-wsync_cast_write(const wsync_file_t *f, const wsync_cast_t *c, const char *path,
-    wsync_err_t *err)
+wsync_cast_write(const wsync_file_t *cast, const char *path, wsync_err_t *err)
 {
-	wsync_file_t *cast = wsync_cast_file(f, c, NULL, err);
 	char tmp[4096];
-	int fd, rc = -1;
+	int fd;
 
-	if (cast == NULL)
-		return -1;
 	if ((fd = wsync_temp_open(path, tmp, sizeof(tmp), err)) < 0)
-		goto out;
+		return -1;
 	if (wsync_write_all(fd, wsync_file_bytes(cast), (size_t)wsync_file_size(cast)) < 0) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", tmp, strerror(errno));
 		close(fd);
 		unlink(tmp);
-		goto out;
+		return -1;
 	}
-	rc = wsync_temp_commit(fd, tmp, path, 0644 & ~wsync_umask(), err);
-out:
-	wsync_file_close(&cast);
-	return rc;
+	return wsync_temp_commit(fd, tmp, path, 0644 & ~wsync_umask(), err);
 }
 
 int
-wsync_cast_publish(const wsync_file_t *f, const wsync_cast_t *c, const char *link,
-    uint64_t version, const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size,
-    wsync_err_t *err)
+wsync_cast_publish(const wsync_file_t *cast, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err)
 {
+	/* The selection made the cast; its scales need not match the patterns. */
 	wsync_ckpt_out_t whole = { .shard_size = o != NULL ? o->shard_size : 0 };
-	wsync_file_t *cast = wsync_cast_file(f, c, o, err);
-	int rc;
 
-	if (cast == NULL)
-		return -1;
-	rc = wsync_ckpt_publish(cast, link, version, &whole, keep, real, size, err);
-	wsync_file_close(&cast);
-	return rc;
+	return wsync_ckpt_publish(cast, link, version, &whole, keep, real, size, err);
 }

@@ -1099,12 +1099,13 @@ wsync_file_t *wsync_tree_image(wsync_tree_t *tree, const char *name, wsync_err_t
  */
 wsync_file_t *wsync_cast_file(const wsync_file_t *f, const wsync_cast_t *c,
     const wsync_ckpt_out_t *select, wsync_err_t *err);
-/* Writes f cast by c to path atomically, as a .wsync file. */
-int wsync_cast_write(const wsync_file_t *f, const wsync_cast_t *c, const char *path,
-    wsync_err_t *err);
-/* wsync_ckpt_publish of f cast by c (o's selection cast, o's shard size). */
-int wsync_cast_publish(const wsync_file_t *f, const wsync_cast_t *c, const char *link,
-    uint64_t version, const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size,
-    wsync_err_t *err);
+/* Writes a cast (wsync_cast_file's) to path atomically, as a .wsync file. */
+int wsync_cast_write(const wsync_file_t *cast, const char *path, wsync_err_t *err);
+/*
+ * wsync_ckpt_publish of a cast (wsync_cast_file's, which applied o's
+ * selection) with o's shard size.
+ */
+int wsync_cast_publish(const wsync_file_t *cast, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
 
 #endif
