@@ -97,6 +97,20 @@ policy"
 	cmp ck/tokenizer.json out/tokenizer.json
 }
 
+@test "a checkpoint directory as input is cast, its config.json included" {
+	"$PY" "$FIXTURES/mkckpt.py" make ck --layers 1 --hidden 64 --vocab 100 --inter 160
+	run -0 wsync-convert --cast '*_proj.weight=f8e4m3:block128' ck/ out.wsync
+	wsync-convert ck/ in.safetensors
+	# Every tensor as the rule makes it; only config.json, a small file, differs.
+	run -1 ref_check in.safetensors out.wsync '*_proj.weight=f8e4m3:block128'
+	assert_line "model.layers.0.mlp.gate_proj.weight_scale_inv F32 [2,1] same"
+	run -0 grep -v ' same$' <<<"$output"
+	assert_output --regexp '^__files__.config.json U8 \[[0-9]+\] DIFFERENT$'
+	wsync-convert out.wsync back/
+	run -0 jq -c .quantization_config.modules_to_not_convert back/config.json
+	assert_output '["lm_head","model.embed_tokens"]'
+}
+
 @test "tensor scaling's quantization_config has no weight_block_size" {
 	"$PY" "$FIXTURES/mkckpt.py" make ck --layers 1 --hidden 64 --vocab 100 --inter 160
 	wsync-convert -m policy ck/ in.wsync

@@ -30,7 +30,8 @@ tensor() {
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-convert --help
 	assert_output - <<'EOF'
-usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] [--shard-size BYTES] IN OUT
+usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] [--shard-size BYTES]
+                     [--cast PATTERN=DTYPE[:SCALING]]... IN OUT
 
 Converts IN, a safetensors or .wsync file (told apart by content) or a checkpoint
 directory (shards, an index, small files), to OUT. IN and OUT may be - for stdin
@@ -46,6 +47,10 @@ and stdout.
                            writes a new checkpoint directory OUT
       --shard-size BYTES   dir output: tensor bytes per shard at most (default
                            2 GiB)
+      --cast PATTERN=DTYPE[:SCALING]
+                           write the tensors whose names match the glob as DTYPE
+                           (bf16, f16, f32, or f8e4m3 with block128 or tensor
+                           scaling); the first matching rule decides (repeatable)
   -h, --help               show this help
   -V, --version            show the version
 
