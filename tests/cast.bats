@@ -226,6 +226,36 @@ Try 'wsync-pull --help'."
 
 STEP=('*norm.weight=bf16' '*.weight=f8e4m3:block128')
 
+@test "a pull of several models with --cast writes none of them when one cast is refused" {
+	"$PY" "$FIXTURES/fp8ref.py" make in.safetensors
+	wsync-convert -m policy in.safetensors policy.wsync
+	wsync-convert -m critic in.safetensors critic.wsync
+	start_hub
+	wsync-push -q -m policy=policy.wsync -m critic=critic.wsync >/dev/null
+	mkdir out
+	run -65 wsync-pull -q --cast 'model.*=bf16' --cast 'f32.*=f8e4m3:tensor' -m policy -m critic -o out
+	assert_output "wsync-pull: out/.policy.wsync: tensor f32.ties: cast f32.*=f8e4m3:tensor: element 9 is NaN: no scale can be computed"
+	run -0 ls out
+	assert_output ""
+	run -0 wsync-pull -q --cast 'f32.*=f16' -m policy -m critic -o out
+	assert_output "policy 1
+critic 1"
+	run -0 ls out
+	assert_output "critic.wsync
+policy.wsync"
+}
+
+@test "on the hub's host a cast output is a copy where --transfer link gave a link" {
+	"$PY" "$FIXTURES/fp8ref.py" make in.safetensors
+	wsync-convert -m policy in.safetensors in.wsync
+	start_hub
+	wsync-push -q -m policy in.wsync >/dev/null
+	run -0 wsync-pull -q --transfer link --cast 'f32.*=f16' -m policy -o p.wsync
+	run -0 stat -c %h .p.wsync.wsync p.wsync
+	assert_output "2
+1"
+}
+
 # steps N: $TMP/sV.wsync for V in 1..N, bf16, each 1% changed from the one before.
 steps() {
 	"$PY" "$FIXTURES/mkstep.py" chain bf16 0.01 262144 "$1" "$TMP/s"
