@@ -146,6 +146,43 @@ s_load(wsync_dtype_t dtype, const void *data, uint64_t i)
 	}
 }
 
+/* Elements [i, i + n) of a float tensor as float32 into out: s_load, the switch once a run. */
+static void
+s_load_run(wsync_dtype_t dtype, const void *data, uint64_t i, size_t n, float *out)
+{
+	const unsigned char *p = data;
+	uint16_t h;
+	uint32_t u;
+	double d;
+
+	switch (dtype) {
+	case WSYNC_F32:
+		memcpy(out, p + 4 * i, 4 * n);
+		break;
+	case WSYNC_F64:
+		for (size_t k = 0; k < n; k++) {
+			memcpy(&d, p + 8 * (i + k), 8);
+			out[k] = (float)d;
+		}
+		break;
+	case WSYNC_BF16:
+		for (size_t k = 0; k < n; k++) {
+			memcpy(&h, p + 2 * (i + k), 2);
+			u = (uint32_t)h << 16;
+			memcpy(&out[k], &u, 4);
+		}
+		break;
+	default:
+		for (size_t k = 0; k < n; k++) {
+			memcpy(&h, p + 2 * (i + k), 2);
+			out[k] = s_f16(h);
+		}
+	}
+}
+
+/* Elements a run converts at a time: 16 KiB of float32, in the L1 cache. */
+#define S_RUN 4096
+
 static int
 s_is_float(wsync_dtype_t dtype)
 {
@@ -158,21 +195,25 @@ wsync_cast_convert(wsync_dtype_t from, const void *src, uint64_t count, wsync_dt
     void *dst, uint64_t *bad)
 {
 	unsigned char *out = dst;
+	float x[S_RUN];
 
-	for (uint64_t i = 0; i < count; i++) {
-		float x = s_load(from, src, i);
-		uint16_t h;
+	for (uint64_t i = 0; i < count; i += S_RUN) {
+		size_t n = count - i < S_RUN ? (size_t)(count - i) : S_RUN;
+		s_load_run(from, src, i, n, x);
 		if (to == WSYNC_F32) {
-			memcpy(out + 4 * i, &x, 4);
+			memcpy(out + 4 * i, x, 4 * n);
 			continue;
 		}
-		if (to == WSYNC_BF16)
-			h = wsync_bf16_from_f32(x);
-		else if (wsync_f16_from_f32(x, &h) < 0) {
-			*bad = i;
-			return -1;
+		for (size_t k = 0; k < n; k++) {
+			uint16_t h;
+			if (to == WSYNC_BF16)
+				h = wsync_bf16_from_f32(x[k]);
+			else if (wsync_f16_from_f32(x[k], &h) < 0) {
+				*bad = i + k;
+				return -1;
+			}
+			memcpy(out + 2 * (i + k), &h, 2);
 		}
-		memcpy(out + 2 * i, &h, 2);
 	}
 	return 0;
 }
@@ -183,30 +224,39 @@ wsync_fp8_quantize(wsync_dtype_t dtype, const void *x, uint64_t m, uint64_t n, u
 {
 	uint64_t bm = block ? block : (m > 0 ? m : 1), bn = block ? block : (n > 0 ? n : 1);
 	uint64_t nbn = (n + bn - 1) / bn;
+	float v[S_RUN];
 
 	for (uint64_t r0 = 0; r0 < m; r0 += bm)
 		for (uint64_t c0 = 0; c0 < n; c0 += bn) {
 			uint64_t r1 = r0 + bm < m ? r0 + bm : m, c1 = c0 + bn < n ? c0 + bn : n;
 			float amax = 0.0f, s;
 			for (uint64_t r = r0; r < r1; r++)
-				for (uint64_t c = c0; c < c1; c++) {
-					float v = s_load(dtype, x, r * n + c);
-					if (!isfinite(v)) {
-						*bad = r * n + c;
-						return -1;
+				for (uint64_t c = c0; c < c1; c += S_RUN) {
+					size_t len = c1 - c < S_RUN ? (size_t)(c1 - c) : S_RUN;
+					s_load_run(dtype, x, r * n + c, len, v);
+					for (size_t k = 0; k < len; k++) {
+						if (!isfinite(v[k])) {
+							*bad = r * n + c + k;
+							return -1;
+						}
+						amax = fmaxf(amax, fabsf(v[k]));
 					}
-					amax = fmaxf(amax, fabsf(v));
 				}
 			s = amax / S_E4M3_MAX;
 			if (s < S_SCALE_MIN)
 				s = S_SCALE_MIN;
 			scales[(r0 / bm) * nbn + c0 / bn] = s;
 			for (uint64_t r = r0; r < r1; r++)
-				for (uint64_t c = c0; c < c1; c++) {
-					/* A division, not a product with 1/s: the rule's rounding. */
-					float y = s_load(dtype, x, r * n + c) / s;
-					y = y > S_E4M3_MAX ? S_E4M3_MAX : y < -S_E4M3_MAX ? -S_E4M3_MAX : y;
-					q[r * n + c] = wsync_e4m3_from_f32(y);
+				for (uint64_t c = c0; c < c1; c += S_RUN) {
+					size_t len = c1 - c < S_RUN ? (size_t)(c1 - c) : S_RUN;
+					s_load_run(dtype, x, r * n + c, len, v);
+					for (size_t k = 0; k < len; k++) {
+						/* A division, not a product with 1/s: the rule's rounding. */
+						float y = v[k] / s;
+						y = y > S_E4M3_MAX ? S_E4M3_MAX : y < -S_E4M3_MAX ?
+						    -S_E4M3_MAX : y;
+						q[r * n + c + k] = wsync_e4m3_from_f32(y);
+					}
 				}
 		}
 	/* A tensor of no elements still gets its one scale. */
