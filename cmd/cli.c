@@ -551,7 +551,7 @@ cli_cast(const char *spec)
 	    sizeof(*s_cast_rules))) == NULL)
 		cli_die(EX_SOFTWARE, "out of memory");
 	if (wsync_cast_parse(spec, &s_cast_rules[s_cast.n], &err) < 0)
-		cli_usage_error("%s", err.msg);
+		cli_usage_error("--cast %s", err.msg);
 	s_cast.rules = s_cast_rules;
 	s_cast.n++;
 }
@@ -562,6 +562,6 @@ cli_cast_rules(void)
 	wsync_err_t err;
 
 	if (wsync_cast_check(&s_cast, &err) < 0)
-		cli_usage_error("%s", err.msg);
+		cli_usage_error("--cast: %s", err.msg);
 	return &s_cast;
 }

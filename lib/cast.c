@@ -288,10 +288,10 @@ wsync_cast_parse(const char *spec, wsync_cast_rule_t *rule, wsync_err_t *err)
 	size_t plen;
 
 	if (eq == NULL || eq == spec)
-		return wsync_err_set(err, EX_USAGE, "--cast \"%s\": want PATTERN=DTYPE[:SCALING]",
+		return wsync_err_set(err, EX_USAGE, "\"%s\": want PATTERN=DTYPE[:SCALING]",
 		    spec);
 	if ((plen = (size_t)(eq - spec)) >= sizeof(rule->pattern))
-		return wsync_err_set(err, EX_USAGE, "--cast \"%.40s...\": a pattern of at most %zu "
+		return wsync_err_set(err, EX_USAGE, "\"%.40s...\": a pattern of at most %zu "
 		    "bytes", spec, sizeof(rule->pattern) - 1);
 	memcpy(rule->pattern, spec, plen);
 	rule->pattern[plen] = '\0';
@@ -299,21 +299,21 @@ wsync_cast_parse(const char *spec, wsync_cast_rule_t *rule, wsync_err_t *err)
 	snprintf(dtype, sizeof(dtype), "%.*s", colon ? (int)(colon - eq - 1) : 15, eq + 1);
 	if (wsync_dtype_from_name(dtype, &rule->dtype) < 0 || (rule->dtype != WSYNC_BF16 &&
 	    rule->dtype != WSYNC_F16 && rule->dtype != WSYNC_F32 && rule->dtype != WSYNC_F8E4M3))
-		return wsync_err_set(err, EX_USAGE, "--cast \"%s\": cannot cast to \"%s\" (bf16, "
+		return wsync_err_set(err, EX_USAGE, "\"%s\": cannot cast to \"%s\" (bf16, "
 		    "f16, f32 or f8e4m3)", spec, dtype);
 	rule->scaling = WSYNC_SCALING_NONE;
 	if (colon != NULL && rule->dtype != WSYNC_F8E4M3)
-		return wsync_err_set(err, EX_USAGE, "--cast \"%s\": only f8e4m3 takes a scaling",
+		return wsync_err_set(err, EX_USAGE, "\"%s\": only f8e4m3 takes a scaling",
 		    spec);
 	if (colon != NULL && strcmp(colon + 1, "block128") == 0)
 		rule->scaling = WSYNC_SCALING_BLOCK128;
 	else if (colon != NULL && strcmp(colon + 1, "tensor") == 0)
 		rule->scaling = WSYNC_SCALING_TENSOR;
 	else if (colon != NULL)
-		return wsync_err_set(err, EX_USAGE, "--cast \"%s\": unknown scaling \"%s\" "
+		return wsync_err_set(err, EX_USAGE, "\"%s\": unknown scaling \"%s\" "
 		    "(block128 or tensor)", spec, colon + 1);
 	else if (rule->dtype == WSYNC_F8E4M3)
-		return wsync_err_set(err, EX_USAGE, "--cast \"%s\": f8e4m3 needs a scaling: "
+		return wsync_err_set(err, EX_USAGE, "\"%s\": f8e4m3 needs a scaling: "
 		    "f8e4m3:block128 or f8e4m3:tensor", spec);
 	return 0;
 }
@@ -328,7 +328,7 @@ wsync_cast_check(const wsync_cast_t *c, wsync_err_t *err)
 		tensor |= c->rules[i].scaling == WSYNC_SCALING_TENSOR;
 	}
 	if (block && tensor)
-		return wsync_err_set(err, EX_USAGE, "--cast: block128 and tensor scaling in one "
+		return wsync_err_set(err, EX_USAGE, "block128 and tensor scaling in one "
 		    "cast: a checkpoint's quantization_config has one weight_block_size");
 	return 0;
 }

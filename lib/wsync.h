@@ -1052,7 +1052,7 @@ typedef struct wsync_cast {
 	int n;
 } wsync_cast_t;
 
-/* Parses PATTERN=DTYPE[:SCALING] into rule; 64 naming spec when it is not one. */
+/* Parses PATTERN=DTYPE[:SCALING] into rule; 64 when it is not one (message: "SPEC": why). */
 int wsync_cast_parse(const char *spec, wsync_cast_rule_t *rule, wsync_err_t *err);
 /* 64 when c's rules cannot make one checkpoint (block128 and tensor scaling together). */
 int wsync_cast_check(const wsync_cast_t *c, wsync_err_t *err);

@@ -224,7 +224,7 @@ test_parse(void)
 	ok(wsync_cast_parse("a=b=bf16", &r, &err) == 0 && strcmp(r.pattern, "a=b") == 0,
 	    "parse: the last '=' ends the pattern");
 	ok(wsync_cast_parse("*=f8e4m3", &r, &err) == -1 && err.code == EX_USAGE &&
-	    strcmp(err.msg, "--cast \"*=f8e4m3\": f8e4m3 needs a scaling: f8e4m3:block128 or "
+	    strcmp(err.msg, "\"*=f8e4m3\": f8e4m3 needs a scaling: f8e4m3:block128 or "
 	    "f8e4m3:tensor") == 0, "parse: f8e4m3 without a scaling is a usage error");
 	ok(wsync_cast_parse("*=i8", &r, &err) == -1 && err.code == EX_USAGE,
 	    "parse: an integer target is a usage error");
