@@ -339,16 +339,17 @@ main(int argc, char **argv)
 		    got.version, wsync_client_delta_note(client));
 		cli_log_msg(NULL, line);
 	}
-	if (safetensors || cast->n > 0) {
+	if (cast->n > 0) {
 		char real[PATH_MAX];
-		wsync_file_t *f = wsync_file_open(staging, &err), *cf = NULL;
-		if (f == NULL || (cast->n > 0 && (cf = wsync_cast_file(f, cast, NULL, &err)) == NULL))
+		if (wsync_cast_output_path(staging, cast, link, safetensors, got.version, &ckpt, 0,
+		    real, sizeof(real), &err) < 0)
 			cli_die_err(&err);
-		if (cf == NULL ? wsync_ckpt_publish(f, link, got.version, &ckpt, 0, real, sizeof(real),
-		    &err) : safetensors ? wsync_cast_publish(cf, link, got.version, &ckpt, 0, real,
-		    sizeof(real), &err) : wsync_cast_write(cf, link, &err))
+	} else if (safetensors) {
+		char real[PATH_MAX];
+		wsync_file_t *f = wsync_file_open(staging, &err);
+		if (f == NULL || wsync_ckpt_publish(f, link, got.version, &ckpt, 0, real,
+		    sizeof(real), &err) < 0)
 			cli_die_err(&err);
-		wsync_file_close(&cf);
 		wsync_file_close(&f);
 	}
 	if (max_age_s > 0 && strcmp(out, "-") != 0)

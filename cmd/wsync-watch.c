@@ -293,27 +293,22 @@ s_apply(void *arg, wsync_update_t *u)
 	const char *path = u->path;
 
 	if (h->links != NULL || h->outs != NULL) {
-		wsync_file_t *f, *cast = NULL;
+		wsync_file_t *f;
 		wsync_err_t err;
 		int i = 0, rc;
 		while (i < h->nmodels - 1 && strcmp(h->models[i], u->model) != 0)
 			i++;
-		if ((f = wsync_file_open(u->path, &err)) == NULL)
-			rc = -1;
-		else if (h->cast->n > 0 && (cast = wsync_cast_file(f, h->cast, h->links ?
-		    &h->out : NULL, &err)) == NULL)
-			rc = -1;
-		else if (h->outs != NULL) {
-			rc = wsync_cast_write(cast, h->outs[i], &err);
-			snprintf(real, sizeof(real), "%s", h->outs[i]);
-		} else if (cast != NULL)
-			rc = wsync_cast_publish(cast, h->links[i], u->version, &h->out, h->keep, real,
+		if (h->cast->n > 0)
+			rc = wsync_cast_output_path(u->path, h->cast, h->outs ? h->outs[i] :
+			    h->links[i], h->outs == NULL, u->version, &h->out, h->keep, real,
 			    sizeof(real), &err);
-		else
+		else if ((f = wsync_file_open(u->path, &err)) == NULL)
+			rc = -1;
+		else {
 			rc = wsync_ckpt_publish(f, h->links[i], u->version, &h->out, h->keep, real,
 			    sizeof(real), &err);
-		wsync_file_close(&cast);
-		wsync_file_close(&f);
+			wsync_file_close(&f);
+		}
 		if (rc < 0) {
 			snprintf(u->reason, sizeof(u->reason), "%.500s", err.msg);
 			cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, err.msg);

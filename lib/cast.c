@@ -661,3 +661,24 @@ wsync_cast_publish(const wsync_file_t *cast, const char *link, uint64_t version,
 
 	return wsync_ckpt_publish(cast, link, version, &whole, keep, real, size, err);
 }
+
+int
+wsync_cast_output_path(const char *path, const wsync_cast_t *c, const char *out, int dir,
+    uint64_t version, const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size,
+    wsync_err_t *err)
+{
+	wsync_file_t *f = wsync_file_open(path, err), *cast = NULL;
+	int rc = -1;
+
+	if (f == NULL || (cast = wsync_cast_file(f, c, dir ? o : NULL, err)) == NULL)
+		goto out;
+	if (dir)
+		rc = wsync_cast_publish(cast, out, version, o, keep, real, size, err);
+	else if ((rc = wsync_cast_write(cast, out, err)) == 0 &&
+	    (size_t)snprintf(real, size, "%s", out) >= size)
+		rc = wsync_err_set(err, EX_USAGE, "%s: path too long", out);
+out:
+	wsync_file_close(&cast);
+	wsync_file_close(&f);
+	return rc;
+}

@@ -1107,5 +1107,15 @@ int wsync_cast_write(const wsync_file_t *cast, const char *path, wsync_err_t *er
  */
 int wsync_cast_publish(const wsync_file_t *cast, const char *link, uint64_t version,
     const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
+/*
+ * A worker's output of the version in the .wsync file at path, cast by c:
+ * the cast made (65 naming the tensor and the rule, nothing written, when a
+ * rule cannot apply), then written to out atomically as a .wsync file, or
+ * (dir) published as a checkpoint directory behind the symlink out as
+ * wsync_cast_publish does. real (size bytes) gets what was written.
+ */
+int wsync_cast_output_path(const char *path, const wsync_cast_t *c, const char *out, int dir,
+    uint64_t version, const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size,
+    wsync_err_t *err);
 
 #endif
