@@ -62,9 +62,12 @@ EOF
 
 @test "the usage line is the man page's SYNOPSIS" {
 	run -0 wsync-convert --help
-	usage=${lines[0]#usage: }
+	# The usage's lines up to the first empty one, and the SYNOPSIS's, each joined.
+	usage=$(sed -n '1,/^$/p' <<<"$output" | sed 's/^usage: //; s/^ *//' | paste -sd ' ' |
+		sed 's/ *$//')
 	synopsis=$(MANWIDTH=200 man -l "$ROOT/man/wsync-convert.1" 2>/dev/null |
-		sed -n '/^SYNOPSIS/{n;p;}' | sed 's/^ *//')
+		sed -n '/^SYNOPSIS/,/^DESCRIPTION/p' | sed '1d;$d; s/^ *//' | paste -sd ' ' |
+		sed 's/ *$//')
 	assert_equal "$synopsis" "$usage"
 }
 
