@@ -293,7 +293,6 @@ s_apply(void *arg, wsync_update_t *u)
 	const char *path = u->path;
 
 	if (h->links != NULL || h->outs != NULL) {
-		wsync_file_t *f;
 		wsync_err_t err;
 		int i = 0, rc;
 		while (i < h->nmodels - 1 && strcmp(h->models[i], u->model) != 0)
@@ -302,13 +301,9 @@ s_apply(void *arg, wsync_update_t *u)
 			rc = wsync_cast_output_path(u->path, h->cast, h->outs ? h->outs[i] :
 			    h->links[i], h->outs == NULL, u->version, &h->out, h->keep, real,
 			    sizeof(real), &err);
-		else if ((f = wsync_file_open(u->path, &err)) == NULL)
-			rc = -1;
-		else {
-			rc = wsync_ckpt_publish(f, h->links[i], u->version, &h->out, h->keep, real,
-			    sizeof(real), &err);
-			wsync_file_close(&f);
-		}
+		else
+			rc = wsync_ckpt_publish_path(u->path, h->links[i], u->version, &h->out,
+			    h->keep, real, sizeof(real), &err);
 		if (rc < 0) {
 			snprintf(u->reason, sizeof(u->reason), "%.500s", err.msg);
 			cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, err.msg);
