@@ -596,3 +596,31 @@ cli_verify_keys(int *n)
 	*n = s_nverify;
 	return s_verify;
 }
+
+/* The --cast rules, in the order given. */
+static wsync_cast_rule_t *s_cast_rules;
+static wsync_cast_t s_cast;
+
+void
+cli_cast(const char *spec)
+{
+	wsync_err_t err;
+
+	if ((s_cast_rules = realloc(s_cast_rules, (size_t)(s_cast.n + 1) *
+	    sizeof(*s_cast_rules))) == NULL)
+		cli_die(EX_SOFTWARE, "out of memory");
+	if (wsync_cast_parse(spec, &s_cast_rules[s_cast.n], &err) < 0)
+		cli_usage_error("--cast %s", err.msg);
+	s_cast.rules = s_cast_rules;
+	s_cast.n++;
+}
+
+const wsync_cast_t *
+cli_cast_rules(void)
+{
+	wsync_err_t err;
+
+	if (wsync_cast_check(&s_cast, &err) < 0)
+		cli_usage_error("--cast: %s", err.msg);
+	return &s_cast;
+}

@@ -131,4 +131,19 @@ void cli_verify_key(const char *path);
 /* The keys --verify-key gave, *n of them (0: none); borrowed until exit. */
 const wsync_verifykey_t *cli_verify_keys(int *n);
 
+/*
+ * Casts on the way out, the same in pull, watch and convert (wsync-format(5),
+ * CASTS): --cast PATTERN=DTYPE[:SCALING] (repeatable) adds a rule, checked at
+ * once (a bad one is a usage error).
+ */
+#define CLI_CAST_HELP \
+	"      --cast PATTERN=DTYPE[:SCALING]\n" \
+	"                           write the tensors whose names match the glob as DTYPE\n" \
+	"                           (bf16, f16, f32, or f8e4m3 with block128 or tensor\n" \
+	"                           scaling); the first matching rule decides (repeatable)\n"
+/* Parses spec and adds its rule to the cast cli_cast_rules returns. */
+void cli_cast(const char *spec);
+/* The cast --cast gave (n 0: none), checked as a whole; borrowed until exit. */
+const wsync_cast_t *cli_cast_rules(void);
+
 #endif

@@ -25,6 +25,7 @@ static const char s_usage[] =
     "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
     "                   [--format wsync|safetensors]\n"
     "                   [--shard-size BYTES] [--select PATTERN]... [--select-from FILE]\n"
+    "                   [--cast PATTERN=DTYPE[:SCALING]]...\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -49,6 +50,9 @@ s_help(void)
 	    "      --select PATTERN     safetensors: only the tensors whose names match this\n"
 	    "                           glob (repeatable)\n"
 	    "      --select-from FILE   safetensors: the patterns of FILE, one a line\n"
+	    CLI_CAST_HELP
+	    "                           (each version received and verified as pushed, then\n"
+	    "                           cast; .MODEL.wsync beside the output keeps it)\n"
 	    "      --id ID              this worker's id (default HOST:PID)\n"
 	    "  -x, --exec CMD           run CMD with sh after each update, with WSYNC_MODEL,\n"
 	    "                           WSYNC_VERSION, WSYNC_PATH, WSYNC_WORKER set; a non-zero\n"
@@ -104,6 +108,9 @@ struct s_hook {
 	int nmodels;
 	wsync_ckpt_out_t out;
 	unsigned keep;
+	/* --cast: the rules, and with --format wsync each model's cast output. */
+	const wsync_cast_t *cast;
+	char **outs;
 };
 
 /* Bounds on --ack-timeout: its default, and the longest. */
@@ -285,13 +292,19 @@ s_apply(void *arg, wsync_update_t *u)
 	char real[PATH_MAX];
 	const char *path = u->path;
 
-	if (h->links != NULL) {
+	if (h->links != NULL || h->outs != NULL) {
 		wsync_err_t err;
-		int i = 0;
+		int i = 0, rc;
 		while (i < h->nmodels - 1 && strcmp(h->models[i], u->model) != 0)
 			i++;
-		if (wsync_ckpt_publish_path(u->path, h->links[i], u->version, &h->out, h->keep,
-		    real, sizeof(real), &err) < 0) {
+		if (h->cast->n > 0)
+			rc = wsync_cast_output_path(u->path, h->cast, h->outs ? h->outs[i] :
+			    h->links[i], h->outs == NULL, u->version, &h->out, h->keep, real,
+			    sizeof(real), &err);
+		else
+			rc = wsync_ckpt_publish_path(u->path, h->links[i], u->version, &h->out,
+			    h->keep, real, sizeof(real), &err);
+		if (rc < 0) {
 			snprintf(u->reason, sizeof(u->reason), "%.500s", err.msg);
 			cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, err.msg);
 			return -1;
@@ -312,11 +325,12 @@ main(int argc, char **argv)
 	enum {
 		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_RECYCLE, OPT_EXEC_TIMEOUT,
 		OPT_TRANSFER, OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE,
-		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM, OPT_NO_DELTA
+		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM, OPT_NO_DELTA, OPT_CAST
 	};
 	static const struct option opts[] = {
 		{ "ack", required_argument, NULL, OPT_ACK },
 		{ "ack-timeout", required_argument, NULL, OPT_ACK_TIMEOUT },
+		{ "cast", required_argument, NULL, OPT_CAST },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "exec", required_argument, NULL, 'x' },
@@ -408,6 +422,7 @@ main(int argc, char **argv)
 				cli_die(EX_SOFTWARE, "out of memory");
 			break;
 		case OPT_SELECT_FROM: cli_read_patterns(optarg, &select, &nselect); break;
+		case OPT_CAST: cli_cast(optarg); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;
@@ -417,6 +432,7 @@ main(int argc, char **argv)
 	if (optind != argc)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
 	w.verify = cli_verify_keys(&w.nverify);
+	hook.cast = cli_cast_rules();
 	if (w.max_age_s > 0 && w.nverify == 0)
 		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
 	if (nmodels == 0)
@@ -453,7 +469,22 @@ main(int argc, char **argv)
 		hook.keep = w.keep;
 		w.select = &hook.out;
 	}
-	for (int i = 0; i < nmodels && !safetensors; i++) {
+	if (!safetensors && hook.cast->n > 0) {
+		/* The version as pushed stays beside the cast: the base of the next delta. */
+		if ((hook.outs = calloc((size_t)nmodels, sizeof(*hook.outs))) == NULL)
+			cli_die(EX_SOFTWARE, "out of memory");
+		for (int i = 0; i < nmodels; i++) {
+			cli_ckpt_paths(out, models[i], &hook.outs[i], &paths[i]);
+			if (is_dir && (hook.outs[i] = realloc(hook.outs[i], strlen(hook.outs[i]) + 7)) ==
+			    NULL)
+				cli_die(EX_SOFTWARE, "out of memory");
+			if (is_dir)
+				strcat(hook.outs[i], ".wsync");
+		}
+		hook.models = (const char *const *)models;
+		hook.nmodels = nmodels;
+	}
+	for (int i = 0; i < nmodels && !safetensors && hook.outs == NULL; i++) {
 		if (!is_dir) {
 			paths[i] = strdup(out);
 		} else if (asprintf(&paths[i], "%s/%s.wsync", out, models[i]) < 0)
@@ -476,11 +507,14 @@ main(int argc, char **argv)
 		free(paths[i]);
 		if (hook.links != NULL)
 			free(hook.links[i]);
+		if (hook.outs != NULL)
+			free(hook.outs[i]);
 	}
 	for (int i = 0; i < nselect; i++)
 		free(select[i]);
 	free(select);
 	free(hook.links);
+	free(hook.outs);
 	free(paths);
 	free(models);
 	return 0;

@@ -297,7 +297,7 @@ s.serve_forever()' &
 	wsync-push -m policy v2 >/dev/null
 	wait_until grep -q "^policy 2 " watch.out
 	run -0 cat reloads.log
-	assert_output "{\"model_path\": \"out/policy.v1\", \"version\": 1}
-{\"model_path\": \"out/policy.v2\", \"version\": 2}"
+	assert_output "{\"model_path\":\"out/policy.v1\",\"weight_version\":\"1\"}
+{\"model_path\":\"out/policy.v2\",\"weight_version\":\"2\"}"
 	assert_equal "$(mkckpt dump out/policy.v2 --files)" "$(mkckpt dump v2 --files)"
 }

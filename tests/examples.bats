@@ -374,3 +374,44 @@ EOF
 	assert_output 'wsync_worker_applied_version{worker="w1",model="policy"} 1'
 	[ ! -e wsync.prom.tmp ]
 }
+
+# start_engine [STATUS [BODY]]: fixtures/fakeengine.py in $TMP answering STATUS
+# with BODY; ENGINE_URL is its reload endpoint.
+start_engine() {
+	"$PY" "$FIXTURES/fakeengine.py" "$TMP" "$@" &
+	PIDS+=("$!")
+	wait_until test -e "$TMP/engine.port"
+	export ENGINE_URL="http://127.0.0.1:$(cat "$TMP/engine.port")/update_weights_from_disk"
+}
+
+# The request SGLang documents for /update_weights_from_disk (its
+# UpdateWeightFromDiskReqInput: model_path, and weight_version a string),
+# as fixtures/sglang-update-weights.json holds it, for a path that needs escaping.
+ENGINE_PATH='/srv/ckpt/policy "v7" \ ü.v7'
+
+@test "the engine hook posts what SGLang's update_weights_from_disk reads, escaped" {
+	start_engine
+	WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=7 run -0 "$EX/engine/reload-hook.sh"
+	assert_output ""
+	run -0 jq -cS . "$TMP/requests.jsonl"
+	assert_output "$(jq -cS . "$FIXTURES/sglang-update-weights.json")"
+}
+
+@test "the engine hook fails with the engine's message when it refuses" {
+	start_engine 400 '{"success": false, "message": "Failed to get weights iterator: no such directory"}'
+	WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=7 run -1 "$EX/engine/reload-hook.sh"
+	assert_output "reload-hook: the engine refused version 7 (HTTP 400): Failed to get weights iterator: no such directory"
+}
+
+@test "the engine hook fails when the engine answers 200 without success" {
+	start_engine 200 '{"success": false, "message": "weights are being updated"}'
+	WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=8 run -1 "$EX/engine/reload-hook.sh"
+	assert_output "reload-hook: the engine refused version 8 (HTTP 200): weights are being updated"
+}
+
+@test "the engine hook fails when no engine answers" {
+	ENGINE_URL="http://127.0.0.1:$(free_port)/update_weights_from_disk" \
+		WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=9 run -1 "$EX/engine/reload-hook.sh"
+	assert_line --partial "reload-hook: http://127.0.0.1:"
+	assert_line --partial "/update_weights_from_disk: no answer from the engine"
+}
