@@ -183,6 +183,10 @@ cli_exit_if_interrupted(void)
 void
 cli_die_err(const wsync_err_t *err)
 {
+	/* What the library adds to its "interrupted" (a commit already sent) is for the user. */
+	if (s_signal != 0 && strncmp(err->msg, "interrupted ", 12) == 0)
+		cli_die(128 + s_signal, "interrupted by signal %d %s", (int)s_signal,
+		    err->msg + 12);
 	cli_exit_if_interrupted();
 	cli_die(err->code ? err->code : EX_SOFTWARE, "%s", err->msg);
 }

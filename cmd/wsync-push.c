@@ -97,6 +97,24 @@ s_connect(const struct s_conn *conn, const wsync_push_req_t *r, volatile sig_ato
 }
 
 /*
+ * A typo in -w ID waits the whole timeout for no one: names the ids the hub
+ * has never heard from (a worker started just now is waited for all the same).
+ */
+static void
+s_warn_unseen(wsync_client_t *client, const wsync_push_req_t *r)
+{
+	wsync_err_t err;
+	char *unseen = wsync_push_req_unseen(client, r, r->timeout_ms, &err);
+
+	if (unseen == NULL)
+		cli_die_err(&err);
+	if (unseen[0] != '\0')
+		cli_warn("--wait: the hub has never heard from %s; waiting for %s all the same",
+		    unseen, strchr(unseen, ',') != NULL ? "them" : "it");
+	free(unseen);
+}
+
+/*
  * One push (or, with --wait-for, the version given): prints the versions,
  * then waits as asked. A wait that timed out lists the workers missing.
  */
@@ -107,6 +125,7 @@ s_push(wsync_client_t *client, wsync_push_req_t *r)
 	char *missing = NULL;
 	wsync_err_t err;
 
+	s_warn_unseen(client, r);
 	if (wsync_push_req_push(client, r, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
@@ -125,11 +144,11 @@ s_push(wsync_client_t *client, wsync_push_req_t *r)
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
 	if (wsync_push_req_wait(client, r, deadline, &missing, &err) < 0) {
-		if (err.code == EX_TEMPFAIL && missing != NULL) {
+		if (missing != NULL) {
 			cli_warn("%s", err.msg);
 			for (char *line = strtok(missing, "\n"); line; line = strtok(NULL, "\n"))
 				fprintf(stderr, "  %s\n", line);
-			exit(EX_TEMPFAIL);
+			exit(err.code);
 		}
 		cli_die_err(&err);
 	}

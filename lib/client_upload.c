@@ -212,8 +212,10 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	if (rc < 0 && err->code == EX_TEMPFAIL)
 		wsync_err_set(err, EX_TEMPFAIL, "put: no answer from %s within the timeout"
 		    WSYNC_MAYBE_COMMITTED, c->endpoint);
-	if (rc < 0)
+	if (rc < 0) {
+		wsync_client_stopped_commit(c, err);
 		return -1;
+	}
 	rc = wsync_client_versions(c, &m, items, n, err);
 	wsync_client_release(&m, &p);
 	return rc;

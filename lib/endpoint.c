@@ -59,3 +59,12 @@ wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err
 		return wsync_err_set(err, EX_USAGE, "endpoint too long");
 	return 0;
 }
+
+int
+wsync_endpoint_absent(const char *endpoint)
+{
+	struct stat st;
+
+	return strncmp(endpoint, "ipc://", 6) == 0 && endpoint[6] != '@' &&
+	    stat(endpoint + 6, &st) < 0 && errno == ENOENT;
+}

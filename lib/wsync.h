@@ -316,6 +316,11 @@ int64_t wsync_now_ms(void);
 int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 /* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
 int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
+/*
+ * 1 when endpoint is ipc://PATH and nothing is at PATH: no hub listens there
+ * (until one starts); 0 otherwise, tcp:// included.
+ */
+int wsync_endpoint_absent(const char *endpoint);
 
 /*
  * Opens a version file read-only with a lease: a shared flock(2) taken while
@@ -709,6 +714,12 @@ wsync_wait_t wsync_push_req_wait_of(const wsync_push_req_t *r);
  */
 int wsync_push_req_wait(wsync_client_t *client, wsync_push_req_t *r, int64_t deadline_ms,
     char **missing, wsync_err_t *err);
+/*
+ * The ids r waits for (-w ID,...) that the hub has never heard from, as
+ * "ID, ID" (caller frees; "" when none, or r waits for no ids); NULL with err.
+ */
+char *wsync_push_req_unseen(wsync_client_t *client, const wsync_push_req_t *r,
+    int timeout_ms, wsync_err_t *err);
 
 /*
  * The batch line protocol (wsync-push(1) BATCH): one request a line, its

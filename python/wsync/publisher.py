@@ -141,8 +141,10 @@ class Publisher:
         """Publishes a state_dict as the model's next version and returns its number;
         for a publisher of several models, {model: state_dict} committed together,
         returning {model: version}. wait: "all", N, or worker ids: returns once those
-        workers applied it, else raises TimedOut (75) after timeout seconds naming
-        each late worker and its last failure. dtypes: {name: wsync dtype} for raw
+        workers applied it; raises DataError (65) as soon as every one answered and
+        some could not apply it, naming each with its reason (a failed version is
+        never retried); else TimedOut (75) after timeout seconds naming each late
+        worker and its last failure. dtypes: {name: wsync dtype} for raw
         bits ({model: {name: dtype}} for several models). seq: the sequence number
         of a signed publish (see Publisher), 1 or more; it is kept in self.seq."""
         signing.check_seq(seq, self.sign_key is not None)
