@@ -541,3 +541,30 @@ cli_verify_keys(int *n)
 	*n = s_nverify;
 	return s_verify;
 }
+
+/*
+ * A model id from the input's file name: no directory, no extension, every
+ * byte a model id may not hold turned into '_'.
+ */
+void
+cli_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1])
+{
+	const char *base = strrchr(path, '/'), *dot;
+	size_t n;
+
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+	if (strcmp(path, "-") == 0 || n == 0) {
+		strcpy(model, "model");
+		return;
+	}
+	if (n > WSYNC_MAX_MODEL)
+		n = WSYNC_MAX_MODEL;
+	for (size_t i = 0; i < n; i++)
+		model[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789._-", base[i]) ? base[i] : '_';
+	if (model[0] == '.')
+		model[0] = '_';
+	model[n] = '\0';
+}

@@ -349,8 +349,8 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	c->delta_note[0] = '\0';
 	for (i = 0; i < n; i++) {
 		if ((src[i] = c->sign != NULL ? wsync_source_open_tree(items[i].path,
-		    items[i].model, err) : wsync_source_open(items[i].path, items[i].model,
-		    err)) == NULL)
+		    items[i].model, items[i].ckpt, err) : wsync_source_open(items[i].path,
+		    items[i].model, items[i].ckpt, err)) == NULL)
 			goto out;
 		models[i] = items[i].model;
 	}
