@@ -17,6 +17,7 @@
 
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
+#define S_PROBE_MS 5000         /* failed over: between looks at the first hub */
 
 struct s_watch {
 	const wsync_watch_opts_t *o;
@@ -39,6 +40,7 @@ struct s_watch {
 	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 	wsync_err_t failure;    /* --once: the first version that could not be applied */
+	int64_t last_probe;     /* failed over: when the first hub was last looked at */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -503,6 +505,42 @@ s_once_timed_out(struct s_watch *w, wsync_err_t *err)
 	    "%.1f s", o->models[i], w->heads[i].version, o->connect_timeout_ms / 1000.0);
 }
 
+/*
+ * Failed over to another hub of the list: 1 when the first answers again,
+ * in the same tree, with every model at least at the version applied (going
+ * back to it skips nothing). Looked at once every S_PROBE_MS, as a client
+ * that is no worker, so the first hub counts none until the watcher is back.
+ */
+static int
+s_first_back(struct s_watch *w)
+{
+	const wsync_watch_opts_t *o = w->o;
+	const wsync_heads_ask_t a = { .models = o->models, .n = o->nmodels };
+	char first[sizeof(w->endpoint)];
+	wsync_heads_from_t from;
+	wsync_client_t *c = NULL;
+	wsync_head_t *heads = NULL;
+	wsync_err_t ignored;
+	int back = 0;
+
+	if (o->nendpoints < 2 || w->next_ep == 1 || wsync_now_ms() - w->last_probe < S_PROBE_MS)
+		return 0;
+	w->last_probe = wsync_now_ms();
+	if (wsync_endpoint_resolve(o->endpoints[0], first, sizeof(first), &ignored) < 0 ||
+	    (heads = calloc((size_t)o->nmodels, sizeof(*heads))) == NULL ||
+	    (c = wsync_client_new(&(wsync_client_opts_t){ .endpoint = first, .role = "pull",
+	    .timeout_ms = 500, .key = o->key, .hub_key = o->hub_key }, &ignored)) == NULL ||
+	    wsync_client_heads(c, &a, heads, &from, S_CALL_MS, &ignored) < 0)
+		goto out;
+	back = strcmp(from.origin, w->store) == 0;
+	for (int i = 0; back && i < o->nmodels; i++)
+		back = heads[i].version >= w->applied[i];
+out:
+	wsync_client_destroy(&c);
+	free(heads);
+	return back;
+}
+
 static int
 s_run(struct s_watch *w, wsync_err_t *err)
 {
@@ -563,6 +601,15 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			continue;
 		}
 		only = -1;
+		if (s_first_back(w)) {
+			s_log(w, "the first hub, at %s, is back with the versions applied: going back "
+			    "to it", o->endpoints[0]);
+			s_disconnect(w);
+			w->next_ep = 0;
+			if (s_next_endpoint(w, err) < 0)
+				return -1;
+			continue;
+		}
 		if (o->nverify > 0)
 			s_check_age(w);
 		for (int i = 0; i < o->nmodels; i++) {
