@@ -115,7 +115,8 @@ s_read_dirs(wsync_push_req_t *r, const wsync_ckpt_in_t *ckpt)
 	for (int i = 0; i < r->n; i++) {
 		wsync_ckpt_t *ck;
 		r->items[i].ckpt = ckpt;
-		if (!wsync_is_dir(r->items[i].path))
+		/* --wait-for names a model, no file. */
+		if (r->items[i].path == NULL || !wsync_is_dir(r->items[i].path))
 			continue;
 		if ((ck = wsync_ckpt_open_in(r->items[i].path, ckpt, &err)) == NULL)
 			cli_die_err(&err);
