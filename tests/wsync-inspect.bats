@@ -121,10 +121,10 @@ w     f32    [2,2]     16  -"
 	assert_output "wsync-inspect: nope.wsync: cannot open: No such file or directory"
 }
 
-@test "a directory exits 66" {
+@test "a directory that is no checkpoint exits 66, saying what it lacks" {
 	mkdir d
 	run -66 wsync-inspect d
-	assert_output "wsync-inspect: d: is a directory"
+	assert_output "wsync-inspect: d: no shard: neither model.safetensors.index.json nor a *.safetensors file"
 }
 
 @test "an empty file exits 65" {
@@ -207,7 +207,7 @@ Try 'wsync-inspect --help'."
 
 @test "--help prints the usage and exits 0" {
 	run -0 wsync-inspect --help
-	assert_line -n 0 "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|-"
+	assert_line -n 0 "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|DIR|-"
 	assert_line -n 1 "       wsync-inspect diff [--json] A B"
 }
 
