@@ -405,3 +405,16 @@ wsync.write("odd.safetensors", {"nope": np.ones(2, np.float32)})'
 	run -65 --separate-stderr wsync-push --wait w1 --timeout 30 -m policy odd.safetensors
 	assert_regex "${stderr_lines[1]}" 'last failure: load_state_dict: Error\(s\) in loading state_dict for [A-Za-z]+: Missing key\(s\) in state_dict: .* Unexpected key\(s\) in state_dict: "nope"\.$'
 }
+
+@test "make demo stops, showing its hub's log and store, when its hub does not start" {
+	mkdir -p fake/bin
+	for p in "$WSYNC_BIN"/wsync-*; do ln -s "$p" fake/bin/; done
+	rm fake/bin/wsync-serve
+	printf '#!/bin/sh\necho "wsync-serve: cannot start" >&2\nexit 69\n' >fake/bin/wsync-serve
+	chmod +x fake/bin/wsync-serve
+	run -1 --separate-stderr env BUILD="$(realpath --relative-to="$ROOT" "$TMP/fake")" \
+	    timeout 30 "$ROOT/scripts/demo"
+	assert_regex "${stderr_lines[0]}" '^demo: the hub did not start \(store /[^ ]+/store\):$'
+	assert_equal "${stderr_lines[1]}" "wsync-serve: cannot start"
+	refute_output --partial "3 workers"
+}
