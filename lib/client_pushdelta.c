@@ -81,7 +81,7 @@ s_base_file(const wsync_push_item_t *item, struct wsync_push_send *send, wsync_e
 		return -1;
 	/* Only a version as the hub numbered it will do: no conversion makes one. */
 	if (wsync_file_kind(base) != WSYNC_KIND_WSYNC || wsync_file_version(base) == 0) {
-		wsync_err_set(err, EX_USAGE, "--base %s holds %s, not a version of model %s: give "
+		wsync_err_set(err, EX_USAGE, "base %s holds %s, not a version of model %s: give "
 		    "a .wsync file a pull or watcher of %s wrote (a conversion has no number)",
 		    item->base, wsync_file_kind(base) != WSYNC_KIND_WSYNC ? "a safetensors file" :
 		    "an unnumbered file", item->model, item->model);
@@ -89,7 +89,7 @@ s_base_file(const wsync_push_item_t *item, struct wsync_push_send *send, wsync_e
 		return -1;
 	}
 	if (strcmp(wsync_file_model(base), item->model) != 0) {
-		wsync_err_set(err, EX_USAGE, "--base %s holds model %s, not a version of model %s",
+		wsync_err_set(err, EX_USAGE, "base %s holds model %s, not a version of model %s",
 		    item->base, wsync_file_model(base), item->model);
 		wsync_file_close(&base);
 		return -1;

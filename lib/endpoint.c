@@ -68,3 +68,16 @@ wsync_endpoint_absent(const char *endpoint)
 	return strncmp(endpoint, "ipc://", 6) == 0 && endpoint[6] != '@' &&
 	    stat(endpoint + 6, &st) < 0 && errno == ENOENT;
 }
+
+int
+wsync_endpoint_local(const char *endpoint)
+{
+	const char *host = endpoint + 6, *colon = strrchr(host, ':');
+	size_t n = colon != NULL ? (size_t)(colon - host) : strlen(host);
+
+	if (strncmp(endpoint, "tcp://", 6) != 0)
+		return 1;
+	return (n >= 4 && strncmp(host, "127.", 4) == 0) ||
+	    (n == 9 && strncmp(host, "localhost", 9) == 0) ||
+	    (n == 5 && strncmp(host, "[::1]", 5) == 0);
+}
