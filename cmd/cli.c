@@ -241,6 +241,10 @@ cli_exit_if_interrupted(void)
 void
 cli_die_err(const wsync_err_t *err)
 {
+	/* What the library adds to its "interrupted" (a commit already sent) is for the user. */
+	if (s_signal != 0 && strncmp(err->msg, "interrupted ", 12) == 0)
+		cli_die(128 + s_signal, "interrupted by signal %d %s", (int)s_signal,
+		    err->msg + 12);
 	cli_exit_if_interrupted();
 	cli_die(err->code ? err->code : EX_SOFTWARE, "%s", err->msg);
 }
@@ -623,4 +627,31 @@ cli_cast_rules(void)
 	if (wsync_cast_check(&s_cast, &err) < 0)
 		cli_usage_error("--cast: %s", err.msg);
 	return &s_cast;
+}
+
+/*
+ * A model id from the input's file name: no directory, no extension, every
+ * byte a model id may not hold turned into '_'.
+ */
+void
+cli_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1])
+{
+	const char *base = strrchr(path, '/'), *dot;
+	size_t n;
+
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+	if (strcmp(path, "-") == 0 || n == 0) {
+		strcpy(model, "model");
+		return;
+	}
+	if (n > WSYNC_MAX_MODEL)
+		n = WSYNC_MAX_MODEL;
+	for (size_t i = 0; i < n; i++)
+		model[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789._-", base[i]) ? base[i] : '_';
+	if (model[0] == '.')
+		model[0] = '_';
+	model[n] = '\0';
 }

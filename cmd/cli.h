@@ -72,6 +72,11 @@ int cli_format(const char *format);
  * it that a version is fetched into first; both malloc'd, dying on failure.
  */
 void cli_ckpt_paths(const char *out, const char *model, char **link, char **staging);
+/*
+ * A model id from an input's file name: no directory, no extension, every byte
+ * a model id may not hold turned into '_' ("model" for stdin).
+ */
+void cli_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1]);
 /* Appends the patterns of --select-from FILE (one a line, # comments) to *v. */
 void cli_read_patterns(const char *path, char ***v, int *n);
 /* wsync_split, dying when out of memory. */

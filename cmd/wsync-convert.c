@@ -140,33 +140,6 @@ s_kind_of_name(const char *path)
 	return kind;
 }
 
-/*
- * A model id from the input's file name: no directory, no extension, every
- * byte a model id may not hold turned into '_'.
- */
-static void
-s_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1])
-{
-	const char *base = strrchr(path, '/'), *dot;
-	size_t n;
-
-	base = base ? base + 1 : path;
-	dot = strrchr(base, '.');
-	n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
-	if (strcmp(path, "-") == 0 || n == 0) {
-		strcpy(model, "model");
-		return;
-	}
-	if (n > WSYNC_MAX_MODEL)
-		n = WSYNC_MAX_MODEL;
-	for (size_t i = 0; i < n; i++)
-		model[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-		    "0123456789._-", base[i]) ? base[i] : '_';
-	if (model[0] == '.')
-		model[0] = '_';
-	model[n] = '\0';
-}
-
 /* A tree borrowing f's tensor data, with f's meta and (for .wsync) version. */
 static wsync_tree_t *
 s_tree(const wsync_file_t *f, const struct args *a, int to)
@@ -180,7 +153,7 @@ s_tree(const wsync_file_t *f, const struct args *a, int to)
 	else if (wsync_file_kind(f) == WSYNC_KIND_WSYNC)
 		snprintf(model, sizeof(model), "%s", wsync_file_model(f));
 	else
-		s_model_from_name(a->in, model);
+		cli_model_from_name(a->in, model);
 	if ((tree = wsync_tree_new(model, &err)) == NULL)
 		cli_die_err(&err);
 	if (wsync_file_kind(f) == WSYNC_KIND_WSYNC)
@@ -225,7 +198,7 @@ s_from_dir(const struct args *a, int to)
 	if (a->model != NULL)
 		snprintf(model, sizeof(model), "%s", a->model);
 	else
-		s_model_from_name(a->in, model);
+		cli_model_from_name(a->in, model);
 	if ((ck = wsync_ckpt_open(a->in, &err)) == NULL)
 		cli_die_err(&err);
 	tree = wsync_ckpt_tree(ck, model, a->layout == LAYOUT_FLAT || to ==

@@ -39,7 +39,8 @@ s_help(void)
 	    "\n"
 	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub);\n"
 	    "                           repeated: hubs of one tree, the next one used when\n"
-	    "                           one is unreachable or lost (failover)\n"
+	    "                           one is unreachable or lost (failover), the first\n"
+	    "                           again once it is back\n"
 	    "  -m, --model MODEL,...    the models to follow (applied together when pushed\n"
 	    "                           together)\n"
 	    "  -o, --output PATH|DIR    the file (one model) or directory (DIR/MODEL.wsync)\n"
@@ -75,7 +76,9 @@ s_help(void)
 	    "                           the hub's store on this host\n"
 	    "      --no-delta           over the socket, fetch every version whole, never as\n"
 	    "                           a delta from the version the output holds\n"
-	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
+	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait);\n"
+	    "                           with --once, exit within SEC: 75 when nothing was\n"
+	    "                           applied by then\n"
 	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
 	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
 	    CLI_VERIFY_HELP
@@ -84,9 +87,11 @@ s_help(void)
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
-	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 64 usage, 65 bad data from\n"
-	    "the hub, 66 no output directory, 69 hub unavailable, 70 internal error,\n"
-	    "74 I/O error, 75 too far behind, 76 protocol error, 77 permission denied.\n"
+	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 1 --once: the hook or reader\n"
+	    "refused the version, 64 usage, 65 --once: bad data from the hub, 66 no output\n"
+	    "directory, 69 hub unavailable, 70 internal error, 74 I/O error (--once: the\n"
+	    "version cannot be written), 75 too far behind, or --once -t: nothing applied\n"
+	    "in time, 76 protocol error, 77 permission denied.\n"
 	    "See wsync-watch(1).\n", s_usage);
 	exit(0);
 }
@@ -319,6 +324,28 @@ s_apply(void *arg, wsync_update_t *u)
 	return h->ack_stdin ? s_ask_reader(h, u) : 0;
 }
 
+/*
+ * A watcher whose output cannot be written would look alive with nothing
+ * applied: its directory must exist and take files from the start.
+ */
+static void
+s_check_output_dir(const char *out)
+{
+	const char *slash = strrchr(out, '/');
+	char dir[PATH_MAX];
+	struct stat st;
+
+	if (slash == NULL)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", slash == out ? 1 : (int)(slash - out), out);
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		cli_die(EX_NOINPUT, "%s: no such directory for the output %s", dir, out);
+	if (access(dir, W_OK) < 0)
+		cli_die(EX_IOERR, "%s: cannot write the output %s there: %s", dir, out,
+		    strerror(errno));
+}
+
 int
 main(int argc, char **argv)
 {
@@ -455,6 +482,8 @@ main(int argc, char **argv)
 	is_dir = stat(out, &st) == 0 && S_ISDIR(st.st_mode);
 	if (nmodels > 1 && !is_dir)
 		cli_die(EX_NOINPUT, "%s: not a directory (several models need one)", out);
+	if (!is_dir)
+		s_check_output_dir(out);
 	if ((paths = calloc((size_t)nmodels, sizeof(*paths))) == NULL)
 		cli_die(EX_SOFTWARE, "out of memory");
 	if (safetensors) {

@@ -247,7 +247,7 @@ _wsync() {
 		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --no-delta
-		--key --hub-key
+		--exclude --max-file --key --hub-key
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --verify-key

@@ -151,6 +151,8 @@ complete -c wsync-push -l sign-key -r -F -d 'Sign the push with this secret key'
 complete -c wsync-push -l seq -x -d "The signed push's sequence number, above the last"
 complete -c wsync-push -l base -r -F -d 'Send the delta from the older version this file holds'
 complete -c wsync-push -l no-delta -d 'With --batch: send each version whole'
+complete -c wsync-push -l exclude -x -d 'A checkpoint directory: leave out the files matching this glob'
+complete -c wsync-push -l max-file -x -d 'A checkpoint directory: the bound on a file beside the weights'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull

@@ -254,8 +254,8 @@ int wsync_lease_open(const char *path);
 
 /* The subtree of a version that holds the small files beside the weights. */
 #define WSYNC_CKPT_FILES "__files__"
-#define WSYNC_CKPT_MAX_FILE (16 << 20)          /* bytes in one small file */
-#define WSYNC_CKPT_MAX_FILES_BYTES (64 << 20)   /* bytes in all of them */
+#define WSYNC_CKPT_MAX_FILE (16 << 20)          /* bytes in one small file, by default */
+#define WSYNC_CKPT_MAX_FILES_BYTES (64 << 20)   /* bytes in all of them: 4 times that */
 #define WSYNC_CKPT_MAX_FILES 256                /* small files in one directory */
 /* Shard size wsync writes when none is asked for. */
 #define WSYNC_CKPT_SHARD_SIZE (2ULL << 30)
@@ -280,6 +280,21 @@ int wsync_is_dir(const char *path);
  * 65 naming the file and the tensor otherwise. Caller closes.
  */
 wsync_ckpt_t *wsync_ckpt_open(const char *dir, wsync_err_t *err);
+/* How a checkpoint directory is read; zeros: as wsync_ckpt_open does. */
+typedef struct wsync_ckpt_in {
+	const char *const *exclude;     /* fnmatch(3) globs of names to leave out */
+	int nexclude;
+	uint64_t max_file;              /* bytes in one small file (all: 4 times); 0: 16 MiB */
+} wsync_ckpt_in_t;
+/* As wsync_ckpt_open, read as in says (may be NULL); in is borrowed for the call. */
+wsync_ckpt_t *wsync_ckpt_open_in(const char *dir, const wsync_ckpt_in_t *in,
+    wsync_err_t *err);
+/*
+ * What the directory holds that ck leaves out: subdirectories, shards the
+ * index does not name ("sub (a directory: ...), x.safetensors (...)"); ""
+ * when nothing. Borrowed until close.
+ */
+const char *wsync_ckpt_left_out(const wsync_ckpt_t *ck);
 /* Unmaps everything and sets *ck to NULL. */
 void wsync_ckpt_close(wsync_ckpt_t **ck);
 /* Number of tensors, in shard order and each shard's file order. */
@@ -735,6 +750,8 @@ typedef struct wsync_push_item {
 	 * DELTAS), else the version whole.
 	 */
 	const char *base;
+	/* A checkpoint directory at path: how it is read (NULL: as wsync_ckpt_open). */
+	const wsync_ckpt_in_t *ckpt;
 } wsync_push_item_t;
 
 /*
@@ -950,6 +967,11 @@ int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
 /* 1 when no other host reaches endpoint: not tcp://, or tcp:// on a loopback address. */
 int wsync_endpoint_local(const char *endpoint);
+/*
+ * 1 when endpoint is ipc://PATH and nothing is at PATH: no hub listens there
+ * (until one starts); 0 otherwise, tcp:// included.
+ */
+int wsync_endpoint_absent(const char *endpoint);
 
 /* ---- lib/cast.c: weights cast on the way out (wsync-format(5), CASTS) ---- */
 

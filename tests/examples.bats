@@ -415,3 +415,47 @@ ENGINE_PATH='/srv/ckpt/policy "v7" \ ü.v7'
 	assert_line --partial "reload-hook: http://127.0.0.1:"
 	assert_line --partial "/update_weights_from_disk: no answer from the engine"
 }
+
+@test "make demo runs on a hub and store of its own beside a hub on the default endpoint" {
+	export XDG_RUNTIME_DIR="$TMP/run"
+	mkdir -m 700 run
+	unset WSYNC_ENDPOINT
+	wsync-serve --store "$TMP/mine" 2>mine.log &
+	PIDS+=($!)
+	wait_until grep -q "event=listen" mine.log
+	local build=${WSYNC_BIN%/bin}
+	run -0 env BUILD="${build#"$ROOT"/}" "$ROOT/scripts/demo"
+	assert_line --regexp "^== hub: wsync-serve on ipc://[^ ]+/hub, store in [^ ]+/store$"
+	assert_line "trainer: step 5 pushed as version 5; all 3 workers applied it"
+	# The hub on the default endpoint saw nothing of it.
+	run -0 bash -c 'wsync-inspect --hub --json | jq -c "[.models, .workers]"'
+	assert_output "[[],[]]"
+}
+
+@test "a PyTorch worker reports the whole reason a version does not load, not its first line" {
+	"$PY" -c 'import torch' 2>/dev/null ||
+	    skip "python3-torch is not installed (scripts/deps install torch, as root)"
+	start_hub
+	LD_PRELOAD=$(libasan_preload) ASAN_OPTIONS=detect_leaks=0:exitcode=99 \
+	    "$PY" "$EX/pytorch/worker.py" --id w1 --dir "$TMP" --ref "$TMP/ref" \
+	    >"$TMP/w1.out" 2>"$TMP/w1.err" &
+	PIDS+=("$!")
+	wait_until hub_has_worker w1
+	run -0 py 'import numpy as np, wsync
+wsync.write("odd.safetensors", {"nope": np.ones(2, np.float32)})'
+	run -65 --separate-stderr wsync-push --wait w1 --timeout 30 -m policy odd.safetensors
+	assert_regex "${stderr_lines[1]}" 'last failure: load_state_dict: Error\(s\) in loading state_dict for [A-Za-z]+: Missing key\(s\) in state_dict: .* Unexpected key\(s\) in state_dict: "nope"\.$'
+}
+
+@test "make demo stops, showing its hub's log and store, when its hub does not start" {
+	mkdir -p fake/bin
+	for p in "$WSYNC_BIN"/wsync-*; do ln -s "$p" fake/bin/; done
+	rm fake/bin/wsync-serve
+	printf '#!/bin/sh\necho "wsync-serve: cannot start" >&2\nexit 69\n' >fake/bin/wsync-serve
+	chmod +x fake/bin/wsync-serve
+	run -1 --separate-stderr env BUILD="$(realpath --relative-to="$ROOT" "$TMP/fake")" \
+	    timeout 30 "$ROOT/scripts/demo"
+	assert_regex "${stderr_lines[0]}" '^demo: the hub did not start \(store /[^ ]+/store\):$'
+	assert_equal "${stderr_lines[1]}" "wsync-serve: cannot start"
+	refute_output --partial "3 workers"
+}

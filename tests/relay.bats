@@ -83,7 +83,40 @@ head_at() {
 	start_hub
 	start_relay r1
 	run -77 --separate-stderr wsync-push -e "ipc://$TMP/r1" -m policy v1.wsync
-	assert_equal "$stderr" "wsync-push: model policy is mirrored from the upstream $WSYNC_ENDPOINT: push it there"
+	assert_equal "$stderr" "wsync-push: model policy: this relay mirrors every model of the upstream $WSYNC_ENDPOINT, ones it has no version of too: push it there, or start the relay naming the models it mirrors, and push the others here"
+}
+
+@test "a relay told which models to mirror refuses a push of one of them, and takes another" {
+	make_versions 1
+	start_hub
+	start_relay r1 --model policy
+	run -77 --separate-stderr wsync-push -e "ipc://$TMP/r1" -m policy v1.wsync
+	assert_equal "$stderr" "wsync-push: model policy: this relay mirrors it from the upstream $WSYNC_ENDPOINT, as it was told to: push it there"
+	run -0 wsync-push -e "ipc://$TMP/r1" -m local v1.wsync
+	assert_output 1
+}
+
+@test "a watcher failed over to the root goes back to its relay once the relay is back and caught up" {
+	make_versions 2
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 1
+	start_watcher w1 -e "ipc://$TMP/r1" -e "$WSYNC_ENDPOINT"
+	wait_until watcher_at w1 1
+	kill "${RPID[r1]}"
+	wait "${RPID[r1]}" || true
+	WAIT_S=20 wait_until grep -q "trying the next hub, at $WSYNC_ENDPOINT" w1.err
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until watcher_at w1 2
+	start_relay r1
+	WAIT_S=30 wait_until grep -q "is back with the versions applied" w1.err
+	run -0 grep "is back" w1.err
+	assert_output "wsync-watch: the first hub, at ipc://$TMP/r1, is back with the versions applied: going back to it"
+	wait_until bash -c "grep -c 'event=hello role=watch worker=w1' r1.log | grep -qx 2"
+	# Back on the relay, it follows the pushes that reach it.
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w1 3
 }
 
 @test "a relay of a relay of the root: any depth keeps the numbers" {

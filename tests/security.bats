@@ -133,6 +133,20 @@ hub_logged() {
 	assert_output "wsync-serve: hub_secret: the secret key file is open to others (mode 0640): chmod 600 hub_secret"
 }
 
+@test "a public key given as a client's secret one is refused with what it is" {
+	start_secure_hub
+	run -65 timeout 10 wsync-pull --key pusher -m policy -o p.wsync
+	assert_output "wsync-pull: pusher: a public key file, where a secret one is wanted (wsync-keygen writes that beside it, as pusher_secret)"
+	run -65 timeout 10 wsync-serve --store "$TMP/other" --secret-key hub --allow-pull pull
+	assert_output "wsync-serve: hub: a public key file, where a secret one is wanted (wsync-keygen writes that beside it, as hub_secret)"
+}
+
+@test "the hub's secret key given as its public one is refused with what it is" {
+	start_secure_hub
+	run -65 timeout 10 wsync-pull --hub-key hub_secret -m policy -o p.wsync
+	assert_output "wsync-pull: hub_secret: a secret key file, where the peer's public one is wanted (the file without _secret; the secret stays with its owner)"
+}
+
 @test "keys without allow lists, or lists without keys, are usage errors" {
 	run -64 wsync-serve --store "$STORE" --secret-key hub_secret
 	assert_output "wsync-serve: --secret-key without --allow-push or --allow-pull would let no client in"

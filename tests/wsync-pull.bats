@@ -41,6 +41,17 @@ load hub_helper
 	[ ! -e x.wsync ]
 }
 
+@test "a pull of a model the hub lacks names the close ids it has" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy2 v1.wsync
+	run -66 wsync-pull -m Policy -o x.wsync
+	assert_output 'wsync-pull: model "Policy" has no version (the hub has policy, policy2)'
+	run -66 wsync-pull -m polcy -o x.wsync
+	assert_output 'wsync-pull: model "polcy" has no version (the hub has policy, policy2)'
+}
+
 @test "wsync-pull of several models writes each into the directory, or none when one is missing" {
 	make_versions 2
 	start_hub
