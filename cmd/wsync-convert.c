@@ -249,7 +249,7 @@ s_cast(wsync_file_t *f, struct args *a)
 	if (cli_cast_rules()->n == 0)
 		return f;
 	if (a->model == NULL && wsync_file_kind(f) != WSYNC_KIND_WSYNC) {
-		s_model_from_name(a->in, model);
+		cli_model_from_name(a->in, model);
 		a->model = model;
 	}
 	if (wsync_file_kind(f) == WSYNC_KIND_WSYNC && wsync_file_verify(f, NULL, NULL, &err) < 0)
