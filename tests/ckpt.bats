@@ -253,6 +253,35 @@ PYEOF
 	assert_output '["model.layers.1.*","lm_head.*"]'
 }
 
+@test "--select with --verify-key over the socket is refused at start, naming both options" {
+	wsync-keygen --sign key >/dev/null
+	run -64 timeout 10 wsync-watch -m policy -o sel --format safetensors --select 'a.*' \
+		--verify-key key.pub
+	assert_output "wsync-watch: --select with --verify-key needs --transfer link or copy: a signature covers every tensor, and over the socket only the selected ones come
+Try 'wsync-watch --help'."
+}
+
+@test "--select with --verify-key and a copy transfer applies a signed version and refuses an unsigned one" {
+	mkckpt make ck --layers 2
+	wsync-keygen --sign key >/dev/null
+	start_hub
+	wsync-push -q --sign-key key.key -m policy ck >/dev/null
+	run -0 --separate-stderr wsync-watch --once --transfer copy -m policy -o sel \
+		--format safetensors --select 'model.layers.1.*' --verify-key key.pub
+	assert_output "policy 1 sel.v1"
+	assert_equal "$(mkckpt dump sel --files)" \
+		"$(mkckpt dump ck --files | grep -e '^model.layers.1\.' -e '^file ')"
+	# The same tensors, unsigned, as a hub could serve them: refused.
+	wsync-push -q -m policy ck >/dev/null
+	wsync-watch --id w1 --transfer copy -m policy -o sel --format safetensors \
+		--select 'model.layers.1.*' --verify-key key.pub >w1.out 2>w1.err &
+	PIDS+=("$!")
+	wait_until has_failure w1
+	run -0 hub_failure w1
+	assert_output "2 refused (unsigned): policy version 2: not signed (no wsync.signature in its meta)"
+	assert_equal "$(readlink sel)" sel.v1
+}
+
 @test "--select without --format safetensors is a usage error" {
 	run -64 wsync-watch -m policy -o x.wsync --select 'a.*'
 	assert_output "wsync-watch: --select and --shard-size need --format safetensors
