@@ -28,6 +28,17 @@ struct s_have {
 };
 
 /*
+ * A version fetched and not handed over yet: one of a round's, handed over
+ * with the others at its end, or one fetched as it arrived upstream, kept
+ * until the upstream's heads show it committed (with its push's others).
+ */
+struct s_fetched {
+	char model[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head;
+	char *tmp;
+};
+
+/*
  * The mirroring thread's state. The thread owns everything here but the hub's
  * end of the pair; the hub reads only the lists, which never change.
  */
@@ -43,6 +54,8 @@ struct hub_relay {
 	char beside[PATH_MAX];          /* STORE/.uploads/relay: fetches go beside it */
 	struct s_have *have;
 	size_t nhave;
+	struct s_fetched fetched[HUB_UPLOAD_FILES];
+	size_t nfetched;
 	volatile sig_atomic_t stop;
 	wsync_client_t *client;
 	void *sub;
@@ -251,10 +264,23 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 	return 0;
 }
 
-/* Hands a fetched version to the hub's loop and waits for its commit; 0 when committed. */
+/* Forgets fetched version i, unlinking its file. */
+static void
+s_fetched_drop(struct hub_relay *rl, size_t i)
+{
+	unlink(rl->fetched[i].tmp);
+	free(rl->fetched[i].tmp);
+	rl->fetched[i] = rl->fetched[--rl->nfetched];
+}
+
+/*
+ * Hands the n fetched versions in take to the hub's loop, to be committed
+ * together as the upstream committed them, and waits for the commit; 0 when
+ * committed.
+ */
 static int
-s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, const char *path,
-    const char *origin, wsync_err_t *err)
+s_hand_over(struct hub_relay *rl, const size_t *take, size_t n, const char *origin,
+    wsync_err_t *err)
 {
 	zmq_pollitem_t item = { rl->pair, 0, ZMQ_POLLIN, 0 };
 	wsync_parts_t p;
@@ -263,11 +289,19 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 	int ok = 0;
 
 	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 6);
-	wsync_enc_kv_str(&e, "model", model);
-	wsync_enc_kv_u64(&e, "version", v->version);
-	wsync_enc_kv_u64(&e, "content", v->content);
-	wsync_enc_kv_str(&e, "path", path);
+	msgpack_pack_map(&e.pk, 5);
+	wsync_enc_str(&e, "models");
+	msgpack_pack_array(&e.pk, n);
+	for (size_t i = 0; i < n; i++)
+		wsync_enc_str(&e, rl->fetched[take[i]].model);
+	wsync_enc_str(&e, "versions");
+	msgpack_pack_array(&e.pk, n);
+	for (size_t i = 0; i < n; i++)
+		msgpack_pack_uint64(&e.pk, rl->fetched[take[i]].head.version);
+	wsync_enc_str(&e, "paths");
+	msgpack_pack_array(&e.pk, n);
+	for (size_t i = 0; i < n; i++)
+		wsync_enc_str(&e, rl->fetched[take[i]].tmp);
 	wsync_enc_kv_str(&e, "origin", origin);
 	wsync_enc_kv_str(&e, "upstream", rl->endpoint);
 	if (zmq_send(rl->pair, e.sb.data, e.sb.size, 0) < 0) {
@@ -293,24 +327,33 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 }
 
 /*
- * Mirrors version head of model unless the relay has it (or it failed here):
- * fetched, verified and handed over, and passed on while it arrives. 0 when
- * done or skipped, -1 with err when the upstream was lost.
+ * Fetches version head of model unless the relay has it, fetched or
+ * committed (or it failed here), passing it on while it arrives; it is kept
+ * in rl->fetched. 0 when done or skipped, -1 with err when the upstream was
+ * lost.
  */
 static int
-s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, const char *origin,
-    wsync_err_t *err)
+s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync_err_t *err)
 {
 	const wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
 	    .known = head, .beside = rl->beside };
 	struct s_have *have = s_have(rl, model);
+	struct s_fetched *to;
 	wsync_head_t got;
 	char *tmp = NULL;
-	int rc = 0;
 
 	if (have == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	if (head->version <= have->version || head->version == have->failed)
+		return 0;
+	for (size_t i = 0; i < rl->nfetched; i++)
+		if (strcmp(rl->fetched[i].model, model) == 0) {
+			if (rl->fetched[i].head.version >= head->version)
+				return 0;
+			s_fetched_drop(rl, i);
+			break;
+		}
+	if (rl->nfetched == HUB_UPLOAD_FILES)
 		return 0;
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
 	rl->arriving = *head;
@@ -328,14 +371,54 @@ s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, cons
 		}
 		return -1;
 	}
-	if (s_hand_over(rl, model, &got, tmp, origin, err) == 0)
-		have->version = got.version;
-	else if (err->code == EX_TEMPFAIL)
-		rc = -1;
-	else
-		have->failed = got.version;
-	unlink(tmp);
-	free(tmp);
+	to = &rl->fetched[rl->nfetched++];
+	snprintf(to->model, sizeof(to->model), "%s", model);
+	to->head = got;
+	to->tmp = tmp;
+	return 0;
+}
+
+/*
+ * Hands over, together, the fetched versions that are the upstream's heads
+ * (the map heads, as one push committed them), and forgets those the heads
+ * passed. 0 when done, -1 with err when the hub stops.
+ */
+static int
+s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, const char *origin,
+    wsync_err_t *err)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	size_t take[HUB_UPLOAD_FILES], n = 0;
+	struct s_have *have;
+	int rc = 0;
+
+	for (size_t i = 0; i < rl->nfetched; i++) {
+		wsync_head_t head = { 0 };
+		for (uint32_t k = 0; k < heads->via.map.size; k++)
+			if (wsync_obj_str(&heads->via.map.ptr[k].key, model, sizeof(model)) == 0 &&
+			    strcmp(model, rl->fetched[i].model) == 0)
+				wsync_head_decode(&heads->via.map.ptr[k].val, &head);
+		if (head.version == rl->fetched[i].head.version)
+			take[n++] = i;
+	}
+	if (n > 0 && s_hand_over(rl, take, n, origin, err) < 0) {
+		if (err->code == EX_TEMPFAIL)
+			rc = -1;
+		for (size_t i = 0; i < n && rc == 0; i++)
+			if ((have = s_have(rl, rl->fetched[take[i]].model)) != NULL)
+				have->failed = rl->fetched[take[i]].head.version;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			if ((have = s_have(rl, rl->fetched[take[i]].model)) != NULL)
+				have->version = rl->fetched[take[i]].head.version;
+	}
+	/* From the last index down, so that the ones before keep their places. */
+	for (size_t i = rl->nfetched; i-- > 0;) {
+		have = s_have(rl, rl->fetched[i].model);
+		if (have == NULL || rl->fetched[i].head.version <= have->version ||
+		    rl->fetched[i].head.version == have->failed)
+			s_fetched_drop(rl, i);
+	}
 	return rc;
 }
 
@@ -383,7 +466,7 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	wsync_msg_t m;
 	wsync_enc_t e;
 	uint64_t id = wsync_client_request(rl->client, &e, "heads", rl->models ? 2 : 1);
-	int rc = 0;
+	int rc = 0, newer = 0;
 
 	wsync_enc_kv_bool(&e, "arriving", 1);
 	if (rl->models != NULL) {
@@ -399,21 +482,32 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 		origin[0] = '\0';
 	heads = wsync_msg_get(&m, "heads");
 	arriving = wsync_msg_get(&m, "arriving");
-	for (uint32_t i = 0; heads != NULL && heads->type == MSGPACK_OBJECT_MAP &&
-	    i < heads->via.map.size && !rl->stop && rc == 0; i++) {
+	if (heads == NULL || heads->type != MSGPACK_OBJECT_MAP)
+		heads = NULL;
+	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && !rl->stop &&
+	    rc == 0; i++) {
 		wsync_head_t head;
 		if ((rc = s_entry(rl, heads, i, model, &head, err)) < 0)
 			break;
 		/* A newer one on its way: that one, as it arrives. */
 		if (s_arriving_of(arriving, model) <= head.version)
-			rc = s_mirror(rl, model, &head, origin, err);
+			rc = s_fetch(rl, model, &head, err);
+		else
+			newer = 1;
 	}
 	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
 	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
 		wsync_head_t head;
 		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
-			rc = s_mirror(rl, model, &head, origin, err);
+			rc = s_fetch(rl, model, &head, err);
 	}
+	/*
+	 * The heads are what the upstream committed together: so are they here.
+	 * While a newer version of one arrives, the push it is of may hold others
+	 * of these models too: they wait for its commit upstream.
+	 */
+	if (rc == 0 && heads != NULL && !newer && !rl->stop)
+		rc = s_commit_heads(rl, heads, origin, err);
 	wsync_client_release(&m, &p);
 	return rc;
 }
@@ -615,6 +709,8 @@ hub_relay_stop(wsync_hub_t *h)
 	free(rl->key);
 	free(rl->hub_key);
 	free(rl->have);
+	while (rl->nfetched > 0)
+		s_fetched_drop(rl, rl->nfetched - 1);
 	free(rl->report);
 	free(rl);
 	h->relay = NULL;
@@ -635,38 +731,77 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 	return 1;
 }
 
-/* Commits one version the thread fetched, with the upstream's number, and announces it. */
+/* Array key of m, of n entries when n > 0; NULL when not so. */
+static const msgpack_object *
+s_msg_array(const wsync_msg_t *m, const char *key, uint32_t n)
+{
+	const msgpack_object *a = wsync_msg_get(m, key);
+
+	return a != NULL && a->type == MSGPACK_OBJECT_ARRAY && a->via.array.size > 0 &&
+	    a->via.array.size <= HUB_UPLOAD_FILES && (n == 0 || a->via.array.size == n) ? a : NULL;
+}
+
+/*
+ * Commits the versions the thread fetched together, as its upstream did,
+ * with the upstream's numbers, and announces them as one group.
+ */
 static int
 s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 {
 	char origin[64] = "", upstream[512];
-	wsync_store_temp_t t = { .fd = -1 };
+	wsync_store_temp_t *t = calloc(HUB_UPLOAD_FILES, sizeof(*t));
+	uint64_t versions[HUB_UPLOAD_FILES];
 	wsync_commit_info_t info = { .pusher = "", .time = wsync_wall_time(), .trust = 1 };
-	wsync_committed_t out;
-	uint64_t version;
+	wsync_committed_t out[HUB_UPLOAD_FILES];
+	const msgpack_object *models = s_msg_array(m, "models", 0), *v = NULL, *paths = NULL;
+	uint32_t n = models != NULL ? models->via.array.size : 0, opened = 0;
+	int rc = -1;
 
-	if (wsync_msg_str(m, "model", t.model, sizeof(t.model)) < 0 ||
-	    wsync_msg_str(m, "path", t.path, sizeof(t.path)) < 0 ||
-	    wsync_msg_u64(m, "version", &version) < 0)
+	if (t == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (models != NULL) {
+		v = s_msg_array(m, "versions", n);
+		paths = s_msg_array(m, "paths", n);
+	}
+	for (uint32_t i = 0; v != NULL && paths != NULL && i < n; i++) {
+		t[i] = (wsync_store_temp_t){ .fd = -1 };
+		if (wsync_obj_str(&models->via.array.ptr[i], t[i].model, sizeof(t[i].model)) < 0 ||
+		    wsync_obj_str(&paths->via.array.ptr[i], t[i].path, sizeof(t[i].path)) < 0 ||
+		    wsync_obj_u64(&v->via.array.ptr[i], &versions[i]) < 0)
+			v = NULL;
+	}
+	if (v == NULL || paths == NULL) {
+		free(t);
 		return wsync_err_set(err, EX_SOFTWARE, "relay: a hand-over that does not decode");
+	}
 	wsync_msg_str(m, "origin", origin, sizeof(origin));
 	if (wsync_msg_str(m, "upstream", upstream, sizeof(upstream)) < 0)
 		snprintf(upstream, sizeof(upstream), "%s", h->relay->upstreams[0]);
 	/* Verified by the fetch already: hashing it again would double the relay's work. */
-	info.versions = &version;
-	if ((t.fd = open(t.path, O_RDWR | O_CLOEXEC)) < 0)
-		return wsync_err_set(err, EX_IOERR, "%s: %s", t.path, strerror(errno));
-	if (wsync_store_commit(h->store, &t, 1, &info, &out, err) < 0) {
-		close(t.fd);
-		return -1;
-	}
+	info.versions = versions;
+	for (; opened < n; opened++)
+		if ((t[opened].fd = open(t[opened].path, O_RDWR | O_CLOEXEC)) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: %s", t[opened].path, strerror(errno));
+			goto out;
+		}
+	if (wsync_store_commit(h->store, t, n, &info, out, err) < 0)
+		goto out;
+	rc = 0;
+	opened = 0;
 	s_origin_set(h, origin);
-	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
-	    PRIx64 " pusher=- relay=%s", out.model, out.version, out.size, out.content,
-	    upstream);
-	hub_announce(h, &out, &t, 1, NULL, 0);
-	hub_waits_check(h, out.model);
-	return 0;
+	for (uint32_t i = 0; i < n; i++)
+		hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
+		    PRIx64 " pusher=- relay=%s", out[i].model, out[i].version, out[i].size,
+		    out[i].content, upstream);
+	for (uint32_t i = 0; i < n; i++)
+		hub_announce(h, &out[i], t, n, NULL, 0);
+	for (uint32_t i = 0; i < n; i++)
+		hub_waits_check(h, out[i].model);
+out:
+	for (uint32_t i = 0; i < opened; i++)
+		close(t[i].fd);
+	free(t);
+	return rc;
 }
 
 /* The thread's word on the version it fetches: arriving (how much is in) or dropped. */
@@ -700,15 +835,33 @@ s_arriving_news(wsync_hub_t *h, wsync_parts_t *p)
 	wsync_msg_free(&m);
 }
 
+/* Ends the version arriving here when it is one of the hand-over m's. */
+static void
+s_arrive_end_of(wsync_hub_t *h, const wsync_msg_t *m, int ok, const wsync_err_t *err)
+{
+	const msgpack_object *models = wsync_msg_get(m, "models"), *v = wsync_msg_get(m, "versions");
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;
+
+	for (uint32_t i = 0; models != NULL && models->type == MSGPACK_OBJECT_ARRAY &&
+	    v != NULL && v->type == MSGPACK_OBJECT_ARRAY && i < models->via.array.size &&
+	    i < v->via.array.size; i++)
+		if (wsync_obj_str(&models->via.array.ptr[i], model, sizeof(model)) == 0 &&
+		    wsync_obj_u64(&v->via.array.ptr[i], &version) == 0 &&
+		    hub_arrive_has(h, model, version)) {
+			hub_arrive_end(h, ok ? 0 : EX_DATAERR, err->msg);
+			return;
+		}
+}
+
 void
 hub_relay_serve(wsync_hub_t *h)
 {
-	char quoted[2200], model[WSYNC_MAX_MODEL + 1];
+	char quoted[2200];
 	wsync_parts_t p;
 	wsync_msg_t m;
 	wsync_err_t err;
 	wsync_enc_t e;
-	uint64_t version;
 	int ok, decoded;
 
 	while (wsync_recv(h->relay_pair, &p, ZMQ_DONTWAIT) == 0) {
@@ -725,10 +878,8 @@ hub_relay_serve(wsync_hub_t *h)
 			hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg,
 			    quoted, sizeof(quoted)));
 		/* Committed, the version is served from the store; refused, nowhere. */
-		if (decoded && wsync_msg_str(&m, "model", model, sizeof(model)) == 0 &&
-		    wsync_msg_u64(&m, "version", &version) == 0 &&
-		    hub_arrive_has(h, model, version))
-			hub_arrive_end(h, ok ? 0 : EX_DATAERR, err.msg);
+		if (decoded && h->arriving.version != 0)
+			s_arrive_end_of(h, &m, ok, &err);
 		wsync_msg_free(&m);
 		wsync_parts_close(&p);
 		wsync_enc_init(&e);
