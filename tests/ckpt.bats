@@ -253,6 +253,34 @@ PYEOF
 	assert_output '["model.layers.1.*","lm_head.*"]'
 }
 
+@test "a sparse 1 GiB checkpoint directory on tmpfs is pushed in bounded memory and stays sparse" {
+	[ -w /dev/shm ] || skip "no writable /dev/shm (tmpfs)"
+	ck=$(mktemp -d /dev/shm/wsync-sparse.XXXXXX)
+	CLEANUP+=("$ck")
+	# Two shards of 512 MiB, every tensor's data a hole.
+	"$PY" - "$ck" <<'PYEOF'
+import json, struct, sys
+for s in (1, 2):
+    head, off = {}, 0
+    for i in range(4):
+        head[f"model.layers.{s}.{i}.weight"] = {"dtype": "BF16", "shape": [64 << 20],
+                                                "data_offsets": [off, off + (128 << 20)]}
+        off += 128 << 20
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    with open(f"{sys.argv[1]}/model-0000{s}-of-00002.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+PYEOF
+	before=$(du -k "$ck" | cut -f1)
+	start_hub
+	run -0 /usr/bin/time -f "%M" -o rss wsync-push -q -m big "$ck"
+	assert_output 1
+	# Peak RSS in KiB: under 64 MiB (the pages of the holes were never filled).
+	(( $(cat rss) < 65536 ))
+	assert_equal "$(du -k "$ck" | cut -f1)" "$before"
+}
+
 @test "--select with --verify-key over the socket is refused at start, naming both options" {
 	wsync-keygen --sign key >/dev/null
 	run -64 timeout 10 wsync-watch -m policy -o sel --format safetensors --select 'a.*' \
