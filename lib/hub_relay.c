@@ -347,12 +347,9 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 	if (head->version <= have->version || head->version == have->failed)
 		return 0;
 	for (size_t i = 0; i < rl->nfetched; i++)
-		if (strcmp(rl->fetched[i].model, model) == 0) {
-			if (rl->fetched[i].head.version >= head->version)
-				return 0;
-			s_fetched_drop(rl, i);
-			break;
-		}
+		if (strcmp(rl->fetched[i].model, model) == 0 &&
+		    rl->fetched[i].head.version == head->version)
+			return 0;
 	if (rl->nfetched == HUB_UPLOAD_FILES)
 		return 0;
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
@@ -378,29 +375,63 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 	return 0;
 }
 
+/* Whether head is newer than what the relay has of model (and did not fail here). */
+static int
+s_newer(struct hub_relay *rl, const char *model, const wsync_head_t *head)
+{
+	struct s_have *have = s_have(rl, model);
+
+	return have != NULL && head->version > have->version && head->version != have->failed;
+}
+
+/* The version the map heads gives model; 0: none. */
+static uint64_t
+s_head_of(const msgpack_object *heads, const char *model)
+{
+	char id[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head = { 0 };
+
+	for (uint32_t k = 0; k < heads->via.map.size; k++)
+		if (wsync_obj_str(&heads->via.map.ptr[k].key, id, sizeof(id)) == 0 &&
+		    strcmp(id, model) == 0 && wsync_head_decode(&heads->via.map.ptr[k].val,
+		    &head) == 0)
+			return head.version;
+	return 0;
+}
+
 /*
  * Hands over, together, the fetched versions that are the upstream's heads
- * (the map heads, as one push committed them), and forgets those the heads
- * passed. 0 when done, -1 with err when the hub stops.
+ * (the map heads: a push's models all new or all old), and forgets those
+ * the heads passed. With all, only when every newer head was fetched:
+ * nothing else is committed without the others of its push. 0 when done,
+ * -1 with err when the hub stops.
  */
 static int
-s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, const char *origin,
+s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, int all, const char *origin,
     wsync_err_t *err)
 {
 	char model[WSYNC_MAX_MODEL + 1];
 	size_t take[HUB_UPLOAD_FILES], n = 0;
 	struct s_have *have;
-	int rc = 0;
+	int rc = 0, whole = 1;
 
-	for (size_t i = 0; i < rl->nfetched; i++) {
-		wsync_head_t head = { 0 };
-		for (uint32_t k = 0; k < heads->via.map.size; k++)
-			if (wsync_obj_str(&heads->via.map.ptr[k].key, model, sizeof(model)) == 0 &&
-			    strcmp(model, rl->fetched[i].model) == 0)
-				wsync_head_decode(&heads->via.map.ptr[k].val, &head);
-		if (head.version == rl->fetched[i].head.version)
+	for (uint32_t k = 0; k < heads->via.map.size; k++) {
+		wsync_head_t head;
+		size_t i = 0;
+		if (wsync_obj_str(&heads->via.map.ptr[k].key, model, sizeof(model)) < 0 ||
+		    wsync_head_decode(&heads->via.map.ptr[k].val, &head) < 0 ||
+		    !s_newer(rl, model, &head))
+			continue;
+		while (i < rl->nfetched && (strcmp(rl->fetched[i].model, model) != 0 ||
+		    rl->fetched[i].head.version != head.version))
+			i++;
+		if (i < rl->nfetched && n < HUB_UPLOAD_FILES)
 			take[n++] = i;
+		else
+			whole = 0;
 	}
+	if (all && !whole)
+		n = 0;
 	if (n > 0 && s_hand_over(rl, take, n, origin, err) < 0) {
 		if (err->code == EX_TEMPFAIL)
 			rc = -1;
@@ -416,7 +447,8 @@ s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, const char *or
 	for (size_t i = rl->nfetched; i-- > 0;) {
 		have = s_have(rl, rl->fetched[i].model);
 		if (have == NULL || rl->fetched[i].head.version <= have->version ||
-		    rl->fetched[i].head.version == have->failed)
+		    rl->fetched[i].head.version == have->failed ||
+		    rl->fetched[i].head.version < s_head_of(heads, rl->fetched[i].model))
 			s_fetched_drop(rl, i);
 	}
 	return rc;
@@ -466,7 +498,7 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	wsync_msg_t m;
 	wsync_enc_t e;
 	uint64_t id = wsync_client_request(rl->client, &e, "heads", rl->models ? 2 : 1);
-	int rc = 0, newer = 0;
+	int rc = 0, others = 0;
 
 	wsync_enc_kv_bool(&e, "arriving", 1);
 	if (rl->models != NULL) {
@@ -484,16 +516,23 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	arriving = wsync_msg_get(&m, "arriving");
 	if (heads == NULL || heads->type != MSGPACK_OBJECT_MAP)
 		heads = NULL;
+	/*
+	 * A head with a newer version on its way is skipped for that one, taken
+	 * as it arrives, unless another model moved too: then every newer head
+	 * is fetched, so that the models of one push are committed together.
+	 */
+	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && rc == 0; i++) {
+		wsync_head_t head;
+		if ((rc = s_entry(rl, heads, i, model, &head, err)) == 0 &&
+		    s_newer(rl, model, &head) && s_arriving_of(arriving, model) <= head.version)
+			others++;
+	}
 	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && !rl->stop &&
 	    rc == 0; i++) {
 		wsync_head_t head;
-		if ((rc = s_entry(rl, heads, i, model, &head, err)) < 0)
-			break;
-		/* A newer one on its way: that one, as it arrives. */
-		if (s_arriving_of(arriving, model) <= head.version)
+		if ((rc = s_entry(rl, heads, i, model, &head, err)) == 0 &&
+		    (others > 0 || s_arriving_of(arriving, model) <= head.version))
 			rc = s_fetch(rl, model, &head, err);
-		else
-			newer = 1;
 	}
 	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
 	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
@@ -501,13 +540,9 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
 			rc = s_fetch(rl, model, &head, err);
 	}
-	/*
-	 * The heads are what the upstream committed together: so are they here.
-	 * While a newer version of one arrives, the push it is of may hold others
-	 * of these models too: they wait for its commit upstream.
-	 */
-	if (rc == 0 && heads != NULL && !newer && !rl->stop)
-		rc = s_commit_heads(rl, heads, origin, err);
+	/* The heads are what the upstream committed together: so are they here. */
+	if (rc == 0 && heads != NULL && !rl->stop)
+		rc = s_commit_heads(rl, heads, others > 0, origin, err);
 	wsync_client_release(&m, &p);
 	return rc;
 }
