@@ -133,6 +133,23 @@ wsync_source_of_tree(wsync_tree_t *tree, int shared, wsync_err_t *err)
 	return src;
 }
 
+/* Where [data, data + nbytes) of src's tree is read at offsets (the tree's locate). */
+static int
+s_locate(void *arg, const void *data, uint64_t nbytes, int *fd, uint64_t *off)
+{
+	const wsync_source_t *src = arg;
+	const unsigned char *p = data;
+
+	for (size_t i = 0; i < src->nregions; i++)
+		if (p >= src->regions[i].base && p + nbytes <= src->regions[i].base +
+		    src->regions[i].size) {
+			*fd = src->regions[i].fd;
+			*off = (uint64_t)(p - src->regions[i].base);
+			return 0;
+		}
+	return -1;
+}
+
 int
 wsync_source_read_at(wsync_source_t *src, const void *base, uint64_t size, int fd,
     wsync_err_t *err)
@@ -143,6 +160,8 @@ wsync_source_read_at(wsync_source_t *src, const void *base, uint64_t size, int f
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	src->regions = r;
 	r[src->nregions++] = (struct s_region){ base, size, fd };
+	src->tree->locate = s_locate;
+	src->tree->locate_arg = src;
 	return 0;
 }
 
@@ -472,6 +491,8 @@ s_piece(wsync_source_t *src, const struct wsync_tree_tensor *t, uint64_t off, vo
     size_t n, wsync_err_t *err)
 {
 	const unsigned char *p = (const unsigned char *)t->data + off;
+	uint64_t at;
+	int fd;
 
 	if (src->pipe)
 		return s_pipe_read(src, buf, n, NULL, err);
@@ -479,11 +500,8 @@ s_piece(wsync_source_t *src, const struct wsync_tree_tensor *t, uint64_t off, vo
 		return s_pread(src, src->fd, buf, n, (uint64_t)(p -
 		    (const unsigned char *)wsync_file_bytes(src->in)), err);
 	/* Read, not touched through the mapping: a hole read there is filled (tmpfs). */
-	for (size_t i = 0; i < src->nregions; i++)
-		if (p >= src->regions[i].base && p + n <= src->regions[i].base +
-		    src->regions[i].size)
-			return s_pread(src, src->regions[i].fd, buf, n,
-			    (uint64_t)(p - src->regions[i].base), err);
+	if (s_locate(src, p, n, &fd, &at) == 0)
+		return s_pread(src, fd, buf, n, at, err);
 	memcpy(buf, p, n);
 	s_input_release(src, p, n);
 	return 0;

@@ -253,12 +253,13 @@ PYEOF
 	assert_output '["model.layers.1.*","lm_head.*"]'
 }
 
-@test "a sparse 1 GiB checkpoint directory on tmpfs is pushed in bounded memory and stays sparse" {
+# sparse_ckpt: $CK, a checkpoint directory on tmpfs of two 512 MiB shards
+# whose every tensor's data is a hole; $BEFORE, its du in KiB.
+sparse_ckpt() {
 	[ -w /dev/shm ] || skip "no writable /dev/shm (tmpfs)"
-	ck=$(mktemp -d /dev/shm/wsync-sparse.XXXXXX)
-	CLEANUP+=("$ck")
-	# Two shards of 512 MiB, every tensor's data a hole.
-	"$PY" - "$ck" <<'PYEOF'
+	CK=$(mktemp -d /dev/shm/wsync-sparse.XXXXXX)
+	CLEANUP+=("$CK")
+	"$PY" - "$CK" <<'PYEOF'
 import json, struct, sys
 for s in (1, 2):
     head, off = {}, 0
@@ -272,13 +273,29 @@ for s in (1, 2):
         f.write(struct.pack("<Q", len(h)) + h)
         f.truncate(8 + len(h) + off)
 PYEOF
-	before=$(du -k "$ck" | cut -f1)
+	BEFORE=$(du -k "$CK" | cut -f1)
+}
+
+@test "a sparse 1 GiB checkpoint directory on tmpfs is pushed in bounded memory and stays sparse" {
+	sparse_ckpt
 	start_hub
-	run -0 /usr/bin/time -f "%M" -o rss wsync-push -q -m big "$ck"
+	run -0 /usr/bin/time -f "%M" -o rss wsync-push -q -m big "$CK"
 	assert_output 1
 	# Peak RSS in KiB: under 64 MiB (the pages of the holes were never filled).
 	(( $(cat rss) < 65536 ))
-	assert_equal "$(du -k "$ck" | cut -f1)" "$before"
+	assert_equal "$(du -k "$CK" | cut -f1)" "$BEFORE"
+}
+
+@test "a signed push of a sparse 1 GiB checkpoint directory digests it in bounded memory, leaves it sparse, and verifies" {
+	sparse_ckpt
+	wsync-keygen --sign key >/dev/null
+	start_hub
+	run -0 /usr/bin/time -f "%M" -o rss wsync-push -q --sign-key key.key -m big "$CK"
+	assert_output 1
+	(( $(cat rss) < 65536 ))
+	assert_equal "$(du -k "$CK" | cut -f1)" "$BEFORE"
+	run -0 wsync-pull -q --verify-key key.pub -m big -o big.wsync
+	assert_output 1
 }
 
 @test "--select with --verify-key over the socket is refused at start, naming both options" {
