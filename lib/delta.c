@@ -18,6 +18,7 @@
  * 64 MiB of RSS for a 1 GiB model of 64 tensors.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,10 +47,31 @@ wsync_delta_enc_name(wsync_delta_enc_t enc)
 
 /* ---- output: a buffered writer that can fill in lengths and take back ---- */
 
+/*
+ * Copies n bytes into a mapped output at off, then lets go of its pages: a
+ * thread writing the file through write(2) holds its inode's lock, so
+ * threads writing their tensors into one file would take turns.
+ */
+static void
+s_out_copy(unsigned char *map, uint64_t off, const void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)(map + off) &
+	    ~(page - 1);
+
+	/* One call maps the pages in, rather than a fault each. */
+	madvise((void *)start, n + ((uintptr_t)(map + off) - start), MADV_POPULATE_WRITE);
+#endif
+	memcpy(map + off, p, n);
+	wsync_pages_release_around(map + off, n);
+}
+
 int
 delta_out_flush(delta_out_t *o, wsync_err_t *err)
 {
-	if (o->n > 0 && (o->positioned ? wsync_write_at(o->fd, o->buf, o->n, o->flushed) :
+	if (o->n > 0 && o->map != NULL)
+		s_out_copy(o->map, o->flushed, o->buf, o->n);
+	else if (o->n > 0 && (o->positioned ? wsync_write_at(o->fd, o->buf, o->n, o->flushed) :
 	    wsync_write_all(o->fd, o->buf, o->n)) < 0)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", o->name,
 		    strerror(errno));
@@ -911,6 +933,18 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		    name, (unsigned long long)h.size, strerror(errno));
 		goto out;
 	}
+	/*
+	 * Written through a shared mapping, its space reserved first so that no
+	 * page is refused once mapped; where it cannot be (a selection's holes, a
+	 * descriptor not open for reading, a file system without fallocate), with
+	 * pwrite(2).
+	 */
+	if (keep == NULL && ftruncate(out_fd, (off_t)h.size) == 0 &&
+	    fallocate(out_fd, 0, 0, (off_t)h.size) == 0) {
+		a.out.map = mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, out_fd, 0);
+		if (a.out.map == MAP_FAILED)
+			a.out.map = NULL;
+	}
 	/* An applier per thread, a tensor each at a time: each holds a few MiB. */
 	nworkers = wsync_threads();
 	if (nworkers > h.ntensors)
@@ -939,6 +973,8 @@ out:
 	for (unsigned k = 0; k < opened; k++)
 		s_applier_close(&ws[k]);
 	free(ws);
+	if (a.out.map != NULL)
+		munmap(a.out.map, (size_t)h.size);
 	if (a.image != NULL)
 		munmap(a.image, (size_t)h.size);
 	wsync_delta_header_free(&h);
