@@ -192,6 +192,7 @@ main(int argc, char **argv)
 	volatile sig_atomic_t *stop;
 	wsync_client_t *client;
 	wsync_head_t got;
+	wsync_fetched_t fetched;
 	wsync_err_t err;
 
 	cli_init("wsync-pull");
@@ -298,13 +299,15 @@ main(int argc, char **argv)
 	}
 	int64_t left = deadline - wsync_now_ms();
 	if (wsync_client_pull(client, &(wsync_fetch_t){ .model = model, .version = version,
-	    .keys = keys, .nkeys = nkeys, .base = base }, out, &got, left > 0 ? (int)left : 0, &err) < 0)
+	    .keys = keys, .nkeys = nkeys, .base = base }, out, &fetched, left > 0 ? (int)left : 0,
+	    &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
-	if (wsync_client_delta_note(client)[0] != '\0') {
+	got = fetched.head;
+	if (fetched.delta_note[0] != '\0') {
 		char line[WSYNC_MAX_REASON + 100];
 		snprintf(line, sizeof(line), "%s version %" PRIu64 " fetched whole: %s", model,
-		    got.version, wsync_client_delta_note(client));
+		    got.version, fetched.delta_note);
 		cli_log_msg(NULL, line);
 	}
 	if (safetensors) {

@@ -121,8 +121,8 @@ wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t
 		    c->endpoint, why);
 	}
 	rc = wsync_reply_decode(m, id, err);
-	if (*id != 0)
-		wsync_client_next_seen(c, *id, p);
+	if (*id != 0 && c->hooks != NULL)
+		c->hooks->seen(c->hooks_arg, *id, p);
 	if (rc == 0)
 		return 0;
 	if (*id == 0) {
@@ -277,7 +277,6 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	c->transfer = o->transfer;
 	c->stop = o->stop;
 	c->idle_ms = o->idle_ms;
-	c->travelled = WSYNC_TRANSFER_SOCKET;
 	if (o->worker != NULL)
 		snprintf(c->worker, sizeof(c->worker), "%s", o->worker);
 	if ((c->models = calloc((size_t)o->nmodels + 1, sizeof(*c->models))) == NULL) {
@@ -315,13 +314,13 @@ wsync_client_destroy(wsync_client_t **cp)
 
 	if (c == NULL)
 		return;
-	wsync_client_next_drop(c, 1000);
-	wsync_client_keep_pushed(c, 0);
+	if (c->hooks != NULL)
+		c->hooks->end(c->hooks_arg, c);
+	c->hooks = NULL;
 	s_close_socket(c);
 	for (int i = 0; i < c->nmodels; i++)
 		free(c->models[i]);
 	free(c->models);
-	wsync_signkey_destroy(&c->sign);
 	for (int i = 0; i < c->nselect; i++)
 		free(c->select[i]);
 	free(c->select);
@@ -362,8 +361,8 @@ wsync_client_heartbeat_ms(const wsync_client_t *c)
 int
 wsync_client_reconnect(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 {
-	/* The hub keeps a slot for the connection that asked. */
-	wsync_client_next_forget(c);
+	if (c->hooks != NULL)
+		c->hooks->reset(c->hooks_arg);
 	s_close_socket(c);
 	if (s_open_socket(c, err) < 0)
 		return -1;

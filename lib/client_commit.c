@@ -2,7 +2,7 @@
 #include <string.h>
 #include <sysexits.h>
 
-#include "client_conn_int.h"
+#include "push_session_int.h"
 
 static const char *const s_wait_modes[] = { "all", "count", "ids" };
 
@@ -99,7 +99,8 @@ wsync_client_commit(wsync_client_t *c, const wsync_commit_t *cm, int timeout_ms,
 	if (rc < 0)
 		return -1;
 	/* Asked for now, the slot is ready by the time the workers have this version. */
-	if (cm->next != NULL && c->next_slot.id == 0)
+	if (cm->next != NULL && (wsync_push_find(c) == NULL ||
+	    wsync_push_find(c)->next_slot.id == 0))
 		wsync_client_next_ask(c, cm->next);
 	if (both)
 		rc = s_await_wait(c, id, 1, timeout_ms, &m, &p, missing, err);

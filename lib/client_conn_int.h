@@ -15,26 +15,16 @@
     "wsync-inspect --hub)"
 
 /*
- * The next slot: one asked for ahead of need, with a commit (client_slot.c).
- * Its begin's request id, what it was asked for, and its reply's bytes once
- * they came.
+ * A role's hooks on a connection: the connection calls them and knows no role
+ * (the push session, push_session.c, is the one there is). NULL: none.
  */
-struct wsync_next_slot {
-	uint64_t id;                    /* 0: none */
-	char key[1024];                 /* its models, sizes and workers */
-	int64_t at;                     /* when it was asked for (monotonic ms) */
-	char *reply;                    /* NULL until its reply came */
-	size_t len;
-};
-
-/* The most models whose last pushed version a client keeps (wsync_client_keep_pushed). */
-#define WSYNC_KEPT_MAX 16
-
-/* A version this client pushed, kept as the base of the next push of its model. */
-struct wsync_kept {
-	char model[WSYNC_MAX_MODEL + 1];
-	int fd;                         /* a scratch file: the version as sent */
-	uint64_t version, content;
+struct wsync_conn_hooks {
+	/* Sees every reply with an id (its frames p) before the caller waiting for it. */
+	void (*seen)(void *arg, uint64_t id, wsync_parts_t *p);
+	/* The connection is made anew: what the hub held for the old one is gone. */
+	void (*reset)(void *arg);
+	/* The connection is about to close (it still sends and receives); frees arg. */
+	void (*end)(void *arg, wsync_client_t *c);
 };
 
 struct wsync_client {
@@ -56,30 +46,13 @@ struct wsync_client {
 	uint32_t heartbeat_ms;
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
-	/*
-	 * A relay's client (hub_relay.c): its gets may read a version still
-	 * arriving at the hub, and each fetch tells arrived the file it writes
-	 * and how much of it is in, from offset 0 without a gap. NULL otherwise.
-	 */
-	void (*arrived)(void *arg, const char *tmp, uint64_t upto);
-	void *arrived_arg;
-	const char *arrived_tmp;        /* the file of the fetch in progress */
 	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
 	int store_here;                 /* the hub's store is visible here (same store id) */
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
-	int travelled;                  /* WSYNC_TRANSFER_*: how the last fetch travelled */
-	uint64_t fetched;               /* bytes the last fetch asked the hub for */
-	uint64_t wire;                  /* bytes of data the last fetch received */
-	char delta_note[WSYNC_MAX_REASON]; /* why the last fetch with a base came whole */
-	int keep_pushed;                /* keeps the last version pushed of each model */
-	struct wsync_kept kept[WSYNC_KEPT_MAX];
-	int nkept;
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
-	struct wsync_next_slot next_slot;
-	wsync_signkey_t *sign;          /* NULL: pushes are not signed */
-	char sign_path[PATH_MAX];       /* the key's file; its counter is beside it */
-	uint64_t sign_seq;              /* the next push's sequence number; 0: the counter's */
+	const struct wsync_conn_hooks *hooks;
+	void *hooks_arg;
 };
 
 /* Milliseconds left until deadline (monotonic ms), never negative. */
@@ -107,39 +80,6 @@ wsync_name_of(const char *const *names, int n, int i)
 {
 	return i >= 0 && i < n ? names[i] : "?";
 }
-
-/* ---- the connection (client.c) ---- */
-
-/* Starts request op with nfields more fields in e (the caller frees it); returns its id. */
-uint64_t wsync_client_request(wsync_client_t *c, wsync_enc_t *e, const char *op,
-    size_t nfields);
-/* Sends the request e, then data (may be NULL), without blocking; 69 when it cannot. */
-int wsync_client_send(wsync_client_t *c, const wsync_enc_t *e, const void *data, size_t dlen,
-    wsync_err_t *err);
-/* Frees a reply received by wsync_client_recv, wsync_client_await or wsync_client_call. */
-void wsync_client_release(wsync_msg_t *m, wsync_parts_t *p);
-/*
- * Receives the next reply before deadline (monotonic ms). Returns 0 with the
- * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
- * and nothing to free: a malformed reply (*id 0) or a refusal (*id its id),
- * which keep_refusal leaves in m and p for the caller to read and free.
- */
-int wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
-    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
-/*
- * Receives the reply to request id before deadline; replies to other requests
- * are dropped. 0 with it in m and p (the caller frees both), 1 on timeout, -1
- * with err; a refusal of id is 2 when keep_refusal, with err, and m and p.
- */
-int wsync_client_await(wsync_client_t *c, uint64_t id, int64_t deadline, wsync_msg_t *m,
-    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
-/*
- * Sends request e (freed) with data and waits timeout_ms for its reply: 0 with
- * it in m and p (the caller frees both); -1 with err, 75 on timeout naming what.
- */
-int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data,
-    size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
-    wsync_err_t *err);
 
 /* ---- a push sent as a delta (client_pushdelta.c) ---- */
 
@@ -185,26 +125,26 @@ int wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err);
 /*
  * Gets bytes [0, size) of version of model (with base non-zero: of the delta
  * from base to it) into fd, up to the window of gets in flight, each chunk
- * written at its offset as it comes.
+ * written at its offset as it comes, and counted in out.
  */
 int wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version,
-    uint64_t base, uint64_t size, const char *worker, int fd, int64_t deadline,
-    wsync_err_t *err);
+    uint64_t base, uint64_t size, const char *worker, int fd, wsync_fetched_t *out,
+    int64_t deadline, wsync_err_t *err);
 
 /* ---- deltas (client_delta.c) ---- */
 
 /*
- * Fetches version got of f->model as a delta from the file f->base and
+ * Fetches version out->head of f->model as a delta from the file f->base and
  * rebuilds it, verified, into a new temporary file beside path (a spare of
  * recycle when one is free and nothing is selected), named in buf and open
  * as *fd; with a selection (sel not NULL, not empty), only the tensors it
  * takes, and only when the delta is smaller than their bytes in the base.
- * 0 when done; 1 when the version must come whole (why in
- * c->delta_note; the hub heard of a delta that did not apply); -1 with err
+ * 0 when done (out says so); 1 when the version must come whole (why in
+ * out->delta_note; the hub heard of a delta that did not apply); -1 with err
  * when the hub is lost or the fetch was stopped.
  */
 int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
-    const wsync_head_t *got, const char *path, char *buf, size_t size, int *fd,
+    wsync_fetched_t *out, const char *path, char *buf, size_t size, int *fd,
     const wsync_ckpt_out_t *sel, wsync_recycle_t *recycle, int64_t deadline,
     wsync_err_t *err);
 
@@ -238,14 +178,8 @@ int wsync_client_versions(wsync_client_t *c, const wsync_msg_t *m, wsync_push_it
  */
 int wsync_client_slot_files(wsync_client_t *c, const wsync_msg_t *m, const uint64_t *sizes,
     int n, int *fds, char **paths, wsync_err_t *err);
-/* A reply with request id came (frames p): kept when it is the next slot's. */
-void wsync_client_next_seen(wsync_client_t *c, uint64_t id, wsync_parts_t *p);
 /* Asks for slot a as the next slot, without waiting; forgotten if it cannot be asked. */
 void wsync_client_next_ask(wsync_client_t *c, const wsync_slot_ask_t *a);
-/* Forgets the next slot (its reply, if kept); the hub drops it with the connection. */
-void wsync_client_next_forget(wsync_client_t *c);
-/* Aborts the next slot once its reply came (within timeout_ms), and forgets it. */
-void wsync_client_next_drop(wsync_client_t *c, int timeout_ms);
 
 /* ---- byte ranges of a version (client_fetch.c, client_select.c) ---- */
 
@@ -255,11 +189,11 @@ typedef struct wsync_range {
 } wsync_range_t;
 
 /*
- * Gets the n ranges (in order, inside the version) of version h of model
- * into fd at their offsets, with up to window gets in flight; counts them in
- * c->fetched.
+ * Gets the n ranges (in order, inside the version) of version out->head of
+ * model into fd at their offsets, with up to window gets in flight; counts
+ * them in out.
  */
-int wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
+int wsync_client_get_ranges(wsync_client_t *c, const char *model, wsync_fetched_t *out,
     const char *worker, int fd, const wsync_range_t *ranges, size_t n, int64_t deadline,
     wsync_err_t *err);
 /* Where each tensor's data lies in a version (op layout), in file order. */
@@ -280,12 +214,12 @@ void wsync_layout_free(wsync_layout_t *l);
 /* 1 when a fetch of selection sel takes the tensor at path: selected, or a small file. */
 int wsync_client_selects(const wsync_ckpt_out_t *sel, const char *path);
 /*
- * Gets version h of model into fd (already h->size bytes long) in part: asks
+ * Gets version out->head of model into fd (already that long) in part: asks
  * the hub where each tensor's data lies (op layout), then gets every byte
  * outside the data (the headers) and the data of the tensors sel selects and
  * of the small files (WSYNC_CKPT_FILES); every other byte stays zero.
  */
-int wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
+int wsync_client_get_selected(wsync_client_t *c, const char *model, wsync_fetched_t *out,
     const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,
     wsync_err_t *err);
 /*

@@ -18,15 +18,15 @@
 #define S_PENDING_MS 30000      /* longest wait for the hub to make a delta */
 #define S_TELL_MS 1000          /* bound on telling the hub a delta did not apply */
 
-/* Says in c->delta_note why the version comes whole; 1, what the caller returns then. */
+/* Says in out->delta_note why the version comes whole; 1, what the caller returns then. */
 __attribute__((format(printf, 2, 3)))
 static int
-s_whole(wsync_client_t *c, const char *fmt, ...)
+s_whole(wsync_fetched_t *out, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(c->delta_note, sizeof(c->delta_note), fmt, ap);
+	vsnprintf(out->delta_note, sizeof(out->delta_note), fmt, ap);
 	va_end(ap);
 	return 1;
 }
@@ -64,12 +64,12 @@ s_call_ms(const wsync_client_t *c, int64_t deadline)
 }
 
 /*
- * Waits until the hub has the delta from base to got's version: 0 with its
- * size in *size, 1 when the version comes whole (c->delta_note says why), -1
- * with err when the hub is lost.
+ * Waits until the hub has the delta from base to out->head's version: 0 with
+ * its size in *size, 1 when the version comes whole (out->delta_note says
+ * why), -1 with err when the hub is lost.
  */
 static int
-s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint64_t base,
+s_ready(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out, uint64_t base,
     uint64_t base_content, int64_t deadline, uint64_t *size, wsync_err_t *err)
 {
 	int64_t until = wsync_now_ms() + S_PENDING_MS;
@@ -82,7 +82,7 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
 		wsync_msg_t m;
 		wsync_parts_t p = { .n = 0 };
 
-		if (s_ask(c, f, got, base, base_content, NULL, s_call_ms(c, deadline), &m, &p,
+		if (s_ask(c, f, &out->head, base, base_content, NULL, s_call_ms(c, deadline), &m, &p,
 		    err) < 0) {
 			/*
 			 * A refusal: the hub no longer has the base, or has it as another
@@ -91,7 +91,7 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
 			 */
 			if (err->code != EX_TEMPFAIL && err->code != EX_UNAVAILABLE &&
 			    !(c->stop != NULL && *c->stop))
-				return s_whole(c, "%s", err->msg);
+				return s_whole(out, "%s", err->msg);
 			return -1;
 		}
 		wsync_msg_str(&m, "state", state, sizeof(state));
@@ -102,13 +102,13 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
 		if (rc == 0)
 			return 0;
 		if (rc == 1)
-			return s_whole(c, "the hub sends it whole: %s", reason[0] ? reason :
+			return s_whole(out, "the hub sends it whole: %s", reason[0] ? reason :
 			    "no reason given");
 		if (rc < 0)
 			return wsync_err_set(err, EX_PROTOCOL, "%s: a delta reply without a state "
 			    "(ready with a size, pending or whole)", c->endpoint);
 		if (wsync_now_ms() + nap_ms > until)
-			return s_whole(c, "the hub was still making the delta after %.1f s",
+			return s_whole(out, "the hub was still making the delta after %.1f s",
 			    (double)(wsync_now_ms() - until + S_PENDING_MS) / 1000.0);
 		if (c->stop != NULL && *c->stop)
 			return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
@@ -120,14 +120,14 @@ s_ready(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint
 
 /* Tells the hub that its delta did not apply here, and why; an answer is not needed. */
 static void
-s_tell(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got, uint64_t base,
+s_tell(wsync_client_t *c, const wsync_fetch_t *f, const wsync_fetched_t *out, uint64_t base,
     uint64_t base_content)
 {
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
 	wsync_err_t ignored;
 
-	if (s_ask(c, f, got, base, base_content, c->delta_note, S_TELL_MS, &m, &p,
+	if (s_ask(c, f, &out->head, base, base_content, out->delta_note, S_TELL_MS, &m, &p,
 	    &ignored) == 0)
 		wsync_client_release(&m, &p);
 }
@@ -152,7 +152,7 @@ s_selected_bytes(const wsync_file_t *bf, const wsync_ckpt_out_t *sel)
 }
 
 int
-wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
+wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
     wsync_recycle_t *recycle, int64_t deadline, wsync_err_t *err)
 {
@@ -160,16 +160,17 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 	int base_fd, dfd = -1, rc = 1;
 	char dtmp[PATH_MAX];
 	wsync_file_t *bf;
+	const wsync_head_t *got = &out->head;
 	wsync_err_t why;
 
 	*fd = -1;
 	buf[0] = '\0';
 	if ((base_fd = open(f->base, O_RDONLY | O_CLOEXEC)) < 0)
-		return errno == ENOENT ? 1 : s_whole(c, "%s: %s", f->base, strerror(errno));
+		return errno == ENOENT ? 1 : s_whole(out, "%s: %s", f->base, strerror(errno));
 	/* The base's header says which version it holds; its bytes are checked as it is used. */
 	if ((bf = wsync_file_open_fd(base_fd, f->base, &why)) == NULL) {
 		close(base_fd);
-		return s_whole(c, "no delta from %s: %s", f->base, why.msg);
+		return s_whole(out, "no delta from %s: %s", f->base, why.msg);
 	}
 	base = wsync_file_version(bf);
 	base_content = wsync_file_content_id(bf);
@@ -180,31 +181,31 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 	wsync_file_close(&bf);
 	if (base == 0 || base >= got->version) {
 		close(base_fd);
-		return base == 0 ? s_whole(c, "%s holds no numbered version", f->base) : 1;
+		return base == 0 ? s_whole(out, "%s holds no numbered version", f->base) : 1;
 	}
-	if ((rc = s_ready(c, f, got, base, base_content, deadline, &dsize, err)) != 0)
-		goto out;
+	if ((rc = s_ready(c, f, out, base, base_content, deadline, &dsize, err)) != 0)
+		goto finish;
 	/* A delta of every tensor can outweigh a few tensors fetched whole. */
 	if (sel != NULL && dsize >= selected) {
-		rc = s_whole(c, "the delta (%" PRIu64 " bytes) is not smaller than the selection "
+		rc = s_whole(out, "the delta (%" PRIu64 " bytes) is not smaller than the selection "
 		    "(%" PRIu64 " bytes)", dsize, selected);
-		goto out;
+		goto finish;
 	}
 	/* The delta itself needs no name: a watcher killed while it comes leaves nothing. */
 	if ((dfd = wsync_temp_open(path, dtmp, sizeof(dtmp), err)) < 0) {
 		rc = -1;
-		goto out;
+		goto finish;
 	}
 	unlink(dtmp);
 	if (ftruncate(dfd, (off_t)dsize) < 0) {
-		rc = s_whole(c, "cannot hold the delta: %s", strerror(errno));
-		goto out;
+		rc = s_whole(out, "cannot hold the delta: %s", strerror(errno));
+		goto finish;
 	}
-	if (wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd,
+	if (wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd, out,
 	    c->idle_ms > 0 ? wsync_now_ms() + c->idle_ms : deadline, err) < 0) {
 		/* Dropped since (its base retired): the version comes whole. */
-		rc = err->code == EX_NOINPUT ? s_whole(c, "%s", err->msg) : -1;
-		goto out;
+		rc = err->code == EX_NOINPUT ? s_whole(out, "%s", err->msg) : -1;
+		goto finish;
 	}
 	/*
 	 * Never in place: the version is rebuilt into another file, the base stays
@@ -220,14 +221,14 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 	}
 	if (*fd < 0 && (*fd = wsync_temp_open(path, buf, size, err)) < 0) {
 		rc = -1;
-		goto out;
+		goto finish;
 	}
 	if (wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ? s_keep : NULL,
 	    (void *)sel, &version, &content, &why) < 0)
-		rc = s_whole(c, "the delta from version %" PRIu64 " did not apply: %s", base,
+		rc = s_whole(out, "the delta from version %" PRIu64 " did not apply: %s", base,
 		    why.msg);
 	else if (version != got->version || content != got->content)
-		rc = s_whole(c, "the delta from version %" PRIu64 " rebuilt version %" PRIu64
+		rc = s_whole(out, "the delta from version %" PRIu64 " rebuilt version %" PRIu64
 		    " content %016" PRIx64 ", the hub announced %" PRIu64 " content %016" PRIx64,
 		    base, version, content, got->version, got->content);
 	else
@@ -238,8 +239,8 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_
 		raise(SIGSTOP);
 #endif
 	if (rc == 1)
-		s_tell(c, f, got, base, base_content);
-out:
+		s_tell(c, f, out, base, base_content);
+finish:
 	if (rc != 0 && *fd >= 0) {
 		close(*fd);
 		*fd = -1;
@@ -249,7 +250,7 @@ out:
 		buf[0] = '\0';
 	}
 	if (rc == 0)
-		c->travelled = WSYNC_TRANSFER_DELTA;
+		out->transfer = WSYNC_TRANSFER_DELTA;
 	if (dfd >= 0)
 		close(dfd);
 	close(base_fd);

@@ -52,26 +52,71 @@ s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_m
 }
 
 /*
- * Gets the nranges byte ranges of a version (of the delta to it from base,
- * when base is not 0) into fd, each chunk written at its offset as it
- * arrives, with up to window gets in flight, and hashed by sh (may be NULL)
- * while it is in the cache. With a bound on silence, each get is as long as
- * arrives well within it (pace_int.h).
+ * What one fetch's gets are: the byte ranges of a version (of the delta to it
+ * from base, when base is not 0), hashed by sh (may be NULL) while in the
+ * cache, and the fetch's own options (zero: none; see wsync_fetch_temp_t).
+ */
+struct s_gets {
+	uint64_t base;
+	const wsync_range_t *ranges;
+	size_t nranges;
+	wsync_stream_hash_t *sh;
+	unsigned window;
+	int arriving;
+	void (*written)(void *arg, const char *tmp, uint64_t upto);
+	void *written_arg;
+	const char *tmp;
+	wsync_fetched_t *out;           /* counts what was asked and what came */
+};
+
+/* Sends a get of n bytes at off of version h of model; -1 with err. */
+static int
+s_get_send(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
+    const struct s_gets *g, uint64_t off, uint64_t n, uint64_t *id, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	int rc;
+
+	*id = wsync_client_request(c, &e, "get", 4 + (worker != NULL) + (g->base != 0) +
+	    (g->arriving != 0));
+	if (worker != NULL)
+		wsync_enc_kv_str(&e, "worker", worker);
+	if (g->base != 0)
+		wsync_enc_kv_u64(&e, "base", g->base);
+	if (g->arriving)
+		wsync_enc_kv_bool(&e, "arriving", 1);
+	wsync_enc_kv_str(&e, "model", model);
+	wsync_enc_kv_u64(&e, "version", h->version);
+	wsync_enc_kv_u64(&e, "off", off);
+	wsync_enc_kv_u64(&e, "len", n);
+	rc = wsync_client_send(c, &e, NULL, 0, err);
+	wsync_enc_free(&e);
+	return rc;
+}
+
+/*
+ * Gets g's ranges of version h of model into fd, each chunk written at its
+ * offset as it arrives, with up to window gets in flight. With a bound on
+ * silence, each get is as long as arrives well within it (pace_int.h).
  */
 static int
-s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64_t base,
-    const char *worker, int fd, const wsync_range_t *ranges, size_t nranges,
-    wsync_stream_hash_t *sh, int64_t deadline, wsync_err_t *err)
+s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const char *worker,
+    int fd, const struct s_gets *g, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0, total = 0, end = 0;
+	const wsync_range_t *ranges = g->ranges;
+	size_t nranges = g->nranges;
+	unsigned window = g->window > 0 && g->window < c->window ? g->window : c->window;
 	int64_t asked[64];
 	unsigned inflight = 0;
 	wsync_pace_t pace;
+	/* One range from 0: what is in without a gap can be told (g->written). */
+	int from0 = nranges == 1 && ranges[0].off == 0;
 	/*
 	 * The whole file: its pages are allocated ahead of the chunks, unless it
 	 * has them all already (a recycled file), when asking costs a look-up a page.
 	 */
-	int whole = nranges == 1 && ranges[0].off == 0 && ranges[0].len == h->size;
+	int whole = from0 && ranges[0].len == h->size;
 	struct stat st;
 	size_t r = 0;
 
@@ -91,7 +136,7 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 		next_off = ranges[r].off;
 		end = ranges[r].off + ranges[r].len;
 	}
-	c->fetched += total;
+	g->out->asked += total;
 	while (done < total) {
 		wsync_msg_t m;
 		wsync_parts_t p = { .n = 0 };
@@ -99,26 +144,12 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 		unsigned at;
 		int rc;
 
-		while (inflight < c->window && r < nranges) {
-			wsync_enc_t e;
+		while (inflight < window && r < nranges) {
 			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
-			ids[inflight] = wsync_client_request(c, &e, "get", 4 + (worker != NULL) +
-			    (base != 0) + (c->arrived != NULL));
 			offs[inflight] = next_off;
 			asked[inflight] = wsync_now_ms();
-			if (worker != NULL)
-				wsync_enc_kv_str(&e, "worker", worker);
-			if (base != 0)
-				wsync_enc_kv_u64(&e, "base", base);
-			if (c->arrived != NULL)
-				wsync_enc_kv_bool(&e, "arriving", 1);
-			wsync_enc_kv_str(&e, "model", model);
-			wsync_enc_kv_u64(&e, "version", h->version);
-			wsync_enc_kv_u64(&e, "off", next_off);
-			wsync_enc_kv_u64(&e, "len", n);
-			rc = wsync_client_send(c, &e, NULL, 0, err);
-			wsync_enc_free(&e);
-			if (rc < 0)
+			if (s_get_send(c, model, h, worker, g, next_off, n, &ids[inflight],
+			    err) < 0)
 				return -1;
 			inflight++;
 			if ((next_off += n) == end) {
@@ -171,24 +202,23 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 			wsync_client_release(&m, &p);
 			return wsync_err_set(err, EX_IOERR, "write: %s", strerror(errno));
 		}
-		wsync_stream_hash_chunk(sh, off, wsync_part_data(&p, 2), len);
+		wsync_stream_hash_chunk(g->sh, off, wsync_part_data(&p, 2), len);
 		done += len;
-		c->wire += len;
+		g->out->wire += len;
 		wsync_client_release(&m, &p);
 		wsync_pace_arrived(&pace, len, asked[at], wsync_now_ms());
 		if (c->progress != NULL)
 			c->progress(c->progress_arg, done, total);
 		/*
 		 * What is in without a gap: everything below the lowest get still
-		 * out and below the next one to ask for (a whole file is one range
-		 * from 0).
+		 * out and below the next one to ask for.
 		 */
-		if (c->arrived != NULL && whole) {
+		if (g->written != NULL && from0) {
 			uint64_t upto = next_off;
 			for (unsigned i = 0; i < inflight; i++)
 				if (i != at && offs[i] < upto)
 					upto = offs[i];
-			c->arrived(c->arrived_arg, c->arrived_tmp, upto);
+			g->written(g->written_arg, g->tmp, upto);
 		}
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
@@ -202,21 +232,25 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, uint64
 }
 
 int
-wsync_client_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h,
+wsync_client_get_ranges(wsync_client_t *c, const char *model, wsync_fetched_t *out,
     const char *worker, int fd, const wsync_range_t *ranges, size_t nranges, int64_t deadline,
     wsync_err_t *err)
 {
-	return s_get_ranges(c, model, h, 0, worker, fd, ranges, nranges, NULL, deadline, err);
+	const struct s_gets g = { .ranges = ranges, .nranges = nranges, .out = out };
+
+	return s_get_ranges(c, model, &out->head, worker, fd, &g, deadline, err);
 }
 
 int
 wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version, uint64_t base,
-    uint64_t size, const char *worker, int fd, int64_t deadline, wsync_err_t *err)
+    uint64_t size, const char *worker, int fd, wsync_fetched_t *out, int64_t deadline,
+    wsync_err_t *err)
 {
 	const wsync_head_t head = { .version = version, .size = size };
+	const struct s_gets g = { .base = base, .ranges = &(wsync_range_t){ 0, size },
+	    .nranges = 1, .out = out };
 
-	return s_get_ranges(c, model, &head, base, worker, fd, &(wsync_range_t){ 0, size }, 1,
-	    NULL, deadline, err);
+	return s_get_ranges(c, model, &head, worker, fd, &g, deadline, err);
 }
 
 /* Where version of model lives in the hub's store (wsync-serve(1), FILES). */
@@ -343,15 +377,16 @@ wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
 }
 
 /*
- * Puts version got of model into a new file beside path, in buf, open as *fd:
- * a hard link to the store's file when the mode allows and the file systems
- * agree, else a kernel copy of it. 1 when it was linked. On failure buf names
- * the file made (the caller removes it) or is empty.
+ * Puts version out->head of model into a new file beside path, in buf, open
+ * as *fd: a hard link to the store's file when the mode allows and the file
+ * systems agree, else a kernel copy of it. 1 when it was linked. On failure
+ * buf names the file made (the caller removes it) or is empty.
  */
 static int
-s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got,
+s_fetch_from_store(wsync_client_t *c, const char *model, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, wsync_err_t *err)
 {
+	const wsync_head_t *got = &out->head;
 	char src[PATH_MAX];
 	int in;
 
@@ -360,7 +395,7 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 		return -1;
 	if (c->transfer != WSYNC_TRANSFER_COPY) {
 		if (wsync_temp_link(src, path, buf, size) == 0) {
-			c->travelled = WSYNC_TRANSFER_LINK;
+			out->transfer = WSYNC_TRANSFER_LINK;
 			if ((*fd = open(buf, O_RDONLY | O_CLOEXEC)) < 0) {
 				wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 				unlink(buf);
@@ -383,7 +418,7 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 	}
 	if ((*fd = wsync_temp_open(path, buf, size, err)) < 0)
 		return -1;
-	c->travelled = WSYNC_TRANSFER_COPY;
+	out->transfer = WSYNC_TRANSFER_COPY;
 	if ((in = s_store_open(c, model, got->version, err)) < 0)
 		return -1;
 	if (wsync_client_copy_fd(c, in, *fd, got->size, 0, err) < 0) {
@@ -395,12 +430,12 @@ s_fetch_from_store(wsync_client_t *c, const char *model, const wsync_head_t *got
 }
 
 /*
- * 1 when version got came as a delta from f->base, rebuilt into buf (open as
- * *fd); 0 when it must come whole (no base, or c->delta_note says why); -1
- * with err when the hub was lost or the fetch stopped.
+ * 1 when version out->head came as a delta from f->base, rebuilt into buf
+ * (open as *fd); 0 when it must come whole (no base, or out->delta_note says
+ * why); -1 with err when the hub was lost or the fetch stopped.
  */
 static int
-s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
+s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
     wsync_recycle_t *recycle, int64_t deadline, wsync_err_t *err)
 {
@@ -408,7 +443,7 @@ s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, const wsync_head_t *got,
 
 	if (f->base == NULL)
 		return 0;
-	rc = wsync_client_fetch_delta(c, f, got, path, buf, size, fd, sel, recycle, deadline,
+	rc = wsync_client_fetch_delta(c, f, out, path, buf, size, fd, sel, recycle, deadline,
 	    err);
 	return rc == 0 ? 1 : rc == 1 ? 0 : -1;
 }
@@ -440,8 +475,9 @@ s_layout_hash(wsync_client_t *c, const char *model, const wsync_head_t *got,
 
 int
 wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
-    wsync_head_t *got, int timeout_ms, wsync_err_t *err)
+    wsync_fetched_t *out, int timeout_ms, wsync_err_t *err)
 {
+	wsync_head_t *got = &out->head;
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char *model = f->what.model, *path = f->beside;
 	char buf[PATH_MAX];
@@ -449,10 +485,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	wsync_stream_hash_t *sh = NULL;
 
 	*tmp = NULL;
-	c->fetched = 0;
+	memset(out, 0, sizeof(*out));
 	buf[0] = '\0';
-	c->wire = 0;
-	c->delta_note[0] = '\0';
 	if (!c->store_here && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
 	    WSYNC_TRANSFER_SOCKET)
 		return wsync_client_not_visible(c, err);
@@ -461,13 +495,13 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	else if (s_stat(c, &f->what, got, timeout_ms, err) < 0)
 		return -1;
 	if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
-		if ((linked = s_fetch_from_store(c, model, got, path, buf, sizeof(buf), &fd, err)) < 0)
+		if ((linked = s_fetch_from_store(c, model, out, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
-	} else if ((rebuilt = s_try_delta(c, &f->what, got, path, buf, sizeof(buf), &fd,
+	} else if ((rebuilt = s_try_delta(c, &f->what, out, path, buf, sizeof(buf), &fd,
 	    f->select, f->recycle, deadline, err)) < 0) {
 		return -1;
 	} else if (!rebuilt) {
-		c->travelled = WSYNC_TRANSFER_SOCKET;
+		out->transfer = WSYNC_TRANSFER_SOCKET;
 		/* A spare's pages exist: writing it costs a copy, not fresh pages. */
 		if ((fd = f->recycle != NULL ? wsync_recycle_take(f->recycle, buf, sizeof(buf)) :
 		    -1) < 0 && (fd = wsync_temp_open(path, buf, sizeof(buf), err)) < 0)
@@ -476,11 +510,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
-		c->arrived_tmp = buf;
-		if (c->arrived != NULL)
-			c->arrived(c->arrived_arg, buf, 0);
+		if (f->written != NULL)
+			f->written(f->written_arg, buf, 0);
 		if (f->select != NULL && f->select->nselect > 0) {
-			if (wsync_client_get_selected(c, model, got, f->what.worker, f->select, fd,
+			if (wsync_client_get_selected(c, model, out, f->what.worker, f->select, fd,
 			    deadline, err) < 0)
 				goto fail;
 			selected = 1;
@@ -494,8 +527,11 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			/* No such output: where a large version's tensors lie, the hub says. */
 			if (sh == NULL && got->size >= S_LAYOUT_MIN)
 				sh = s_layout_hash(c, model, got, f->what.worker, deadline);
-			if (s_get_ranges(c, model, got, 0, f->what.worker, fd,
-			    &(wsync_range_t){ 0, got->size }, 1, sh, deadline, err) < 0)
+			const struct s_gets g = { .ranges = &(wsync_range_t){ 0, got->size },
+			    .nranges = 1, .sh = sh, .window = f->window, .arriving = f->arriving,
+			    .written = f->written, .written_arg = f->written_arg, .tmp = buf,
+			    .out = out };
+			if (s_get_ranges(c, model, got, f->what.worker, fd, &g, deadline, err) < 0)
 				goto fail;
 		}
 	}
@@ -550,9 +586,10 @@ s_copy_out(int fd, wsync_err_t *err)
 
 /* Pull to stdout from a store visible here: the store's file itself, verified, then copied. */
 static int
-s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got,
+s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     int64_t deadline, wsync_err_t *err)
 {
+	wsync_head_t *got = &out->head;
 	const char *model = f->model;
 	int fd, rc;
 
@@ -565,7 +602,7 @@ s_pull_store_stdout(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *got
 		if (f->version != 0 || err->code != EX_NOINPUT || wsync_ms_left(deadline) == 0)
 			return -1;
 	}
-	c->travelled = WSYNC_TRANSFER_COPY;
+	out->transfer = WSYNC_TRANSFER_COPY;
 	rc = s_verify_fd(fd, model, got, !s_unchanged(fd, got), NULL, err);
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = wsync_err_set(err, EX_IOERR, "%s: %s", model, strerror(errno));
@@ -590,7 +627,7 @@ s_check_signed(const wsync_fetch_t *f, const char *path, const char *tmp,
 
 int
 wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
-    wsync_head_t *got, int timeout_ms, wsync_err_t *err)
+    wsync_fetched_t *got, int timeout_ms, wsync_err_t *err)
 {
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char *td = getenv("TMPDIR");
@@ -598,6 +635,7 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	char dir[PATH_MAX], *tmp = NULL;
 	int rc, fd;
 
+	memset(got, 0, sizeof(*got));
 	/* Standard output gets nothing until the whole version is verified. */
 	if (strcmp(path, "-") == 0 && f->nkeys == 0 && c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET)
 		return s_pull_store_stdout(c, f, got, deadline, err);
@@ -610,15 +648,15 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 	 * then the newer head is fetched instead, within the same bound.
 	 */
 	for (;;) {
-		got->version = 0;
+		got->head.version = 0;
 		rc = wsync_client_fetch_temp(c, &into, &tmp, got, wsync_ms_left(deadline), err);
-		if (rc == 0 || f->version != 0 || err->code != EX_NOINPUT || got->version == 0 ||
+		if (rc == 0 || f->version != 0 || err->code != EX_NOINPUT || got->head.version == 0 ||
 		    wsync_ms_left(deadline) == 0)
 			break;
 	}
 	if (rc < 0)
 		return -1;
-	if (f->nkeys > 0 && s_check_signed(f, path, tmp, got, err) < 0) {
+	if (f->nkeys > 0 && s_check_signed(f, path, tmp, &got->head, err) < 0) {
 		unlink(tmp);
 		free(tmp);
 		return -1;
@@ -662,10 +700,12 @@ s_fetch_round(wsync_client_t *c, const wsync_fetch_t *f, int n, const char *cons
 {
 	for (int i = 0; i < n; i++) {
 		wsync_fetch_temp_t into = { .what = f[i], .known = &got[i], .beside = paths[i] };
+		wsync_fetched_t one;
 		into.what.version = got[i].version;
-		if (wsync_client_fetch_temp(c, &into, &tmp[i], &got[i], wsync_ms_left(deadline),
+		if (wsync_client_fetch_temp(c, &into, &tmp[i], &one, wsync_ms_left(deadline),
 		    err) < 0)
 			return -1;
+		got[i] = one.head;
 	}
 	return 0;
 }
@@ -762,28 +802,4 @@ out:
 	free(tmp);
 	free(models);
 	return rc;
-}
-
-int
-wsync_client_transfer(const wsync_client_t *c)
-{
-	return c->travelled;
-}
-
-uint64_t
-wsync_client_fetched(const wsync_client_t *c)
-{
-	return c->fetched;
-}
-
-uint64_t
-wsync_client_wire(const wsync_client_t *c)
-{
-	return c->wire;
-}
-
-const char *
-wsync_client_delta_note(const wsync_client_t *c)
-{
-	return c->delta_note;
 }

@@ -1,12 +1,47 @@
-/* client_int.h - what the watcher uses of a client beyond the public API. */
+/* client_int.h - what the library's other files use of a client beyond the public API. */
 #ifndef WSYNC_CLIENT_INT_H
 #define WSYNC_CLIENT_INT_H
 
 #include <stdint.h>
 
 #include "keys_int.h"
+#include "net_int.h"
+#include "proto_int.h"
 #include "watch_recycle_int.h"
 #include "wsync.h"
+
+/* ---- the connection (client.c) ---- */
+
+/* Starts request op with nfields more fields in e (the caller frees it); returns its id. */
+uint64_t wsync_client_request(wsync_client_t *c, wsync_enc_t *e, const char *op,
+    size_t nfields);
+/* Sends the request e, then data (may be NULL), without blocking; 69 when it cannot. */
+int wsync_client_send(wsync_client_t *c, const wsync_enc_t *e, const void *data, size_t dlen,
+    wsync_err_t *err);
+/* Frees a reply received by wsync_client_recv, wsync_client_await or wsync_client_call. */
+void wsync_client_release(wsync_msg_t *m, wsync_parts_t *p);
+/*
+ * Receives the next reply before deadline (monotonic ms). Returns 0 with the
+ * reply in m and p (the caller frees both), 1 on timeout, or -1 with err set
+ * and nothing to free: a malformed reply (*id 0) or a refusal (*id its id),
+ * which keep_refusal leaves in m and p for the caller to read and free.
+ */
+int wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t *m,
+    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
+/*
+ * Receives the reply to request id before deadline; replies to other requests
+ * are dropped. 0 with it in m and p (the caller frees both), 1 on timeout, -1
+ * with err; a refusal of id is 2 when keep_refusal, with err, and m and p.
+ */
+int wsync_client_await(wsync_client_t *c, uint64_t id, int64_t deadline, wsync_msg_t *m,
+    wsync_parts_t *p, int keep_refusal, wsync_err_t *err);
+/*
+ * Sends request e (freed) with data and waits timeout_ms for its reply: 0 with
+ * it in m and p (the caller frees both); -1 with err, 75 on timeout naming what.
+ */
+int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void *data,
+    size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
+    wsync_err_t *err);
 
 /* The hub's identity, from hello; borrowed until the client is destroyed or reconnects. */
 const char *wsync_client_hub(const wsync_client_t *c);
@@ -34,13 +69,25 @@ typedef struct wsync_fetch_temp {
 	 * the rest of the temporary file stays zeros (wsync-watch --select).
 	 */
 	const wsync_ckpt_out_t *select;
+	/* > 0: at most this many gets in flight, when fewer than the hub's window. */
+	unsigned window;
+	/* Gets may read a version still arriving at the hub (a relay's; wsync(7), get). */
+	int arriving;
+	/*
+	 * NULL, or told, as a fetch over the socket writes the whole version into
+	 * its temporary file tmp, how much of it is in from offset 0 without a
+	 * gap: upto 0 once the file is made, then more as gets come back.
+	 */
+	void (*written)(void *arg, const char *tmp, uint64_t upto);
+	void *written_arg;
 } wsync_fetch_temp_t;
 
 /*
  * Fetches f->what into a new temporary file beside f->beside, verified; *tmp
- * (caller frees) names it, *got describes it. The caller renames or unlinks it.
+ * (caller frees) names it, *got says what came and how. The caller renames
+ * or unlinks it.
  */
 int wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
-    wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+    wsync_fetched_t *got, int timeout_ms, wsync_err_t *err);
 
 #endif

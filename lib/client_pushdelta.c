@@ -13,7 +13,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "client_conn_int.h"
+#include "push_session_int.h"
 #include "delta_int.h"
 #include "source_int.h"
 
@@ -43,7 +43,7 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 	int fd;
 
 	/* A kept version must stay as sent: the trainer may write its file again. */
-	if (!c->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
+	if (!wsync_push_find(c)->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
 	    stat(item->path, &st) == 0 && S_ISREG(st.st_mode))
 		return open(item->path, O_RDONLY | O_CLOEXEC);
 	if ((fd = s_scratch(err)) < 0)
@@ -62,11 +62,11 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 
 /* The version of model this client pushed last and kept; NULL when none. */
 static struct wsync_kept *
-s_kept(wsync_client_t *c, const char *model)
+s_kept(struct wsync_push_session *ps, const char *model)
 {
-	for (int i = 0; i < c->nkept; i++)
-		if (strcmp(c->kept[i].model, model) == 0)
-			return &c->kept[i];
+	for (int i = 0; i < ps->nkept; i++)
+		if (strcmp(ps->kept[i].model, model) == 0)
+			return &ps->kept[i];
 	return NULL;
 }
 
@@ -98,8 +98,9 @@ int
 wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
     struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err)
 {
-	const struct wsync_kept *k = item->base == NULL && c->keep_pushed ? s_kept(c, item->model)
-	    : NULL;
+	struct wsync_push_session *ps = wsync_push_find(c);
+	const struct wsync_kept *k = item->base == NULL && ps->keep_pushed ?
+	    s_kept(ps, item->model) : NULL;
 	wsync_delta_stats_t stats;
 	int bfd = -1, rc = -1;
 
@@ -112,7 +113,7 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 		send->base = k->version;
 		send->base_content = k->content;
 	}
-	if (bfd < 0 && !c->keep_pushed)
+	if (bfd < 0 && !ps->keep_pushed)
 		return 0;
 	if ((send->head_fd = s_head_file(c, item, src, size, err)) < 0)
 		goto out;
@@ -126,7 +127,7 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	    item->base : "the version pushed before", WSYNC_DELTA_WORTH, &stats, err)) < 0)
 		goto out;
 	if (rc == 1) {
-		snprintf(c->delta_note, sizeof(c->delta_note), "the delta from version %" PRIu64
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from version %" PRIu64
 		    " is not worth it (over half of the version)", send->base);
 		wsync_client_pushdelta_whole(send, size);
 	} else
@@ -154,18 +155,20 @@ void
 wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
     struct wsync_push_send *send)
 {
-	struct wsync_kept *k = s_kept(c, item->model);
+	struct wsync_push_session *ps = wsync_push_find(c);
+	struct wsync_kept *k = s_kept(ps, item->model);
 
 	if (send->head_fd < 0)
 		return;
 	if (k == NULL) {
 		/* Full: the slot of the model kept longest goes (models are pushed in turn). */
-		if (c->nkept == WSYNC_KEPT_MAX) {
-			close(c->kept[0].fd);
-			memmove(&c->kept[0], &c->kept[1], sizeof(c->kept[0]) * (WSYNC_KEPT_MAX - 1));
-			c->nkept--;
+		if (ps->nkept == WSYNC_KEPT_MAX) {
+			close(ps->kept[0].fd);
+			memmove(&ps->kept[0], &ps->kept[1], sizeof(ps->kept[0]) *
+			    (WSYNC_KEPT_MAX - 1));
+			ps->nkept--;
 		}
-		k = &c->kept[c->nkept++];
+		k = &ps->kept[ps->nkept++];
 		snprintf(k->model, sizeof(k->model), "%s", item->model);
 	} else
 		close(k->fd);
@@ -190,10 +193,15 @@ wsync_client_pushdelta_end(struct wsync_push_send *send)
 void
 wsync_client_keep_pushed(wsync_client_t *c, int on)
 {
-	c->keep_pushed = on;
+	wsync_err_t ignored;
+	struct wsync_push_session *ps = on ? wsync_push_session(c, &ignored) : wsync_push_find(c);
+
+	if (ps == NULL)
+		return;
+	ps->keep_pushed = on;
 	if (on)
 		return;
-	for (int i = 0; i < c->nkept; i++)
-		close(c->kept[i].fd);
-	c->nkept = 0;
+	for (int i = 0; i < ps->nkept; i++)
+		close(ps->kept[i].fd);
+	ps->nkept = 0;
 }

@@ -112,10 +112,11 @@ s_add(wsync_range_t *want, size_t *n, uint64_t off, uint64_t len)
 }
 
 int
-wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head_t *h,
+wsync_client_get_selected(wsync_client_t *c, const char *model, wsync_fetched_t *out,
     const char *worker, const wsync_ckpt_out_t *sel, int fd, int64_t deadline,
     wsync_err_t *err)
 {
+	const wsync_head_t *h = &out->head;
 	wsync_range_t *want = NULL;
 	wsync_layout_t l;
 	uint64_t at = 0;
@@ -139,7 +140,7 @@ wsync_client_get_selected(wsync_client_t *c, const char *model, const wsync_head
 		at = l.data[i].off + l.data[i].len;
 	}
 	s_add(want, &n, at, h->size - at);
-	rc = wsync_client_get_ranges(c, model, h, worker, fd, want, n, deadline, err);
+	rc = wsync_client_get_ranges(c, model, out, worker, fd, want, n, deadline, err);
 out:
 	free(want);
 	wsync_layout_free(&l);

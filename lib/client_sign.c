@@ -3,32 +3,37 @@
 #include <stdlib.h>
 #include <sysexits.h>
 
-#include "client_conn_int.h"
+#include "push_session_int.h"
 
 int
 wsync_client_sign_with(wsync_client_t *c, const char *path, wsync_err_t *err)
 {
-	wsync_signkey_t *key = wsync_signkey_load(path, err);
+	struct wsync_push_session *ps = wsync_push_session(c, err);
+	wsync_signkey_t *key = ps != NULL ? wsync_signkey_load(path, err) : NULL;
 
 	if (key == NULL)
 		return -1;
-	if (snprintf(c->sign_path, sizeof(c->sign_path), "%s", path) >= (int)sizeof(c->sign_path)) {
+	if (snprintf(ps->sign_path, sizeof(ps->sign_path), "%s", path) >=
+	    (int)sizeof(ps->sign_path)) {
 		wsync_signkey_destroy(&key);
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", path);
 	}
-	wsync_signkey_destroy(&c->sign);
-	c->sign = key;
-	c->sign_seq = 0;
+	wsync_signkey_destroy(&ps->sign);
+	ps->sign = key;
+	ps->sign_seq = 0;
 	return 0;
 }
 
 int
 wsync_client_sign_seq(wsync_client_t *c, uint64_t seq, wsync_err_t *err)
 {
-	if (seq != 0 && c->sign == NULL)
+	struct wsync_push_session *ps = wsync_push_find(c);
+
+	if (seq != 0 && (ps == NULL || ps->sign == NULL))
 		return wsync_err_set(err, EX_USAGE, "--seq goes with --sign-key: an unsigned "
 		    "push has no sequence number");
-	c->sign_seq = seq;
+	if (ps != NULL)
+		ps->sign_seq = seq;
 	return 0;
 }
 
@@ -36,15 +41,18 @@ int
 wsync_client_sign_trees(wsync_client_t *c, wsync_tree_t *const *trees, int n,
     wsync_err_t *err)
 {
+	struct wsync_push_session *ps = wsync_push_find(c);
 	wsync_manifest_t m;
 	uint64_t seq;
 	int rc;
 
-	if (wsync_signseq_next(c->sign_path, c->sign_seq, &seq, err) < 0)
+	if (ps == NULL || ps->sign == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "no signing key");
+	if (wsync_signseq_next(ps->sign_path, ps->sign_seq, &seq, err) < 0)
 		return -1;
 	/* A --seq is for one push; the next one takes the counter's next. */
-	c->sign_seq = 0;
-	rc = wsync_sign_trees(trees, n, c->sign, seq, &m, err);
+	ps->sign_seq = 0;
+	rc = wsync_sign_trees(trees, n, ps->sign, seq, &m, err);
 	if (rc == 0)
 		wsync_manifest_free(&m);
 	return rc;

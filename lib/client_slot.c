@@ -10,7 +10,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "client_conn_int.h"
+#include "push_session_int.h"
 
 #define S_NEXT_SLOT_MS 30000            /* the next slot is given until then */
 
@@ -96,36 +96,16 @@ s_soon(int64_t deadline)
 }
 
 void
-wsync_client_next_seen(wsync_client_t *c, uint64_t id, wsync_parts_t *p)
-{
-	size_t len = wsync_part_size(p, 1);
-
-	if (id != c->next_slot.id || c->next_slot.reply != NULL)
-		return;
-	if ((c->next_slot.reply = malloc(len ? len : 1)) == NULL) {
-		c->next_slot.id = 0;    /* forgotten: the hub drops it after 60 s */
-		return;
-	}
-	memcpy(c->next_slot.reply, wsync_part_data(p, 1), len);
-	c->next_slot.len = len;
-}
-
-void
-wsync_client_next_forget(wsync_client_t *c)
-{
-	free(c->next_slot.reply);
-	memset(&c->next_slot, 0, sizeof(c->next_slot));
-}
-
-void
 wsync_client_next_ask(wsync_client_t *c, const wsync_slot_ask_t *a)
 {
+	struct wsync_push_session *ps;
 	wsync_err_t ignored;
 
-	if (s_slot_key(a, c->next_slot.key, sizeof(c->next_slot.key)) < 0)
+	if ((ps = wsync_push_session(c, &ignored)) == NULL ||
+	    s_slot_key(a, ps->next_slot.key, sizeof(ps->next_slot.key)) < 0)
 		return;
-	c->next_slot.at = wsync_now_ms();
-	c->next_slot.id = s_slot_send(c, a, &ignored);
+	ps->next_slot.at = wsync_now_ms();
+	ps->next_slot.id = s_slot_send(c, a, &ignored);
 }
 
 /*
@@ -134,28 +114,29 @@ wsync_client_next_ask(wsync_client_t *c, const wsync_slot_ask_t *a)
  * refusal; -1 with err, no reply.
  */
 static int
-s_next_reply(wsync_client_t *c, int64_t deadline, wsync_msg_t *m, wsync_err_t *err)
+s_next_reply(wsync_client_t *c, struct wsync_next_slot *next, int64_t deadline, wsync_msg_t *m,
+    wsync_err_t *err)
 {
 	uint64_t got;
 
 	msgpack_unpacked_init(&m->doc);
-	if (c->next_slot.reply == NULL) {
-		/* wsync_client_recv keeps its reply, a refusal as well, whenever it comes. */
+	if (next->reply == NULL) {
+		/* The session's hook keeps its reply, a refusal as well, whenever it comes. */
 		wsync_msg_t other;
 		wsync_parts_t p = { .n = 0 };
-		int rc = wsync_client_await(c, c->next_slot.id, deadline, &other, &p, 0, err);
+		int rc = wsync_client_await(c, next->id, deadline, &other, &p, 0, err);
 		if (rc == 1)
 			return wsync_err_set(err, EX_TEMPFAIL, "slot: no answer from %s within the "
 			    "timeout", c->endpoint);
 		if (rc == 0)
 			wsync_client_release(&other, &p);
 	}
-	if (c->next_slot.reply == NULL && c->next_slot.id != 0)
+	if (next->reply == NULL && next->id != 0)
 		return -1;
-	if (c->next_slot.reply == NULL)
+	if (next->reply == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	msgpack_unpacked_destroy(&m->doc);
-	if (wsync_msg_decode(m, c->next_slot.reply, c->next_slot.len, err) < 0)
+	if (wsync_msg_decode(m, next->reply, next->len, err) < 0)
 		return -1;
 	return wsync_reply_decode(m, &got, err) == 0 ? 0 : 2;
 }
@@ -163,17 +144,18 @@ s_next_reply(wsync_client_t *c, int64_t deadline, wsync_msg_t *m, wsync_err_t *e
 void
 wsync_client_next_drop(wsync_client_t *c, int timeout_ms)
 {
+	struct wsync_push_session *ps = wsync_push_find(c);
 	wsync_err_t ignored;
 	wsync_msg_t m;
 	uint64_t upload;
 
-	if (c->next_slot.id == 0)
+	if (ps == NULL || ps->next_slot.id == 0)
 		return;
-	if (s_next_reply(c, wsync_now_ms() + timeout_ms, &m, &ignored) == 0 &&
+	if (s_next_reply(c, &ps->next_slot, wsync_now_ms() + timeout_ms, &m, &ignored) == 0 &&
 	    wsync_msg_u64(&m, "upload", &upload) == 0)
 		wsync_client_abort_quietly(c, upload);
 	wsync_msg_free(&m);
-	wsync_client_next_forget(c);
+	wsync_push_next_forget(ps);
 }
 
 int
@@ -181,14 +163,15 @@ wsync_client_slot(wsync_client_t *c, const wsync_slot_ask_t *a, int timeout_ms,
     uint64_t *upload, char **paths, wsync_err_t *err)
 {
 	int64_t deadline = wsync_now_ms() + timeout_ms;
-	char key[sizeof(c->next_slot.key)];
+	struct wsync_push_session *ps = wsync_push_find(c);
+	char key[sizeof(ps->next_slot.key)];
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
 	uint64_t id;
 	int rc;
 
 	*upload = 0;
-	if (c->sign != NULL)
+	if (ps != NULL && ps->sign != NULL)
 		return wsync_err_set(err, EX_USAGE, "a slot cannot be signed (its writer makes its "
 		    "bytes): with --sign-key, push files");
 	if (!c->store_here)
@@ -204,13 +187,13 @@ wsync_client_slot(wsync_client_t *c, const wsync_slot_ask_t *a, int timeout_ms,
 	 * reply is here already, or on its way (at most 1 s more); if the hub
 	 * refused it, or restarted since (its file gone), a new one is asked for.
 	 */
-	if (c->next_slot.id != 0 && s_slot_key(a, key, sizeof(key)) == 0 &&
-	    strcmp(key, c->next_slot.key) == 0 &&
-	    wsync_now_ms() - c->next_slot.at < S_NEXT_SLOT_MS) {
-		if ((rc = s_next_reply(c, s_soon(deadline), &m, err)) == 0)
+	if (ps != NULL && ps->next_slot.id != 0 && s_slot_key(a, key, sizeof(key)) == 0 &&
+	    strcmp(key, ps->next_slot.key) == 0 &&
+	    wsync_now_ms() - ps->next_slot.at < S_NEXT_SLOT_MS) {
+		if ((rc = s_next_reply(c, &ps->next_slot, s_soon(deadline), &m, err)) == 0)
 			rc = s_slot_take(c, &m, a, upload, paths, err);
 		wsync_msg_free(&m);
-		wsync_client_next_forget(c);
+		wsync_push_next_forget(ps);
 		if (rc == 0)
 			return 0;
 	}

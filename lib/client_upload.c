@@ -9,7 +9,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "client_conn_int.h"
+#include "push_session_int.h"
 #include "io_int.h"
 #include "source_int.h"
 
@@ -259,7 +259,7 @@ s_deltas(wsync_client_t *c, const wsync_push_item_t *items, wsync_source_t **src
 {
 	int i;
 
-	for (i = 0; i < n && items[i].base == NULL && !c->keep_pushed; i++)
+	for (i = 0; i < n && items[i].base == NULL && !wsync_push_find(c)->keep_pushed; i++)
 		;
 	if (i == n)
 		return 0;
@@ -328,6 +328,7 @@ int
 wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err)
 {
+	struct wsync_push_session *ps = wsync_push_session(c, err);
 	wsync_source_t **src = calloc((size_t)n + 1, sizeof(*src));
 	const char **models = calloc((size_t)n + 1, sizeof(*models));
 	uint64_t *sizes = calloc((size_t)n + 1, sizeof(*sizes));
@@ -338,22 +339,22 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	size_t total = 0;
 	int rc = -1, i, hand_over;
 
-	if (src == NULL || models == NULL || sizes == NULL) {
+	if (ps == NULL || src == NULL || models == NULL || sizes == NULL) {
 		free(src);
 		free(models);
 		free(sizes);
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
-	c->delta_note[0] = '\0';
+	ps->delta_note[0] = '\0';
 	for (i = 0; i < n; i++) {
-		if ((src[i] = c->sign != NULL ? wsync_source_open_tree(items[i].path,
+		if ((src[i] = ps->sign != NULL ? wsync_source_open_tree(items[i].path,
 		    items[i].model, err) : wsync_source_open(items[i].path, items[i].model,
 		    err)) == NULL)
 			goto out;
 		models[i] = items[i].model;
 	}
 	/* A signed push always goes through trees: the signature goes into their meta. */
-	if (c->sign != NULL && s_sources_sign(c, src, n, err) < 0)
+	if (ps->sign != NULL && s_sources_sign(c, src, n, err) < 0)
 		goto out;
 	for (i = 0; i < n; i++) {
 		if ((sizes[i] = wsync_source_size(src[i], err)) == 0)
@@ -379,13 +380,13 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	/* A base the hub no longer has as it was, or a delta it could not apply: whole. */
 	if (rc < 0 && send != NULL && s_any_delta(send, n) && (err->code == EX_NOINPUT ||
 	    err->code == EX_DATAERR)) {
-		snprintf(c->delta_note, sizeof(c->delta_note), "%.*s", WSYNC_MAX_REASON - 1,
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "%.*s", WSYNC_MAX_REASON - 1,
 		    err->msg);
 		for (i = 0; i < n; i++)
 			wsync_client_pushdelta_whole(&send[i], sizes[i]);
 		rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
 	}
-	for (i = 0; rc == 0 && send != NULL && c->keep_pushed && i < n; i++)
+	for (i = 0; rc == 0 && send != NULL && ps->keep_pushed && i < n; i++)
 		wsync_client_pushdelta_keep(c, &items[i], &send[i]);
 out:
 	for (i = 0; i < n; i++) {
@@ -413,4 +414,12 @@ wsync_client_abort(wsync_client_t *c, uint64_t upload, int timeout_ms, wsync_err
 		return -1;
 	wsync_client_release(&m, &p);
 	return 0;
+}
+
+const char *
+wsync_client_delta_note(const wsync_client_t *c)
+{
+	const struct wsync_push_session *ps = wsync_push_find(c);
+
+	return ps != NULL ? ps->delta_note : "";
 }

@@ -1,4 +1,4 @@
-/* hub_relay.c - a relay's upstream side: a thread mirroring an upstream hub's versions into this hub. */
+/* hub_relay.c - a relay's hub side: starting its thread (relay_follow.c), committing what it hands over. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -10,480 +10,11 @@
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "client_conn_int.h"
-#include "client_int.h"
 #include "hub_int.h"
+#include "relay_int.h"
+#include "tempfile_int.h"
 
-#define S_CALL_MS 3000          /* bound on one request to the upstream while connected */
-#define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
-#define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
 #define S_INPROC "inproc://wsync-relay-%p"
-#define S_WINDOW 4              /* gets in flight: half a client's, a relay holding a hub's memory too */
-
-/* What the relay has of one model: the newest version it committed, or that failed. */
-struct s_have {
-	char model[WSYNC_MAX_MODEL + 1];
-	uint64_t version;
-	uint64_t failed;
-};
-
-/*
- * The mirroring thread's state. The thread owns everything here but the hub's
- * end of the pair; the hub reads only the lists, which never change.
- */
-struct hub_relay {
-	pthread_t thread;
-	int started;
-	void *pair;                     /* the thread's end */
-	char **upstreams;
-	int nupstreams, next;
-	char **models;                  /* NULL: every model of the upstream */
-	int nmodels;
-	char *key, *hub_key;
-	char beside[PATH_MAX];          /* STORE/.uploads/relay: fetches go beside it */
-	struct s_have *have;
-	size_t nhave;
-	volatile sig_atomic_t stop;
-	wsync_client_t *client;
-	void *sub;
-	char endpoint[512];             /* the upstream in use */
-	char name[300];                 /* this hub's, as its upstream knows it */
-	char fetching[WSYNC_MAX_MODEL + 1]; /* the model of the version being fetched */
-	wsync_head_t arriving;          /* that version, as the upstream described it */
-	uint64_t told;                  /* bytes of it the hub was told are in; 0 before the first */
-	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
-	size_t report_len;
-	wsync_log_fn log;
-	void *log_arg;
-};
-
-#define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
-
-/* ---- the thread: following the upstream ---- */
-
-static struct s_have *
-s_have(struct hub_relay *rl, const char *model)
-{
-	struct s_have *n;
-
-	for (size_t i = 0; i < rl->nhave; i++)
-		if (strcmp(rl->have[i].model, model) == 0)
-			return &rl->have[i];
-	if ((n = realloc(rl->have, (rl->nhave + 1) * sizeof(*n))) == NULL)
-		return NULL;
-	rl->have = n;
-	n = &rl->have[rl->nhave++];
-	memset(n, 0, sizeof(*n));
-	snprintf(n->model, sizeof(n->model), "%s", model);
-	return n;
-}
-
-/* Sends the hub's loop a two-frame message: tag, then body (freed). */
-static void
-s_tell(struct hub_relay *rl, const char *tag, wsync_enc_t *e)
-{
-	if (zmq_send(rl->pair, tag, strlen(tag), ZMQ_SNDMORE) >= 0)
-		zmq_send(rl->pair, e->sb.data, e->sb.size, 0);
-	wsync_enc_free(e);
-}
-
-#ifdef WSYNC_TEST_HOOKS
-/*
- * The test-only pause of wsync-serve(1) (WSYNC_TEST_RELAY_GATE=PATH): with
- * half of a version in, the fetch waits until PATH exists (at most 60 s), so
- * that a test sees a downstream relay read it before it is whole.
- */
-static void
-s_gate(struct hub_relay *rl, uint64_t upto)
-{
-	const char *gate = getenv("WSYNC_TEST_RELAY_GATE");
-	int64_t until = wsync_now_ms() + 60000;
-
-	if (gate == NULL || upto < rl->arriving.size / 2 || rl->told >= rl->arriving.size / 2)
-		return;
-	while (access(gate, F_OK) < 0 && !rl->stop && wsync_now_ms() < until)
-		zmq_poll(NULL, 0, 20);
-}
-#endif
-
-/*
- * The fetch's word on how much of the version is in (client_conn_int.h): the
- * hub's loop is told, so that it passes the version on while it arrives.
- */
-static void
-s_arrived(void *arg, const char *tmp, uint64_t upto)
-{
-	struct hub_relay *rl = arg;
-	wsync_enc_t e;
-
-	if (rl->told != 0 && upto <= rl->told)
-		return;
-	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 6);
-	wsync_enc_kv_str(&e, "model", rl->fetching);
-	wsync_enc_kv_u64(&e, "version", rl->arriving.version);
-	wsync_enc_kv_u64(&e, "size", rl->arriving.size);
-	wsync_enc_kv_u64(&e, "content", rl->arriving.content);
-	wsync_enc_kv_str(&e, "path", tmp);
-	wsync_enc_kv_u64(&e, "upto", upto);
-	s_tell(rl, "arriving", &e);
-#ifdef WSYNC_TEST_HOOKS
-	s_gate(rl, upto);
-#endif
-	rl->told = upto > 0 ? upto : 1;
-}
-
-/* Tells the hub's loop the version being fetched will not arrive (err says why). */
-static void
-s_dropped(struct hub_relay *rl, const wsync_err_t *err)
-{
-	wsync_enc_t e;
-
-	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 4);
-	wsync_enc_kv_str(&e, "model", rl->fetching);
-	wsync_enc_kv_u64(&e, "version", rl->arriving.version);
-	wsync_enc_kv_u64(&e, "code", (uint64_t)(err->code != 0 ? err->code : EX_SOFTWARE));
-	wsync_enc_kv_str(&e, "error", err->msg);
-	s_tell(rl, "dropped", &e);
-}
-
-static void
-s_disconnect(struct hub_relay *rl)
-{
-	if (rl->sub != NULL)
-		zmq_close(rl->sub);
-	rl->sub = NULL;
-	wsync_client_destroy(&rl->client);
-}
-
-/* Connects to the next upstream of the list, subscribing to its announcements. */
-static int
-s_connect(struct hub_relay *rl, wsync_err_t *err)
-{
-	wsync_client_opts_t co = { .endpoint = rl->upstreams[rl->next], .role = "relay",
-	    .models = (const char *const *)rl->models, .nmodels = rl->nmodels,
-	    .timeout_ms = S_CONNECT_MS, .transfer = WSYNC_TRANSFER_SOCKET,
-	    .idle_ms = S_CALL_MS, .stop = &rl->stop, .key = rl->key, .hub_key = rl->hub_key };
-	int zero = 0;
-
-	snprintf(rl->endpoint, sizeof(rl->endpoint), "%s", rl->upstreams[rl->next]);
-	rl->next = (rl->next + 1) % rl->nupstreams;
-	if ((rl->client = wsync_client_new(&co, err)) == NULL)
-		return -1;
-	if (rl->client->window > S_WINDOW)
-		rl->client->window = S_WINDOW;
-	if ((rl->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB)) == NULL) {
-		s_disconnect(rl);
-		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",
-		    zmq_strerror(errno));
-	}
-	zmq_setsockopt(rl->sub, ZMQ_LINGER, &zero, sizeof(zero));
-	if (wsync_curve_client(rl->sub, wsync_client_curve(rl->client), err) < 0) {
-		s_disconnect(rl);
-		return -1;
-	}
-	if (rl->models == NULL)
-		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, "", 0);
-	for (int i = 0; i < rl->nmodels; i++)
-		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, rl->models[i], strlen(rl->models[i]));
-	/* A version arriving at an upstream that is a relay too (hub_arrive.c). */
-	if (rl->models != NULL)
-		zmq_setsockopt(rl->sub, ZMQ_SUBSCRIBE, HUB_ARRIVE_TOPIC, strlen(HUB_ARRIVE_TOPIC));
-	rl->client->arrived = s_arrived;
-	rl->client->arrived_arg = rl;
-	/* Announcements only cut latency: the heads round every heartbeat finds the head. */
-	zmq_connect(rl->sub, wsync_client_pub(rl->client));
-	return 0;
-}
-
-/*
- * Reads what the hub sent on the pair, without waiting: reports are kept (the
- * latest replaces the one before), a reply goes into *reply (caller frees) when
- * reply is not NULL. 1 when a reply came.
- */
-static int
-s_pair_read(struct hub_relay *rl, wsync_parts_t *reply)
-{
-	wsync_parts_t p;
-
-	while (wsync_recv(rl->pair, &p, ZMQ_DONTWAIT) == 0) {
-		if (p.n == 2 && wsync_part_size(&p, 0) == 6 &&
-		    memcmp(wsync_part_data(&p, 0), "report", 6) == 0) {
-			unsigned char *copy = malloc(wsync_part_size(&p, 1) + 1);
-			if (copy != NULL) {
-				memcpy(copy, wsync_part_data(&p, 1), wsync_part_size(&p, 1));
-				free(rl->report);
-				rl->report = copy;
-				rl->report_len = wsync_part_size(&p, 1);
-			}
-		} else if (p.n == 2 && reply != NULL) {
-			*reply = p;
-			return 1;
-		}
-		wsync_parts_close(&p);
-	}
-	return 0;
-}
-
-/* Sends the hub's latest report of its workers upstream (op subtree); 0 when none. */
-static int
-s_report(struct hub_relay *rl, wsync_err_t *err)
-{
-	wsync_parts_t p = { .n = 0 };
-	wsync_msg_t m;
-	wsync_enc_t e;
-	uint64_t id;
-
-	if (rl->report == NULL)
-		return 0;
-	id = wsync_client_request(rl->client, &e, "subtree", 2);
-	wsync_enc_kv_str(&e, "relay", rl->name);
-	wsync_enc_str(&e, "workers");
-	/* Already packed by the hub's loop: the array goes in as it is. */
-	msgpack_sbuffer_write(&e.sb, (const char *)rl->report, rl->report_len);
-	free(rl->report);
-	rl->report = NULL;
-	if (wsync_client_call(rl->client, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p,
-	    err) < 0)
-		return -1;
-	wsync_client_release(&m, &p);
-	return 0;
-}
-
-/* Hands a fetched version to the hub's loop and waits for its commit; 0 when committed. */
-static int
-s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, const char *path,
-    const char *origin, wsync_err_t *err)
-{
-	zmq_pollitem_t item = { rl->pair, 0, ZMQ_POLLIN, 0 };
-	wsync_parts_t p;
-	wsync_msg_t m;
-	wsync_enc_t e;
-	int ok = 0;
-
-	wsync_enc_init(&e);
-	msgpack_pack_map(&e.pk, 6);
-	wsync_enc_kv_str(&e, "model", model);
-	wsync_enc_kv_u64(&e, "version", v->version);
-	wsync_enc_kv_u64(&e, "content", v->content);
-	wsync_enc_kv_str(&e, "path", path);
-	wsync_enc_kv_str(&e, "origin", origin);
-	wsync_enc_kv_str(&e, "upstream", rl->endpoint);
-	if (zmq_send(rl->pair, e.sb.data, e.sb.size, 0) < 0) {
-		wsync_enc_free(&e);
-		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
-		    zmq_strerror(errno));
-	}
-	wsync_enc_free(&e);
-	/* The hub answers every hand-over, unless it stops: then so does this thread. */
-	while (!rl->stop && !s_pair_read(rl, &p))
-		zmq_poll(&item, 1, S_SLICE_MS);
-	if (rl->stop)
-		return wsync_err_set(err, EX_TEMPFAIL, "the hub stops");
-	if (wsync_msg_decode(&m, wsync_part_data(&p, 1), wsync_part_size(&p, 1), err) == 0) {
-		const msgpack_object *o = wsync_msg_get(&m, "ok");
-		ok = o != NULL && o->type == MSGPACK_OBJECT_BOOLEAN && o->via.boolean;
-		if (!ok && wsync_msg_str(&m, "error", err->msg, sizeof(err->msg)) == 0)
-			err->code = EX_DATAERR;
-	}
-	wsync_msg_free(&m);
-	wsync_parts_close(&p);
-	return ok ? 0 : -1;
-}
-
-/*
- * Mirrors version head of model unless the relay has it (or it failed here):
- * fetched, verified and handed over, and passed on while it arrives. 0 when
- * done or skipped, -1 with err when the upstream was lost.
- */
-static int
-s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, const char *origin,
-    wsync_err_t *err)
-{
-	const wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
-	    .known = head, .beside = rl->beside };
-	struct s_have *have = s_have(rl, model);
-	wsync_head_t got;
-	char *tmp = NULL;
-	int rc = 0;
-
-	if (have == NULL)
-		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	if (head->version <= have->version || head->version == have->failed)
-		return 0;
-	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
-	rl->arriving = *head;
-	rl->told = 0;
-	if (wsync_client_fetch_temp(rl->client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
-		s_dropped(rl, err);
-		/* Retired while we fetched it (or dropped by a relay above): the next round. */
-		if (err->code == EX_NOINPUT)
-			return 0;
-		if (err->code == EX_DATAERR) {
-			s_log(rl, "event=relay-fail model=%s version=%" PRIu64 " upstream=%s "
-			    "error=\"%s\"", model, head->version, rl->endpoint, err->msg);
-			have->failed = head->version;
-			return 0;
-		}
-		return -1;
-	}
-	if (s_hand_over(rl, model, &got, tmp, origin, err) == 0)
-		have->version = got.version;
-	else if (err->code == EX_TEMPFAIL)
-		rc = -1;
-	else
-		have->failed = got.version;
-	unlink(tmp);
-	free(tmp);
-	return rc;
-}
-
-/* Decodes entry i of a heads or arriving map into model and head; -1 with err. */
-static int
-s_entry(struct hub_relay *rl, const msgpack_object *map, uint32_t i, char *model,
-    wsync_head_t *head, wsync_err_t *err)
-{
-	if (wsync_obj_str(&map->via.map.ptr[i].key, model, WSYNC_MAX_MODEL + 1) < 0 ||
-	    wsync_model_id_check(model) < 0 ||
-	    wsync_head_decode(&map->via.map.ptr[i].val, head) < 0)
-		return wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply that does not decode",
-		    rl->endpoint);
-	return 0;
-}
-
-/* The number of the version of model arriving upstream (the map arriving); 0: none. */
-static uint64_t
-s_arriving_of(const msgpack_object *arriving, const char *model)
-{
-	char id[WSYNC_MAX_MODEL + 1];
-	wsync_head_t head;
-
-	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
-	    i < arriving->via.map.size; i++)
-		if (wsync_obj_str(&arriving->via.map.ptr[i].key, id, sizeof(id)) == 0 &&
-		    strcmp(id, model) == 0 &&
-		    wsync_head_decode(&arriving->via.map.ptr[i].val, &head) == 0)
-			return head.version;
-	return 0;
-}
-
-/*
- * One round: the upstream's heads (of the models mirrored, or all) and the
- * versions on their way to it (when it is a relay too), then each version
- * newer than the relay's mirrored, the newest of each model. -1 with err
- * when the upstream was lost.
- */
-static int
-s_round(struct hub_relay *rl, wsync_err_t *err)
-{
-	char origin[64] = "", model[WSYNC_MAX_MODEL + 1];
-	const msgpack_object *heads, *arriving;
-	wsync_parts_t p = { .n = 0 };
-	wsync_msg_t m;
-	wsync_enc_t e;
-	uint64_t id = wsync_client_request(rl->client, &e, "heads", rl->models ? 2 : 1);
-	int rc = 0;
-
-	wsync_enc_kv_bool(&e, "arriving", 1);
-	if (rl->models != NULL) {
-		wsync_enc_str(&e, "models");
-		msgpack_pack_array(&e.pk, (size_t)rl->nmodels);
-		for (int i = 0; i < rl->nmodels; i++)
-			wsync_enc_str(&e, rl->models[i]);
-	}
-	if (wsync_client_call(rl->client, &e, id, NULL, 0, S_CALL_MS, "heads", &m, &p, err) < 0)
-		return -1;
-	if (wsync_msg_str(&m, "origin", origin, sizeof(origin)) < 0 &&
-	    wsync_msg_str(&m, "store", origin, sizeof(origin)) < 0)
-		origin[0] = '\0';
-	heads = wsync_msg_get(&m, "heads");
-	arriving = wsync_msg_get(&m, "arriving");
-	for (uint32_t i = 0; heads != NULL && heads->type == MSGPACK_OBJECT_MAP &&
-	    i < heads->via.map.size && !rl->stop && rc == 0; i++) {
-		wsync_head_t head;
-		if ((rc = s_entry(rl, heads, i, model, &head, err)) < 0)
-			break;
-		/* A newer one on its way: that one, as it arrives. */
-		if (s_arriving_of(arriving, model) <= head.version)
-			rc = s_mirror(rl, model, &head, origin, err);
-	}
-	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
-	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
-		wsync_head_t head;
-		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
-			rc = s_mirror(rl, model, &head, origin, err);
-	}
-	wsync_client_release(&m, &p);
-	return rc;
-}
-
-/* Waits up to ms for an announcement from the upstream (keeping the hub's reports); 1 when one came. */
-static int
-s_wait_news(struct hub_relay *rl, int ms)
-{
-	int64_t deadline = wsync_now_ms() + ms, left;
-	int news = 0;
-
-	while (!news && !rl->stop && (left = deadline - wsync_now_ms()) > 0) {
-		zmq_pollitem_t items[2] = { { rl->pair, 0, ZMQ_POLLIN, 0 },
-		    { rl->sub, 0, ZMQ_POLLIN, 0 } };
-		wsync_parts_t p;
-		if (zmq_poll(items, rl->sub != NULL ? 2 : 1, left < S_SLICE_MS ? (long)left :
-		    S_SLICE_MS) <= 0)
-			continue;
-		/* A report to pass on (an ack behind us) is news too. */
-		if (items[0].revents & ZMQ_POLLIN) {
-			s_pair_read(rl, NULL);
-			news = rl->report != NULL && rl->client != NULL;
-		}
-		while (rl->sub != NULL && wsync_recv(rl->sub, &p, ZMQ_DONTWAIT) == 0) {
-			news = 1;
-			wsync_parts_close(&p);
-		}
-	}
-	return news;
-}
-
-static void *
-s_thread(void *arg)
-{
-	struct hub_relay *rl = arg;
-	char quoted[2200];
-	int said = 0;
-
-	while (!rl->stop) {
-		wsync_err_t err;
-		if (rl->client == NULL) {
-			if (s_connect(rl, &err) < 0) {
-				if (!said++)
-					s_log(rl, "event=relay-wait upstream=%s error=\"%s\"",
-					    rl->endpoint, wsync_log_quote(err.msg, quoted,
-					    sizeof(quoted)));
-				/* A refused key is not let in by trying harder: once a heartbeat. */
-				s_wait_news(rl, err.code == EX_NOPERM ? WSYNC_HEARTBEAT_MS :
-				    S_SLICE_MS);
-				continue;
-			}
-			said = 0;
-			s_log(rl, "event=relay-connect upstream=%s hub=%s", rl->endpoint,
-			    wsync_client_hub(rl->client));
-		}
-		if (s_round(rl, &err) < 0 || s_report(rl, &err) < 0) {
-			if (rl->stop)
-				break;
-			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->endpoint,
-			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
-			s_disconnect(rl);
-			continue;
-		}
-		s_wait_news(rl, (int)wsync_client_heartbeat_ms(rl->client));
-	}
-	s_disconnect(rl);
-	return NULL;
-}
-
-/* ---- the hub's side: starting, stopping, committing what the thread hands over ---- */
 
 static char *
 s_strdup(const char *s, int *bad)
@@ -515,24 +46,23 @@ s_origin_load(wsync_hub_t *h)
 	}
 }
 
-/* Keeps origin as the tree's root, in memory and in STORE/.origin (so a restart keeps it). */
+/*
+ * Keeps origin as the tree's root, in memory and in STORE/.origin (so a
+ * restart keeps it); a file that cannot be written is logged.
+ */
 static void
 s_origin_set(wsync_hub_t *h, const char *origin)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 8];
-	int fd;
+	char path[PATH_MAX], quoted[2200];
+	wsync_err_t err;
 
 	if (origin[0] == '\0' || strcmp(origin, h->origin) == 0)
 		return;
 	snprintf(h->origin, sizeof(h->origin), "%s", origin);
 	snprintf(path, sizeof(path), "%s/.origin", wsync_store_dir(h->store));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-		return;
-	if (write(fd, origin, strlen(origin)) == (ssize_t)strlen(origin) && fsync(fd) == 0)
-		rename(tmp, path);
-	close(fd);
-	unlink(tmp);
+	if (wsync_temp_write_text(path, origin, 0600, &err) < 0)
+		hub_log(h, "event=relay-origin error=\"%s\"", wsync_log_quote(err.msg, quoted,
+		    sizeof(quoted)));
 }
 
 int
@@ -569,7 +99,7 @@ hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 	/* What the store has: the thread mirrors only what is newer. */
 	for (size_t i = 0; i < wsync_store_count(h->store); i++) {
 		const wsync_model_t *m = wsync_store_model(h->store, i);
-		struct s_have *have = s_have(rl, m->id);
+		struct relay_have *have = relay_have(rl, m->id);
 		if (have == NULL)
 			return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		have->version = m->next > 0 ? m->next - 1 : 0;
@@ -582,7 +112,7 @@ hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 		return wsync_err_set(err, EX_SOFTWARE, "relay: %s", zmq_strerror(errno));
 	zmq_setsockopt(h->relay_pair, ZMQ_LINGER, &zero, sizeof(zero));
 	zmq_setsockopt(rl->pair, ZMQ_LINGER, &zero, sizeof(zero));
-	if ((errno = pthread_create(&rl->thread, NULL, s_thread, rl)) != 0)
+	if ((errno = pthread_create(&rl->thread, NULL, relay_follow, rl)) != 0)
 		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot start a thread: %s",
 		    strerror(errno));
 	rl->started = 1;
@@ -635,23 +165,18 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 	return 1;
 }
 
-/* Commits one version the thread fetched, with the upstream's number, and announces it. */
+/* Commits version o the thread fetched, with the upstream's number, and announces it. */
 static int
-s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
+s_commit(wsync_hub_t *h, const relay_hand_over_t *o, wsync_err_t *err)
 {
-	char origin[64] = "", upstream[512];
 	wsync_store_temp_t t = { .fd = -1 };
 	wsync_commit_info_t info = { .pusher = "", .time = wsync_wall_time(), .trust = 1 };
+	const char *upstream = o->upstream[0] != '\0' ? o->upstream : h->relay->upstreams[0];
 	wsync_committed_t out;
-	uint64_t version;
+	uint64_t version = o->version;
 
-	if (wsync_msg_str(m, "model", t.model, sizeof(t.model)) < 0 ||
-	    wsync_msg_str(m, "path", t.path, sizeof(t.path)) < 0 ||
-	    wsync_msg_u64(m, "version", &version) < 0)
-		return wsync_err_set(err, EX_SOFTWARE, "relay: a hand-over that does not decode");
-	wsync_msg_str(m, "origin", origin, sizeof(origin));
-	if (wsync_msg_str(m, "upstream", upstream, sizeof(upstream)) < 0)
-		snprintf(upstream, sizeof(upstream), "%s", h->relay->upstreams[0]);
+	snprintf(t.model, sizeof(t.model), "%s", o->model);
+	snprintf(t.path, sizeof(t.path), "%s", o->path);
 	/* Verified by the fetch already: hashing it again would double the relay's work. */
 	info.versions = &version;
 	if ((t.fd = open(t.path, O_RDWR | O_CLOEXEC)) < 0)
@@ -660,7 +185,7 @@ s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 		close(t.fd);
 		return -1;
 	}
-	s_origin_set(h, origin);
+	s_origin_set(h, o->origin);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
 	    PRIx64 " pusher=- relay=%s", out.model, out.version, out.size, out.content,
 	    upstream);
@@ -669,76 +194,71 @@ s_commit(wsync_hub_t *h, const wsync_msg_t *m, wsync_err_t *err)
 	return 0;
 }
 
-/* The thread's word on the version it fetches: arriving (how much is in) or dropped. */
+/* The thread's word that a version it fetches will not arrive. */
 static void
-s_arriving_news(wsync_hub_t *h, wsync_parts_t *p)
+s_dropped(wsync_hub_t *h, const wsync_msg_t *m)
 {
-	char model[WSYNC_MAX_MODEL + 1], path[PATH_MAX], why[WSYNC_MAX_REASON] = "";
-	int dropped = wsync_part_size(p, 0) == 7 && memcmp(wsync_part_data(p, 0), "dropped",
-	    7) == 0;
-	wsync_head_t v = { 0 };
-	uint64_t upto = 0, code = 0;
-	wsync_err_t err = { 0 };
-	wsync_msg_t m;
+	relay_dropped_t d;
 
-	if (wsync_msg_decode(&m, wsync_part_data(p, 1), wsync_part_size(p, 1), &err) == 0 &&
-	    wsync_msg_str(&m, "model", model, sizeof(model)) == 0 &&
-	    wsync_msg_u64(&m, "version", &v.version) == 0) {
-		if (dropped && hub_arrive_has(h, model, v.version)) {
-			wsync_msg_u64(&m, "code", &code);
-			wsync_msg_str(&m, "error", why, sizeof(why));
-			hub_arrive_end(h, (int)code, why);
-		} else if (!dropped && wsync_msg_u64(&m, "size", &v.size) == 0 &&
-		    wsync_msg_u64(&m, "content", &v.content) == 0 &&
-		    wsync_msg_str(&m, "path", path, sizeof(path)) == 0 &&
-		    wsync_msg_u64(&m, "upto", &upto) == 0) {
-			if (!hub_arrive_has(h, model, v.version))
-				hub_arrive_begin(h, model, &v, path);
-			hub_arrive_progress(h, upto);
-		}
-	}
-	wsync_msg_free(&m);
+	if (relay_unpack(m, RELAY_MSG_DROPPED, &d) == 0 && hub_arrive_has(h, d.model, d.version))
+		hub_arrive_end(h, (int)d.code, d.error);
+}
+
+/* The thread's word on how much of the version it fetches is in. */
+static void
+s_arriving(wsync_hub_t *h, const wsync_msg_t *m)
+{
+	relay_arriving_t a;
+
+	if (relay_unpack(m, RELAY_MSG_ARRIVING, &a) < 0)
+		return;
+	if (!hub_arrive_has(h, a.model, a.v.version))
+		hub_arrive_begin(h, a.model, &a.v, a.path);
+	hub_arrive_progress(h, a.upto);
+}
+
+/* Commits a version the thread handed over (m) and answers it. */
+static void
+s_hand_over(wsync_hub_t *h, const wsync_msg_t *m)
+{
+	relay_hand_over_t o;
+	relay_reply_t r = { .ok = 0 };
+	wsync_err_t err = { 0 };
+	char quoted[2200];
+	wsync_enc_t e;
+	int decoded = relay_unpack(m, RELAY_MSG_HAND_OVER, &o) == 0;
+
+	if (!decoded)
+		wsync_err_set(&err, EX_SOFTWARE, "relay: a hand-over that does not decode");
+	r.ok = decoded && s_commit(h, &o, &err) == 0;
+	if (!r.ok)
+		hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg,
+		    quoted, sizeof(quoted)));
+	/* Committed, the version is served from the store; refused, nowhere. */
+	if (decoded && hub_arrive_has(h, o.model, o.version))
+		hub_arrive_end(h, r.ok ? 0 : EX_DATAERR, err.msg);
+	snprintf(r.error, sizeof(r.error), "%s", err.msg);
+	wsync_enc_init(&e);
+	relay_reply_pack(&e, &r);
+	relay_send(h->relay_pair, RELAY_MSG_REPLY, &e, ZMQ_DONTWAIT);
 }
 
 void
 hub_relay_serve(wsync_hub_t *h)
 {
-	char quoted[2200], model[WSYNC_MAX_MODEL + 1];
+	enum relay_msg_kind k;
 	wsync_parts_t p;
 	wsync_msg_t m;
-	wsync_err_t err;
-	wsync_enc_t e;
-	uint64_t version;
-	int ok, decoded;
 
-	while (wsync_recv(h->relay_pair, &p, ZMQ_DONTWAIT) == 0) {
-		if (p.n == 2) {
-			s_arriving_news(h, &p);
-			wsync_parts_close(&p);
-			continue;
-		}
-		memset(&err, 0, sizeof(err));
-		decoded = wsync_msg_decode(&m, wsync_part_data(&p, 0), wsync_part_size(&p, 0),
-		    &err) == 0;
-		ok = decoded && s_commit(h, &m, &err) == 0;
-		if (!ok)
-			hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg,
-			    quoted, sizeof(quoted)));
-		/* Committed, the version is served from the store; refused, nowhere. */
-		if (decoded && wsync_msg_str(&m, "model", model, sizeof(model)) == 0 &&
-		    wsync_msg_u64(&m, "version", &version) == 0 &&
-		    hub_arrive_has(h, model, version))
-			hub_arrive_end(h, ok ? 0 : EX_DATAERR, err.msg);
+	while ((k = relay_recv(h->relay_pair, &p, &m)) != RELAY_MSG_NONE) {
+		if (k == RELAY_MSG_ARRIVING)
+			s_arriving(h, &m);
+		else if (k == RELAY_MSG_DROPPED)
+			s_dropped(h, &m);
+		else if (k == RELAY_MSG_HAND_OVER)
+			s_hand_over(h, &m);
 		wsync_msg_free(&m);
 		wsync_parts_close(&p);
-		wsync_enc_init(&e);
-		msgpack_pack_map(&e.pk, ok ? 1 : 2);
-		wsync_enc_kv_bool(&e, "ok", ok);
-		if (!ok)
-			wsync_enc_kv_str(&e, "error", err.msg);
-		if (zmq_send(h->relay_pair, "reply", 5, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
-			zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
-		wsync_enc_free(&e);
 	}
 }
 
@@ -752,7 +272,5 @@ hub_relay_report(wsync_hub_t *h, int64_t now)
 	h->reported = now;
 	wsync_enc_init(&e);
 	hub_subtree_pack(h, &e);
-	if (zmq_send(h->relay_pair, "report", 6, ZMQ_DONTWAIT | ZMQ_SNDMORE) >= 0)
-		zmq_send(h->relay_pair, e.sb.data, e.sb.size, ZMQ_DONTWAIT);
-	wsync_enc_free(&e);
+	relay_send(h->relay_pair, RELAY_MSG_REPORT, &e, ZMQ_DONTWAIT);
 }

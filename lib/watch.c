@@ -12,30 +12,38 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "follow_int.h"
 #include "net_int.h"
 #include "signround_int.h"
 
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
 
+/* What a watcher knows of one model it follows. */
+struct s_model {
+	uint64_t failed;        /* the last version whose apply failed */
+	int how;                /* how the version fetched came (WSYNC_TRANSFER_*) */
+	uint64_t wire;          /* its bytes on the wire */
+	uint64_t aged;          /* verifying: the seq last said to be too old */
+	int own;                /* the output is a file this watcher wrote */
+	wsync_recycle_t spare;  /* replaced outputs, with --recycle */
+};
+
+/*
+ * A watcher's state. What a round passes to wsync_client_heads and
+ * wsync_check_round, which take one array each, stays in arrays beside m:
+ * applied, heads, tmp, in_place and next, per model.
+ */
 struct s_watch {
 	const wsync_watch_opts_t *o;
-	wsync_client_t *client;
-	void *sub;
+	wsync_follower_t hub;   /* the hub followed, and its announcements */
+	struct s_model *m;      /* per model */
 	uint64_t *applied;      /* per model: the last version applied (0: none) */
-	uint64_t *failed;       /* per model: the last version whose apply failed */
 	wsync_head_t *heads;
 	char **tmp;             /* per model: a fetched version not yet in place */
-	int *how;               /* per model: how that version came (WSYNC_TRANSFER_*) */
-	uint64_t *wire;         /* per model: its bytes on the wire */
 	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
 	wsync_applied_t *in_place;  /* verifying: per model, what its output holds */
 	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
-	uint64_t *aged;         /* verifying: per model, the seq last said to be too old */
-	int *own;               /* per model: the output is a file this watcher wrote */
-	wsync_recycle_t *spares;        /* per model: replaced outputs, with --recycle */
-	char endpoint[512];     /* the hub in use (or tried next) */
-	int next_ep;            /* index of the endpoint after it in o->endpoints */
 	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 };
@@ -55,48 +63,22 @@ s_log(struct s_watch *w, const char *fmt, ...)
 	w->o->log(w->o->arg, line);
 }
 
-static void
-s_disconnect(struct s_watch *w)
-{
-	if (w->sub != NULL)
-		zmq_close(w->sub);
-	w->sub = NULL;
-	wsync_client_destroy(&w->client);
-}
-
 static int
 s_connect(struct s_watch *w, int timeout_ms, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
 	/* A version of any size may take long to fetch: only silence is bounded. */
-	wsync_client_opts_t co = { .endpoint = w->endpoint, .role = "watch",
+	wsync_client_opts_t co = { .endpoint = w->hub.endpoint, .role = "watch",
 	    .worker = o->worker, .models = o->models, .nmodels = o->nmodels,
 	    .timeout_ms = timeout_ms, .transfer = o->transfer, .idle_ms = S_CALL_MS,
 	    .key = o->key, .hub_key = o->hub_key,
 	    .select = o->select != NULL ? o->select->select : NULL,
 	    .nselect = o->select != NULL ? o->select->nselect : 0 };
-	int zero = 0;
+	int rc = wsync_follow_connect(&w->hub, &co, o->models, o->nmodels, err);
 
-	if ((w->client = wsync_client_new(&co, err)) == NULL)
-		return -1;
-	w->sub = zmq_socket(wsync_zmq_context(), ZMQ_SUB);
-	if (w->sub == NULL) {
-		wsync_client_destroy(&w->client);
-		return wsync_err_set(err, EX_SOFTWARE, "cannot make a socket: %s",
-		    zmq_strerror(errno));
-	}
-	zmq_setsockopt(w->sub, ZMQ_LINGER, &zero, sizeof(zero));
-	if (wsync_curve_client(w->sub, wsync_client_curve(w->client), err) < 0) {
-		s_disconnect(w);
-		return -1;
-	}
-	for (int i = 0; i < o->nmodels; i++)
-		zmq_setsockopt(w->sub, ZMQ_SUBSCRIBE, o->models[i], strlen(o->models[i]));
-	/* Announcements only cut latency: without them, heartbeats still find the head. */
-	if (zmq_connect(w->sub, wsync_client_pub(w->client)) < 0)
-		s_log(w, "cannot subscribe at %s: %s", wsync_client_pub(w->client),
-		    zmq_strerror(errno));
-	return 0;
+	if (rc == 1)
+		s_log(w, "%s", err->msg);
+	return rc < 0 ? -1 : 0;
 }
 
 /* Removes temporary files a killed watcher left beside its outputs. */
@@ -134,9 +116,9 @@ s_failed(struct s_watch *w, int i, uint64_t v, const char *reason)
 	    .version = v, .reason = reason[0] ? reason : "not applied" };
 	wsync_err_t rerr;
 
-	w->failed[i] = v;
+	w->m[i].failed = v;
 	s_log(w, "%s version %" PRIu64 " not applied: %s", w->o->models[i], v, reason);
-	if (wsync_client_report(w->client, &r, S_CALL_MS, &rerr) < 0)
+	if (wsync_client_report(w->hub.client, &r, S_CALL_MS, &rerr) < 0)
 		s_log(w, "cannot report %s version %" PRIu64 ": %s", w->o->models[i], v, rerr.msg);
 }
 
@@ -171,7 +153,7 @@ s_beat(void *ctx)
 	wsync_err_t ignored;
 
 	if (heads != NULL)
-		wsync_client_heads(w->client, &a, heads, NULL, S_CALL_MS, &ignored);
+		wsync_client_heads(w->hub.client, &a, heads, NULL, S_CALL_MS, &ignored);
 	free(heads);
 }
 
@@ -193,7 +175,8 @@ s_store_changed(struct s_watch *w, const char *now)
 	    "version", now, w->store);
 	snprintf(w->store, sizeof(w->store), "%s", now);
 	memset(w->applied, 0, (size_t)w->o->nmodels * sizeof(*w->applied));
-	memset(w->failed, 0, (size_t)w->o->nmodels * sizeof(*w->failed));
+	for (int i = 0; i < w->o->nmodels; i++)
+		w->m[i].failed = 0;
 }
 
 /*
@@ -234,9 +217,9 @@ s_check_age(struct s_watch *w)
 	for (int i = 0; i < w->o->nmodels && w->o->max_age_s > 0; i++) {
 		const wsync_applied_t *a = &w->in_place[i];
 		if (!a->is_signed || a->time + (uint64_t)w->o->max_age_s >= now ||
-		    w->aged[i] == a->seq)
+		    w->m[i].aged == a->seq)
 			continue;
-		w->aged[i] = a->seq;
+		w->m[i].aged = a->seq;
 		s_log(w, "%s: the newest signed version (seq %" PRIu64 ") was signed %" PRIu64
 		    " s ago, more than --max-age %d: is the trainer or the hub stuck?",
 		    w->o->models[i], a->seq, now - a->time, w->o->max_age_s);
@@ -262,13 +245,13 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	if (only >= 0)
 		w->heads[only] = *announced;
 	else {
-		if (wsync_client_heads(w->client, &a, w->heads, &from, S_CALL_MS, err) < 0)
+		if (wsync_client_heads(w->hub.client, &a, w->heads, &from, S_CALL_MS, err) < 0)
 			return -1;
 		w->last_heads = wsync_now_ms();
 		/* A restarted hub behind the same endpoint: hello again, subscribe anew. */
-		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->client)) != 0)
+		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->hub.client)) != 0)
 			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
-			    from.hub, wsync_client_hub(w->client));
+			    from.hub, wsync_client_hub(w->hub.client));
 		/* A relay that does not know its tree yet cannot tell: nothing to judge. */
 		if (from.origin[0] != '\0')
 			s_store_changed(w, from.origin);
@@ -279,11 +262,11 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
 		    .worker = o->worker, .base = o->no_delta ? NULL : o->paths[i] },
 		    .known = &w->heads[i], .beside = o->paths[i],
-		    .recycle = o->recycle ? &w->spares[i] : NULL, .select = o->select };
-		wsync_head_t got;
-		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->failed[i])
+		    .recycle = o->recycle ? &w->m[i].spare : NULL, .select = o->select };
+		wsync_fetched_t got;
+		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->m[i].failed)
 			continue;
-		if (wsync_client_fetch_temp(w->client, &f, &w->tmp[i], &got, S_CALL_MS, err) < 0) {
+		if (wsync_client_fetch_temp(w->hub.client, &f, &w->tmp[i], &got, S_CALL_MS, err) < 0) {
 			s_drop_temps(w);
 			/* A version retired while we fetched it: the next round finds the newer one. */
 			if (err->code == EX_NOINPUT)
@@ -295,16 +278,15 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			}
 			return -1;
 		}
-		if (wsync_client_delta_note(w->client)[0] != '\0')
+		if (got.delta_note[0] != '\0')
 			s_log(w, "%s version %" PRIu64 " fetched whole: %s", o->models[i], v,
-			    wsync_client_delta_note(w->client));
-		w->heads[i] = got;
-		w->how[i] = wsync_client_transfer(w->client);
-		if (o->select != NULL && o->select->nselect > 0 && w->how[i] == WSYNC_TRANSFER_SOCKET)
+			    got.delta_note);
+		w->heads[i] = got.head;
+		w->m[i].how = got.transfer;
+		if (o->select != NULL && o->select->nselect > 0 && w->m[i].how == WSYNC_TRANSFER_SOCKET)
 			s_log(w, "%s version %" PRIu64 ": fetched %" PRIu64 " of %" PRIu64 " bytes "
-			    "for the selection", o->models[i], v, wsync_client_fetched(w->client),
-			    got.size);
-		w->wire[i] = wsync_client_wire(w->client);
+			    "for the selection", o->models[i], v, got.asked, got.head.size);
+		w->m[i].wire = got.wire;
 		moved = 1;
 	}
 	if (!moved)
@@ -314,12 +296,12 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	for (int i = 0; i < o->nmodels; i++) {
 		int rc;
 		/* The file being replaced, when this watcher wrote it, is the next one's spare. */
-		if (o->recycle && w->tmp[i] != NULL && w->own[i])
-			wsync_recycle_keep(&w->spares[i], o->paths[i]);
+		if (o->recycle && w->tmp[i] != NULL && w->m[i].own)
+			wsync_recycle_keep(&w->m[i].spare, o->paths[i]);
 		rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
 		if (rc == 0 && w->tmp[i] != NULL)
-			w->own[i] = w->how[i] == WSYNC_TRANSFER_SOCKET ||
-			    w->how[i] == WSYNC_TRANSFER_DELTA;
+			w->m[i].own = w->m[i].how == WSYNC_TRANSFER_SOCKET ||
+			    w->m[i].how == WSYNC_TRANSFER_DELTA;
 		/* A link to the file the output already is: rename leaves the temporary name. */
 		if (rc == 0 && w->tmp[i] != NULL)
 			unlink(w->tmp[i]);
@@ -336,10 +318,10 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	}
 	for (int i = 0; i < o->nmodels; i++) {
 		wsync_update_t u = { .model = o->models[i], .version = w->heads[i].version,
-		    .path = o->paths[i], .beat_ms = (int)wsync_client_heartbeat_ms(w->client),
+		    .path = o->paths[i], .beat_ms = (int)wsync_client_heartbeat_ms(w->hub.client),
 		    .beat = s_beat, .beat_ctx = w };
 		wsync_report_t r = { .worker = o->worker, .model = o->models[i],
-		    .transfer = w->how[i], .wire = w->wire[i] };
+		    .transfer = w->m[i].how, .wire = w->m[i].wire };
 		wsync_err_t rerr;
 
 		if (w->tmp[i] == NULL)
@@ -354,7 +336,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		w->applied[i] = r.version = u.version;
 		if (o->nverify > 0)
 			w->in_place[i] = w->next[i];
-		if (wsync_client_report(w->client, &r, S_CALL_MS, &rerr) < 0)
+		if (wsync_client_report(w->hub.client, &r, S_CALL_MS, &rerr) < 0)
 			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
 	}
@@ -397,7 +379,7 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	memset(head, 0, sizeof(*head));
 	if (wsync_msg_u64(&m, "version", &head->version) < 0)
 		rc = 1;
-	else if (head->version <= w->applied[i] || head->version == w->failed[i] ||
+	else if (head->version <= w->applied[i] || head->version == w->m[i].failed ||
 	    !s_for_me(wsync_msg_get(&m, "workers"), w->o->worker))
 		rc = 0;
 	else if (w->o->nmodels > 1 || wsync_msg_u64(&m, "size", &head->size) < 0 ||
@@ -424,13 +406,14 @@ s_wait_announcement(struct s_watch *w, int ms, int *only, wsync_head_t *head)
 	int64_t left;
 
 	while ((left = deadline - wsync_now_ms()) > 0 && !*o->stop) {
-		zmq_pollitem_t item = { w->sub, 0, ZMQ_POLLIN, 0 };
+		zmq_pollitem_t item;
 		wsync_parts_t p;
 		int news = 0, directs = 0;
 
+		wsync_follow_item(&w->hub, &item);
 		if (zmq_poll(&item, 1, (long)left) <= 0)
 			continue;
-		while (wsync_recv(w->sub, &p, ZMQ_DONTWAIT) == 0) {
+		while (wsync_follow_news(&w->hub, &p) == 0) {
 			for (int i = 0; p.n == 2 && i < o->nmodels; i++) {
 				wsync_head_t h;
 				int rc;
@@ -464,16 +447,14 @@ static int
 s_next_endpoint(struct s_watch *w, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
-	int had = w->endpoint[0] != '\0';
+	int had = w->hub.endpoint[0] != '\0';
 
 	if (o->nendpoints < 1 || (had && o->nendpoints == 1))
 		return 0;
-	if (wsync_endpoint_resolve(o->endpoints[w->next_ep], w->endpoint, sizeof(w->endpoint),
-	    err) < 0)
+	if (wsync_follow_next(&w->hub, o->endpoints, o->nendpoints, 1, err) < 0)
 		return -1;
-	w->next_ep = (w->next_ep + 1) % o->nendpoints;
 	if (had)
-		s_log(w, "trying the next hub, at %s", w->endpoint);
+		s_log(w, "trying the next hub, at %s", w->hub.endpoint);
 	return 0;
 }
 
@@ -486,30 +467,30 @@ s_run(struct s_watch *w, wsync_err_t *err)
 	wsync_head_t announced = { 0 };
 
 	while (!*o->stop) {
-		if (w->client == NULL) {
+		if (w->hub.client == NULL) {
 			int64_t left = o->connect_timeout_ms ?
 			    start + o->connect_timeout_ms - wsync_now_ms() : S_RETRY_MS;
 			if (left <= 0)
 				return wsync_err_set(err, EX_UNAVAILABLE, "cannot reach %s after "
-				    "%.1f s (is wsync-serve running?)", w->endpoint,
+				    "%.1f s (is wsync-serve running?)", w->hub.endpoint,
 				    o->connect_timeout_ms / 1000.0);
 			if (s_connect(w, (int)(left < S_RETRY_MS ? left : S_RETRY_MS), err) < 0) {
 				if (err->code != EX_UNAVAILABLE && err->code != EX_TEMPFAIL)
 					return -1;
 				if (!waiting_said++)
-					s_log(w, "waiting for a hub at %s", w->endpoint);
+					s_log(w, "waiting for a hub at %s", w->hub.endpoint);
 				if (s_next_endpoint(w, err) < 0)
 					return -1;
 				continue;
 			}
 			s_log(w, "connected to hub %s at %s, announcements from %s",
-			    wsync_client_hub(w->client), wsync_client_endpoint(w->client),
-			    wsync_client_pub(w->client));
+			    wsync_client_hub(w->hub.client), wsync_client_endpoint(w->hub.client),
+			    wsync_client_pub(w->hub.client));
 			waiting_said = 0;
 		}
 		/* Announcements never replace the heartbeat round: one is due every beat. */
 		if (only >= 0 && wsync_now_ms() - w->last_heads >=
-		    wsync_client_heartbeat_ms(w->client))
+		    wsync_client_heartbeat_ms(w->hub.client))
 			only = -1;
 		if (s_update(w, only, &announced, err) < 0) {
 			if (*o->stop)
@@ -518,7 +499,7 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			    err->code != EX_PROTOCOL && err->code != EX_IOERR)
 				return -1;
 			s_log(w, "lost the hub (%s); reconnecting", err->msg);
-			s_disconnect(w);
+			wsync_follow_disconnect(&w->hub);
 			if (s_next_endpoint(w, err) < 0)
 				return -1;
 			start = wsync_now_ms();
@@ -542,7 +523,7 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			if (all)
 				return 0;
 		}
-		if (s_wait_announcement(w, (int)wsync_client_heartbeat_ms(w->client), &only,
+		if (s_wait_announcement(w, (int)wsync_client_heartbeat_ms(w->hub.client), &only,
 		    &announced) != 2)
 			only = -1;
 	}
@@ -556,21 +537,15 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	size_t n = (size_t)o->nmodels;
 	int rc = -1;
 
+	w.m = calloc(n, sizeof(*w.m));
 	w.applied = calloc(n, sizeof(*w.applied));
-	w.failed = calloc(n, sizeof(*w.failed));
 	w.heads = calloc(n, sizeof(*w.heads));
 	w.tmp = calloc(n, sizeof(*w.tmp));
-	w.how = calloc(n, sizeof(*w.how));
-	w.wire = calloc(n, sizeof(*w.wire));
 	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
 	w.in_place = calloc(n, sizeof(*w.in_place));
 	w.next = calloc(n, sizeof(*w.next));
-	w.aged = calloc(n, sizeof(*w.aged));
-	w.own = calloc(n, sizeof(*w.own));
-	w.spares = calloc(n, sizeof(*w.spares));
-	if (w.applied == NULL || w.failed == NULL || w.heads == NULL || w.tmp == NULL ||
-	    w.how == NULL || w.wire == NULL || w.leases == NULL || w.in_place == NULL ||
-	    w.next == NULL || w.aged == NULL || w.own == NULL || w.spares == NULL) {
+	if (w.m == NULL || w.applied == NULL || w.heads == NULL || w.tmp == NULL || w.leases == NULL ||
+	    w.in_place == NULL || w.next == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -581,32 +556,27 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	for (int i = 0; o->nverify > 0 && i < o->nmodels; i++)
 		wsync_applied_read(o->paths[i], &w.in_place[i]);
 	if (o->nendpoints > 0 ? s_next_endpoint(&w, err) == 0 :
-	    wsync_endpoint_resolve(o->endpoint, w.endpoint, sizeof(w.endpoint), err) == 0)
+	    wsync_endpoint_resolve(o->endpoint, w.hub.endpoint, sizeof(w.hub.endpoint), err) == 0)
 		rc = s_run(&w, err);
-	if (w.client != NULL) {
+	if (w.hub.client != NULL) {
 		wsync_err_t ignored;
-		wsync_client_bye(w.client, o->worker, 500, &ignored);
+		wsync_client_bye(w.hub.client, o->worker, 500, &ignored);
 	}
 out:
-	s_disconnect(&w);
+	wsync_follow_disconnect(&w.hub);
 	if (w.tmp != NULL)
 		s_drop_temps(&w);
 	free(w.applied);
-	free(w.failed);
 	free(w.heads);
 	free(w.tmp);
-	free(w.how);
-	free(w.wire);
 	for (size_t i = 0; w.leases != NULL && i < n * (o->keep + 1); i++)
 		if (w.leases[i] >= 0)
 			close(w.leases[i]);
 	free(w.leases);
 	free(w.in_place);
 	free(w.next);
-	free(w.aged);
-	for (size_t i = 0; w.spares != NULL && i < n; i++)
-		wsync_recycle_clear(&w.spares[i]);
-	free(w.spares);
-	free(w.own);
+	for (size_t i = 0; w.m != NULL && i < n; i++)
+		wsync_recycle_clear(&w.m[i].spare);
+	free(w.m);
 	return rc;
 }

@@ -458,12 +458,22 @@ typedef struct wsync_fetch {
 	 */
 	const char *base;
 } wsync_fetch_t;
+/* What a fetch or pull did: the version it got, and how it came. */
+typedef struct wsync_fetched {
+	wsync_head_t head;              /* the version got */
+	int transfer;                   /* WSYNC_TRANSFER_LINK, COPY, SOCKET or DELTA */
+	uint64_t asked;                 /* bytes asked of the hub over the socket (0: none) */
+	uint64_t wire;                  /* bytes of data received over the connection */
+	/* With a base: why the version came whole; "" when it came as a delta. */
+	char delta_note[WSYNC_MAX_REASON];
+} wsync_fetched_t;
 /*
  * Fetches f's version, verifies every hash and the content id, and writes it
- * to path atomically ("-": stdout, only after verifying); got describes it.
+ * to path atomically ("-": stdout, only after verifying); got says what came
+ * and how.
  */
 int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char *path,
-    wsync_head_t *got, int timeout_ms, wsync_err_t *err);
+    wsync_fetched_t *got, int timeout_ms, wsync_err_t *err);
 /*
  * Pulls the heads of n models (each f[i].version 0), as one instant of the
  * hub shows them, into paths[i] (files; not "-"): every version fetched and
@@ -475,18 +485,6 @@ int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char
  */
 int wsync_client_pull_models(wsync_client_t *client, const wsync_fetch_t *f, int n,
     const char *const *paths, wsync_head_t *got, int timeout_ms, wsync_err_t *err);
-
-/* How the last pull or fetch of this client travelled: WSYNC_TRANSFER_LINK, COPY, SOCKET or DELTA. */
-int wsync_client_transfer(const wsync_client_t *client);
-/* Bytes the last fetch of this client asked the hub for over the socket (0: none). */
-uint64_t wsync_client_fetched(const wsync_client_t *client);
-/* The bytes of data the last pull or fetch received over the connection (0: none). */
-uint64_t wsync_client_wire(const wsync_client_t *client);
-/*
- * Why the last pull, fetch or push that had a base moved the version whole;
- * "" when it went as a delta or had no base. Borrowed until the next one.
- */
-const char *wsync_client_delta_note(const wsync_client_t *client);
 
 /* ---- clients: uploading (client_upload.c) ---- */
 
@@ -533,6 +531,11 @@ int wsync_client_sign_seq(wsync_client_t *client, uint64_t seq, wsync_err_t *err
 /* Drops an upload (a slot) that will not be committed. */
 int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
     wsync_err_t *err);
+/*
+ * Why the last push that had a base moved the version whole; "" when it went
+ * as a delta or had no base. Borrowed until the next push.
+ */
+const char *wsync_client_delta_note(const wsync_client_t *client);
 
 /* ---- clients: committing and waiting (client_commit.c) ---- */
 

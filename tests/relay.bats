@@ -66,6 +66,18 @@ head_at() {
 	assert_equal "$(content_of p.wsync)" "$(content_of v3.wsync)"
 }
 
+@test "a relay that cannot write its store's origin says so in its log and still mirrors" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	mkdir -p "$TMP/r1.store/.origin/in-the-way"
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 1
+	wait_until grep -q "event=relay-origin" "$TMP/r1.log"
+	run -0 grep "event=relay-origin" "$TMP/r1.log"
+	assert_output --regexp "event=relay-origin error=\"$TMP/r1.store/.origin: cannot rename into place: Is a directory\"\$"
+}
+
 @test "a push to a relay of a mirrored model is refused with 77, naming the upstream" {
 	make_versions 1
 	start_hub

@@ -1,0 +1,416 @@
+/* relay_follow.c - a relay's thread: follows an upstream hub, mirroring its versions into this hub. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "hub_int.h"
+#include "relay_int.h"
+
+#define S_CALL_MS 3000          /* bound on one request to the upstream while connected */
+#define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
+#define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
+#define S_WINDOW 4              /* gets in flight: half a client's, a relay holding a hub's memory too */
+
+#define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
+
+struct relay_have *
+relay_have(struct hub_relay *rl, const char *model)
+{
+	struct relay_have *n;
+
+	for (size_t i = 0; i < rl->nhave; i++)
+		if (strcmp(rl->have[i].model, model) == 0)
+			return &rl->have[i];
+	if ((n = realloc(rl->have, (rl->nhave + 1) * sizeof(*n))) == NULL)
+		return NULL;
+	rl->have = n;
+	n = &rl->have[rl->nhave++];
+	memset(n, 0, sizeof(*n));
+	snprintf(n->model, sizeof(n->model), "%s", model);
+	return n;
+}
+
+#ifdef WSYNC_TEST_HOOKS
+/*
+ * The test-only pause of wsync-serve(1) (WSYNC_TEST_RELAY_GATE=PATH): with
+ * half of a version in, the fetch waits until PATH exists (at most 60 s), so
+ * that a test sees a downstream relay read it before it is whole.
+ */
+static void
+s_gate(struct hub_relay *rl, uint64_t upto)
+{
+	const char *gate = getenv("WSYNC_TEST_RELAY_GATE");
+	int64_t until = wsync_now_ms() + 60000;
+
+	if (gate == NULL || upto < rl->arriving.size / 2 || rl->told >= rl->arriving.size / 2)
+		return;
+	while (access(gate, F_OK) < 0 && !rl->stop && wsync_now_ms() < until)
+		zmq_poll(NULL, 0, 20);
+}
+#endif
+
+/*
+ * The fetch's word on how much of the version is in (wsync_fetch_temp_t's
+ * written): the hub's loop is told, so that it passes the version on while
+ * it arrives.
+ */
+static void
+s_written(void *arg, const char *tmp, uint64_t upto)
+{
+	struct hub_relay *rl = arg;
+	relay_arriving_t a = { .v = rl->arriving, .upto = upto };
+	wsync_enc_t e;
+
+	if (rl->told != 0 && upto <= rl->told)
+		return;
+	snprintf(a.model, sizeof(a.model), "%s", rl->fetching);
+	snprintf(a.path, sizeof(a.path), "%s", tmp);
+	wsync_enc_init(&e);
+	relay_pack(&e, RELAY_MSG_ARRIVING, &a);
+	relay_send(rl->pair, RELAY_MSG_ARRIVING, &e, 0);
+#ifdef WSYNC_TEST_HOOKS
+	s_gate(rl, upto);
+#endif
+	rl->told = upto > 0 ? upto : 1;
+}
+
+/* Tells the hub's loop the version being fetched will not arrive (err says why). */
+static void
+s_dropped(struct hub_relay *rl, const wsync_err_t *err)
+{
+	relay_dropped_t d = { .version = rl->arriving.version,
+	    .code = (uint64_t)(err->code != 0 ? err->code : EX_SOFTWARE) };
+	wsync_enc_t e;
+
+	snprintf(d.model, sizeof(d.model), "%s", rl->fetching);
+	snprintf(d.error, sizeof(d.error), "%.*s", (int)sizeof(d.error) - 1, err->msg);
+	wsync_enc_init(&e);
+	relay_pack(&e, RELAY_MSG_DROPPED, &d);
+	relay_send(rl->pair, RELAY_MSG_DROPPED, &e, 0);
+}
+
+/* Connects to the next upstream of the list, subscribing to its announcements. */
+static int
+s_connect(struct hub_relay *rl, wsync_err_t *err)
+{
+	const char **topics = calloc((size_t)rl->nmodels + 2, sizeof(*topics));
+	int n = 0, rc;
+	wsync_client_opts_t co = { .endpoint = rl->up.endpoint, .role = "relay",
+	    .models = (const char *const *)rl->models, .nmodels = rl->nmodels,
+	    .timeout_ms = S_CONNECT_MS, .transfer = WSYNC_TRANSFER_SOCKET,
+	    .idle_ms = S_CALL_MS, .stop = &rl->stop, .key = rl->key, .hub_key = rl->hub_key };
+
+	wsync_follow_next(&rl->up, (const char *const *)rl->upstreams, rl->nupstreams, 0, err);
+	if (topics == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (rl->models == NULL)
+		topics[n++] = "";
+	for (int i = 0; i < rl->nmodels; i++)
+		topics[n++] = rl->models[i];
+	/* A version arriving at an upstream that is a relay too (hub_arrive.c). */
+	if (rl->models != NULL)
+		topics[n++] = HUB_ARRIVE_TOPIC;
+	/* Announcements only cut latency: the heads round every heartbeat finds the head. */
+	rc = wsync_follow_connect(&rl->up, &co, topics, n, err) < 0 ? -1 : 0;
+	free(topics);
+	return rc;
+}
+
+/* Keeps the report in p (the hub's latest replaces the one before). */
+static void
+s_keep_report(struct hub_relay *rl, wsync_parts_t *p)
+{
+	unsigned char *copy = malloc(wsync_part_size(p, 1) + 1);
+
+	if (copy == NULL)
+		return;
+	memcpy(copy, wsync_part_data(p, 1), wsync_part_size(p, 1));
+	free(rl->report);
+	rl->report = copy;
+	rl->report_len = wsync_part_size(p, 1);
+}
+
+/*
+ * Reads what the hub sent on the pair, without waiting: reports are kept, a
+ * reply goes into *reply when reply is not NULL. 1 when a reply came.
+ */
+static int
+s_pair_read(struct hub_relay *rl, relay_reply_t *reply)
+{
+	enum relay_msg_kind k;
+	wsync_parts_t p;
+	wsync_msg_t m;
+	int got = 0;
+
+	while (!got && (k = relay_recv(rl->pair, &p, &m)) != RELAY_MSG_NONE) {
+		if (k == RELAY_MSG_REPORT)
+			s_keep_report(rl, &p);
+		else if (k == RELAY_MSG_REPLY && reply != NULL) {
+			if (relay_reply_unpack(&m, reply) < 0)
+				*reply = (relay_reply_t){ .ok = 0 };
+			got = 1;
+		}
+		wsync_msg_free(&m);
+		wsync_parts_close(&p);
+	}
+	return got;
+}
+
+/* Sends the hub's latest report of its workers upstream (op subtree); 0 when none. */
+static int
+s_report(struct hub_relay *rl, wsync_err_t *err)
+{
+	wsync_client_t *c = rl->up.client;
+	wsync_parts_t p = { .n = 0 };
+	wsync_msg_t m;
+	wsync_enc_t e;
+	uint64_t id;
+
+	if (rl->report == NULL)
+		return 0;
+	id = wsync_client_request(c, &e, "subtree", 2);
+	wsync_enc_kv_str(&e, "relay", rl->name);
+	wsync_enc_str(&e, "workers");
+	/* Already packed by the hub's loop: the array goes in as it is. */
+	msgpack_sbuffer_write(&e.sb, (const char *)rl->report, rl->report_len);
+	free(rl->report);
+	rl->report = NULL;
+	if (wsync_client_call(c, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p, err) < 0)
+		return -1;
+	wsync_client_release(&m, &p);
+	return 0;
+}
+
+/* Hands a fetched version to the hub's loop and waits for its commit; 0 when committed. */
+static int
+s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, const char *path,
+    const char *origin, wsync_err_t *err)
+{
+	zmq_pollitem_t item = { rl->pair, 0, ZMQ_POLLIN, 0 };
+	relay_hand_over_t o = { .version = v->version, .content = v->content };
+	relay_reply_t reply;
+	wsync_enc_t e;
+
+	snprintf(o.model, sizeof(o.model), "%s", model);
+	snprintf(o.path, sizeof(o.path), "%s", path);
+	snprintf(o.origin, sizeof(o.origin), "%s", origin);
+	snprintf(o.upstream, sizeof(o.upstream), "%s", rl->up.endpoint);
+	wsync_enc_init(&e);
+	relay_pack(&e, RELAY_MSG_HAND_OVER, &o);
+	if (relay_send(rl->pair, RELAY_MSG_HAND_OVER, &e, 0) < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
+		    zmq_strerror(errno));
+	/* The hub answers every hand-over, unless it stops: then so does this thread. */
+	while (!rl->stop && !s_pair_read(rl, &reply))
+		zmq_poll(&item, 1, S_SLICE_MS);
+	if (rl->stop)
+		return wsync_err_set(err, EX_TEMPFAIL, "the hub stops");
+	if (!reply.ok && reply.error[0] != '\0')
+		wsync_err_set(err, EX_DATAERR, "%s", reply.error);
+	return reply.ok ? 0 : -1;
+}
+
+/*
+ * Mirrors version head of model unless the relay has it (or it failed here):
+ * fetched, verified and handed over, and passed on while it arrives. 0 when
+ * done or skipped, -1 with err when the upstream was lost.
+ */
+static int
+s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, const char *origin,
+    wsync_err_t *err)
+{
+	const wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
+	    .known = head, .beside = rl->beside, .window = S_WINDOW, .arriving = 1,
+	    .written = s_written, .written_arg = rl };
+	struct relay_have *have = relay_have(rl, model);
+	wsync_fetched_t got;
+	char *tmp = NULL;
+	int rc = 0;
+
+	if (have == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (head->version <= have->version || head->version == have->failed)
+		return 0;
+	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
+	rl->arriving = *head;
+	rl->told = 0;
+	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
+		s_dropped(rl, err);
+		/* Retired while we fetched it (or dropped by a relay above): the next round. */
+		if (err->code == EX_NOINPUT)
+			return 0;
+		if (err->code == EX_DATAERR) {
+			s_log(rl, "event=relay-fail model=%s version=%" PRIu64 " upstream=%s "
+			    "error=\"%s\"", model, head->version, rl->up.endpoint, err->msg);
+			have->failed = head->version;
+			return 0;
+		}
+		return -1;
+	}
+	if (s_hand_over(rl, model, &got.head, tmp, origin, err) == 0)
+		have->version = got.head.version;
+	else if (err->code == EX_TEMPFAIL)
+		rc = -1;
+	else
+		have->failed = got.head.version;
+	unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+/* Decodes entry i of a heads or arriving map into model and head; -1 with err. */
+static int
+s_entry(struct hub_relay *rl, const msgpack_object *map, uint32_t i, char *model,
+    wsync_head_t *head, wsync_err_t *err)
+{
+	if (wsync_obj_str(&map->via.map.ptr[i].key, model, WSYNC_MAX_MODEL + 1) < 0 ||
+	    wsync_model_id_check(model) < 0 ||
+	    wsync_head_decode(&map->via.map.ptr[i].val, head) < 0)
+		return wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply that does not decode",
+		    rl->up.endpoint);
+	return 0;
+}
+
+/* The number of the version of model arriving upstream (the map arriving); 0: none. */
+static uint64_t
+s_arriving_of(const msgpack_object *arriving, const char *model)
+{
+	char id[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head;
+
+	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
+	    i < arriving->via.map.size; i++)
+		if (wsync_obj_str(&arriving->via.map.ptr[i].key, id, sizeof(id)) == 0 &&
+		    strcmp(id, model) == 0 &&
+		    wsync_head_decode(&arriving->via.map.ptr[i].val, &head) == 0)
+			return head.version;
+	return 0;
+}
+
+/* Asks the upstream for its heads and the versions arriving there: the reply in m and p. */
+static int
+s_heads(struct hub_relay *rl, wsync_msg_t *m, wsync_parts_t *p, wsync_err_t *err)
+{
+	wsync_enc_t e;
+	uint64_t id = wsync_client_request(rl->up.client, &e, "heads", rl->models ? 2 : 1);
+
+	wsync_enc_kv_bool(&e, "arriving", 1);
+	if (rl->models != NULL) {
+		wsync_enc_str(&e, "models");
+		msgpack_pack_array(&e.pk, (size_t)rl->nmodels);
+		for (int i = 0; i < rl->nmodels; i++)
+			wsync_enc_str(&e, rl->models[i]);
+	}
+	return wsync_client_call(rl->up.client, &e, id, NULL, 0, S_CALL_MS, "heads", m, p, err);
+}
+
+/*
+ * One round: the upstream's heads (of the models mirrored, or all) and the
+ * versions on their way to it (when it is a relay too), then each version
+ * newer than the relay's mirrored, the newest of each model. -1 with err
+ * when the upstream was lost.
+ */
+static int
+s_round(struct hub_relay *rl, wsync_err_t *err)
+{
+	char origin[64] = "", model[WSYNC_MAX_MODEL + 1];
+	const msgpack_object *heads, *arriving;
+	wsync_parts_t p = { .n = 0 };
+	wsync_msg_t m;
+	int rc = 0;
+
+	if (s_heads(rl, &m, &p, err) < 0)
+		return -1;
+	if (wsync_msg_str(&m, "origin", origin, sizeof(origin)) < 0 &&
+	    wsync_msg_str(&m, "store", origin, sizeof(origin)) < 0)
+		origin[0] = '\0';
+	heads = wsync_msg_get(&m, "heads");
+	arriving = wsync_msg_get(&m, "arriving");
+	for (uint32_t i = 0; heads != NULL && heads->type == MSGPACK_OBJECT_MAP &&
+	    i < heads->via.map.size && !rl->stop && rc == 0; i++) {
+		wsync_head_t head;
+		if ((rc = s_entry(rl, heads, i, model, &head, err)) < 0)
+			break;
+		/* A newer one on its way: that one, as it arrives. */
+		if (s_arriving_of(arriving, model) <= head.version)
+			rc = s_mirror(rl, model, &head, origin, err);
+	}
+	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
+	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
+		wsync_head_t head;
+		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
+			rc = s_mirror(rl, model, &head, origin, err);
+	}
+	wsync_client_release(&m, &p);
+	return rc;
+}
+
+/* Waits up to ms for an announcement from the upstream (keeping the hub's reports); 1 when one came. */
+static int
+s_wait_news(struct hub_relay *rl, int ms)
+{
+	int64_t deadline = wsync_now_ms() + ms, left;
+	int news = 0;
+
+	while (!news && !rl->stop && (left = deadline - wsync_now_ms()) > 0) {
+		zmq_pollitem_t items[2] = { { rl->pair, 0, ZMQ_POLLIN, 0 } };
+		wsync_parts_t p;
+		wsync_follow_item(&rl->up, &items[1]);
+		if (zmq_poll(items, items[1].socket != NULL ? 2 : 1, left < S_SLICE_MS ?
+		    (long)left : S_SLICE_MS) <= 0)
+			continue;
+		/* A report to pass on (an ack behind us) is news too. */
+		if (items[0].revents & ZMQ_POLLIN) {
+			s_pair_read(rl, NULL);
+			news = rl->report != NULL && rl->up.client != NULL;
+		}
+		while (wsync_follow_news(&rl->up, &p) == 0) {
+			news = 1;
+			wsync_parts_close(&p);
+		}
+	}
+	return news;
+}
+
+void *
+relay_follow(void *arg)
+{
+	struct hub_relay *rl = arg;
+	char quoted[2200];
+	int said = 0;
+
+	while (!rl->stop) {
+		wsync_err_t err;
+		if (rl->up.client == NULL) {
+			if (s_connect(rl, &err) < 0) {
+				if (!said++)
+					s_log(rl, "event=relay-wait upstream=%s error=\"%s\"",
+					    rl->up.endpoint, wsync_log_quote(err.msg, quoted,
+					    sizeof(quoted)));
+				/* A refused key is not let in by trying harder: once a heartbeat. */
+				s_wait_news(rl, err.code == EX_NOPERM ? WSYNC_HEARTBEAT_MS :
+				    S_SLICE_MS);
+				continue;
+			}
+			said = 0;
+			s_log(rl, "event=relay-connect upstream=%s hub=%s", rl->up.endpoint,
+			    wsync_client_hub(rl->up.client));
+		}
+		if (s_round(rl, &err) < 0 || s_report(rl, &err) < 0) {
+			if (rl->stop)
+				break;
+			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->up.endpoint,
+			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
+			wsync_follow_disconnect(&rl->up);
+			continue;
+		}
+		s_wait_news(rl, (int)wsync_client_heartbeat_ms(rl->up.client));
+	}
+	wsync_follow_disconnect(&rl->up);
+	return NULL;
+}

@@ -1,0 +1,127 @@
+/*
+ * relay_int.h - a relay: the thread that follows its upstream (relay_follow.c),
+ * the hub's side of it (hub_relay.c), and the messages between the two on
+ * their inproc pair (relay_msg.c).
+ */
+#ifndef WSYNC_RELAY_INT_H
+#define WSYNC_RELAY_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include "follow_int.h"
+#include "log_int.h"
+#include "net_int.h"
+#include "proto_int.h"
+#include "wsync.h"
+
+/* What the relay has of one model: the newest version it committed, or that failed. */
+struct relay_have {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;
+	uint64_t failed;
+};
+
+/*
+ * The relay's state. The thread owns everything here but the hub's end of
+ * the pair; the hub reads only the lists, which never change.
+ */
+struct hub_relay {
+	pthread_t thread;
+	int started;
+	void *pair;                     /* the thread's end */
+	char **upstreams;
+	int nupstreams;
+	char **models;                  /* NULL: every model of the upstream */
+	int nmodels;
+	char *key, *hub_key;
+	char beside[PATH_MAX];          /* STORE/.uploads/relay: fetches go beside it */
+	struct relay_have *have;
+	size_t nhave;
+	volatile sig_atomic_t stop;
+	wsync_follower_t up;            /* the upstream followed */
+	char name[300];                 /* this hub's, as its upstream knows it */
+	char fetching[WSYNC_MAX_MODEL + 1]; /* the model of the version being fetched */
+	wsync_head_t arriving;          /* that version, as the upstream described it */
+	uint64_t told;                  /* bytes of it the hub was told are in; 0 before the first */
+	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
+	size_t report_len;
+	wsync_log_fn log;
+	void *log_arg;
+};
+
+/* ---- the thread (relay_follow.c) ---- */
+
+/* What rl has of model, added with nothing when new; NULL when out of memory. */
+struct relay_have *relay_have(struct hub_relay *rl, const char *model);
+/* The thread's body: follows the upstreams until rl->stop (arg is rl). */
+void *relay_follow(void *arg);
+
+/* ---- the messages on the pair (relay_msg.c) ---- */
+
+/* What a message is; each is two frames, its kind's name, then a msgpack body. */
+enum relay_msg_kind {
+	RELAY_MSG_NONE,                 /* nothing received, or a kind not known */
+	RELAY_MSG_ARRIVING,             /* thread to hub: how much of a version is in */
+	RELAY_MSG_DROPPED,              /* thread to hub: that version will not arrive */
+	RELAY_MSG_HAND_OVER,            /* thread to hub: a version fetched whole, to commit */
+	RELAY_MSG_REPLY,                /* hub to thread: the hand-over's commit, or why not */
+	RELAY_MSG_REPORT,               /* hub to thread: its workers, for upstream */
+};
+
+/* Arriving: version v of model is written to path, upto bytes in from 0 without a gap. */
+typedef struct relay_arriving {
+	char model[WSYNC_MAX_MODEL + 1];
+	wsync_head_t v;                 /* version, size and content */
+	char path[PATH_MAX];
+	uint64_t upto;
+} relay_arriving_t;
+
+/* Dropped: version of model will not arrive; code and error say why. */
+typedef struct relay_dropped {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version;
+	uint64_t code;
+	char error[WSYNC_MAX_REASON];
+} relay_dropped_t;
+
+/* A hand-over: version of model, verified in path, from upstream, whose tree's root is origin. */
+typedef struct relay_hand_over {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t version, content;
+	char path[PATH_MAX];
+	char origin[64];                /* "": not known */
+	char upstream[512];             /* "": not known */
+} relay_hand_over_t;
+
+/* The hub's reply to a hand-over: committed (ok), or error says why not. */
+typedef struct relay_reply {
+	int ok;
+	char error[sizeof(((wsync_err_t *)0)->msg)];
+} relay_reply_t;
+
+/*
+ * Packs msg, the body of a message of kind ARRIVING (a relay_arriving_t),
+ * DROPPED (relay_dropped_t) or HAND_OVER (relay_hand_over_t), into e
+ * (initialized by the caller).
+ */
+void relay_pack(wsync_enc_t *e, enum relay_msg_kind kind, const void *msg);
+/* Unpacks the body m of a message of kind (as relay_pack's) into msg; -1 without a field it needs. */
+int relay_unpack(const wsync_msg_t *m, enum relay_msg_kind kind, void *msg);
+/* Packs and unpacks the hub's reply to a hand-over (-1: not a reply). */
+void relay_reply_pack(wsync_enc_t *e, const relay_reply_t *r);
+int relay_reply_unpack(const wsync_msg_t *m, relay_reply_t *r);
+
+/* Sends a message of kind with body e (freed) on pair, with zmq_send's flags; -1 with errno. */
+int relay_send(void *pair, enum relay_msg_kind kind, wsync_enc_t *e, int flags);
+/*
+ * Receives the next message on pair without waiting: its kind, its frames in
+ * p (the caller closes them) and its body decoded in m (the caller frees it;
+ * empty when the body is no map, as a report's, the packed array of workers
+ * in frame 1). RELAY_MSG_NONE when nothing came: nothing to free then.
+ */
+enum relay_msg_kind relay_recv(void *pair, wsync_parts_t *p, wsync_msg_t *m);
+
+#endif
