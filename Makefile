@@ -80,7 +80,7 @@ $(BUILD)/unit/%: tests/unit/%.c tests/unit/*.h $(STATIC) lib/*.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -Itests/unit $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(PKG_LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(STATIC) lib/*.h
+$(BUILD)/bench/%: bench/%.c bench/*.h $(STATIC) lib/*.h
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(STATIC) $(PKG_LIBS) \
 	    $(shell pkg-config --libs $(CRYPTO) 2>/dev/null)

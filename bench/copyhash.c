@@ -19,18 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "wsync.h"
 
 #define NTENSORS 8
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* A shared memory file of size bytes, mapped if map is not NULL; -1 on failure. */
 static int
@@ -87,16 +79,16 @@ main(int argc, char **argv)
 	for (int i = 0; i <= runs; i++) {
 		double t0, t1, t2, t3;
 
-		t0 = s_now();
+		t0 = bench_now();
 		memcpy(dst, src, bytes);
-		t1 = s_now();
+		t1 = bench_now();
 		sum += wsync_copy_hash(dst, src, bytes);
-		t2 = s_now();
+		t2 = bench_now();
 		if (wsync_tree_write_map(tree, slot, &err) < 0) {
 			fprintf(stderr, "copyhash: %s\n", err.msg);
 			return 70;
 		}
-		t3 = s_now();
+		t3 = bench_now();
 		if (i > 0)
 			printf("%.6f %.6f %.6f\n", t1 - t0, t2 - t1, t3 - t2);
 	}

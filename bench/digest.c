@@ -19,6 +19,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "clock.h"
 #include "sign_int.h"
 
 enum { S_XXH3, S_BLAKE2B, S_SHA256, S_BOTH, S_MEMCPY, S_COPY, S_ROWS };
@@ -27,15 +28,6 @@ static const char *const s_names[S_ROWS] = {
 	"XXH3-64 (libxxhash)", "BLAKE2b-256 (libsodium)", "SHA-256 (OpenSSL)",
 	"SHA-256 + XXH3, one pass (sign)", "memcpy", "copy + SHA-256 + XXH3 (receive)",
 };
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static int
 s_cmp(const void *a, const void *b)
@@ -91,9 +83,9 @@ main(int argc, char **argv)
 	for (int row = 0; row < S_ROWS; row++) {
 		keep += s_pass(row, dst, src, n);
 		for (int r = 0; r < runs; r++) {
-			double t0 = s_now();
+			double t0 = bench_now();
 			keep += s_pass(row, dst, src, n);
-			t[r] = s_now() - t0;
+			t[r] = bench_now() - t0;
 		}
 		qsort(t, (size_t)runs, sizeof(t[0]), s_cmp);
 		printf("%-34s %8.2f\n", s_names[row], (double)n / t[runs / 2] / 1e9);

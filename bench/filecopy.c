@@ -16,17 +16,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "clock.h"
+
 /* The piece wsync-push moves at a time (lib/source.c). */
 #define PIECE (256u << 10)
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Copies in into out once, piece by piece, hashing each piece; 0 or -1. */
 static int
@@ -61,13 +54,13 @@ main(int argc, char **argv)
 		return 66;
 	}
 	for (int i = 0; i <= runs; i++) {
-		double t0 = s_now();
+		double t0 = bench_now();
 		if (s_copy(in, out, buf, &sum) < 0) {
 			perror("filecopy");
 			return 74;
 		}
 		if (i > 0)
-			printf("%.6f\n", s_now() - t0);
+			printf("%.6f\n", bench_now() - t0);
 	}
 	fprintf(stderr, "filecopy: checksum %016llx\n", sum);
 	close(in);

@@ -16,16 +16,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
 #include "wsync.h"
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 int
 main(int argc, char **argv)
@@ -55,7 +47,7 @@ main(int argc, char **argv)
 	}
 	for (int r = 0; r <= runs; r++) {
 		wsync_push_item_t item = { .model = model, .path = argv[1] };
-		double start = s_now();
+		double start = bench_now();
 		char *missing = NULL;
 
 		int rc = wsync_client_push(c, &item, 1, NULL, 0, 60000, &err);
@@ -71,7 +63,7 @@ main(int argc, char **argv)
 			return err.code;
 		}
 		if (r > 0)
-			printf("%.9f\n", s_now() - start);
+			printf("%.9f\n", bench_now() - start);
 		if (victim > 0)
 			kill(victim, SIGCONT);
 	}

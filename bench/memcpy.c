@@ -10,14 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "clock.h"
 
 int
 main(int argc, char **argv)
@@ -38,10 +31,10 @@ main(int argc, char **argv)
 	}
 	memset(src, 0x5a, bytes);
 	for (int i = 0; i <= runs; i++) {
-		double start = s_now(), t;
+		double start = bench_now(), t;
 
 		memcpy(dst, src, bytes);
-		t = s_now() - start;
+		t = bench_now() - start;
 		sink = dst[(size_t)i * 4099 % bytes];
 		if (i > 0)
 			printf("%.6f %.2f\n", t, (double)bytes / t / 1e9);

@@ -15,16 +15,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "clock.h"
 #include "wsync.h"
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void
 s_die(const wsync_err_t *err)
@@ -82,15 +74,15 @@ main(int argc, char **argv)
 	if (wsync_verify_file(out, &pub, 1, NULL, &err) != WSYNC_VERIFY_OK)
 		s_die(&err);
 	for (int r = 0; r < runs; r++) {
-		double t0 = s_now(), t1, t2;
+		double t0 = bench_now(), t1, t2;
 		keep += s_sha256(in);
-		t1 = s_now();
+		t1 = bench_now();
 		if (wsync_sign_trees(&tree, 1, key, (uint64_t)r + 2, NULL, &err) < 0)
 			s_die(&err);
-		t2 = s_now();
+		t2 = bench_now();
 		if (wsync_verify_file(out, &pub, 1, NULL, &err) != WSYNC_VERIFY_OK)
 			s_die(&err);
-		printf("%.9f %.9f %.9f\n", t1 - t0, t2 - t1, s_now() - t2);
+		printf("%.9f %.9f %.9f\n", t1 - t0, t2 - t1, bench_now() - t2);
 	}
 	wsync_file_close(&out);
 	wsync_file_close(&in);

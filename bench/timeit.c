@@ -13,20 +13,13 @@
 #include <time.h>
 #include <unistd.h>
 
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "clock.h"
 
 /* Runs argv once; its wall time in seconds, or -1 when it did not exit 0. */
 static double
 s_run(char **argv)
 {
-	double start = s_now();
+	double start = bench_now();
 	int status;
 	pid_t pid = fork();
 
@@ -42,7 +35,7 @@ s_run(char **argv)
 	}
 	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		return -1;
-	return s_now() - start;
+	return bench_now() - start;
 }
 
 int

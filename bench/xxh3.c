@@ -20,16 +20,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "clock.h"
 #include "wsync.h"
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Hashes every tensor's bytes in the image at base; returns a value to keep. */
 static uint64_t
@@ -71,7 +63,7 @@ main(int argc, char **argv)
 		return 66;
 	}
 	for (int i = 0; i <= runs; i++) {
-		double start = s_now(), t;
+		double start = bench_now(), t;
 
 		if (map == NULL && (map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED,
 		    fd, 0)) == MAP_FAILED) {
@@ -83,7 +75,7 @@ main(int argc, char **argv)
 			munmap(map, (size_t)st.st_size);
 			map = NULL;
 		}
-		t = s_now() - start;
+		t = bench_now() - start;
 		if (i > 0)
 			printf("%.6f %.2f\n", t, (double)bytes / t / 1e9);
 	}

@@ -37,14 +37,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+#include "clock.h"
 
 static void
 s_die(const char *what)
@@ -90,7 +83,7 @@ s_stream(const char *endpoint, long long bytes, int runs, const char *file, int 
 		s_die("connect");
 	zmq_msg_init(&m);
 	for (int r = 0; r <= runs; r++) {
-		double start = s_now();
+		double start = bench_now();
 		long long got = 0;
 		if (file != NULL) {
 			if (!keep)
@@ -118,7 +111,7 @@ s_stream(const char *endpoint, long long bytes, int runs, const char *file, int 
 		}
 		/* Run 0 warms up connections and allocator. */
 		if (r > 0)
-			printf("%.9f\n", s_now() - start);
+			printf("%.9f\n", bench_now() - start);
 	}
 	zmq_msg_close(&m);
 	zmq_close(s);
@@ -151,12 +144,12 @@ s_rtt(const char *endpoint, int count, int runs)
 	if (zmq_connect(s, endpoint) < 0)
 		s_die("connect");
 	for (int r = 0; r <= runs; r++) {
-		double start = s_now();
+		double start = bench_now();
 		for (int i = 0; i < count; i++)
 			if (zmq_send(s, buf, 16, 0) < 0 || zmq_recv(s, buf, sizeof(buf), 0) < 0)
 				s_die("round trip");
 		if (r > 0)
-			printf("%.9f\n", (s_now() - start) / count);
+			printf("%.9f\n", (bench_now() - start) / count);
 	}
 	zmq_close(s);
 	zmq_ctx_term(ctx);
@@ -240,11 +233,11 @@ s_fanout(const char *dir, int count)
 {
 	void *ctx = zmq_ctx_new(), *s = s_socket(ctx, ZMQ_DEALER, dir, "hub", 0);
 	struct s_update u = { 'u', 0 }, got;
-	double give_up = s_now() + 20;
+	double give_up = bench_now() + 20;
 
 	for (int joined = 0; !joined; u.number++) {
 		zmq_pollitem_t item = { s, 0, ZMQ_POLLIN, 0 };
-		if (s_now() > give_up) {
+		if (bench_now() > give_up) {
 			fprintf(stderr, "zmq_raw: the workers did not all subscribe within 20 s\n");
 			exit(75);
 		}
@@ -254,10 +247,10 @@ s_fanout(const char *dir, int count)
 			joined |= got.number == u.number;
 	}
 	for (int i = 0; i < count; i++, u.number++) {
-		double start = s_now();
+		double start = bench_now();
 		if (zmq_send(s, &u, sizeof(u), 0) < 0 || zmq_recv(s, &got, sizeof(got), 0) < 0)
 			s_die("update");
-		printf("%.9f\n", s_now() - start);
+		printf("%.9f\n", bench_now() - start);
 	}
 	zmq_close(s);
 	zmq_ctx_term(ctx);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "batch_int.h"
 #include "cli.h"
 
 static const char *s_prog = "wsync";

@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -28,6 +29,25 @@ s_help(void)
 	    "Exit status: 0 ok, 64 usage, 70 internal error, 74 I/O error or the files\n"
 	    "exist. See wsync-keygen(1).\n", s_usage);
 	exit(0);
+}
+
+/*
+ * Refuses to replace NAME's key files unless forced, naming the option (the
+ * library refuses the same, naming none).
+ */
+static void
+s_check_new(const char *name, int sign)
+{
+	const char *ends[] = { sign ? ".pub" : "", sign ? ".key" : "_secret" };
+
+	for (int i = 0; i < 2; i++) {
+		char *path;
+		if (asprintf(&path, "%s%s", name, ends[i]) < 0)
+			cli_die(EX_SOFTWARE, "out of memory");
+		if (access(path, F_OK) == 0)
+			cli_die(EX_IOERR, "%s exists: keys are not replaced without --force", path);
+		free(path);
+	}
 }
 
 int
@@ -60,6 +80,8 @@ main(int argc, char **argv)
 		    "no NAME given (the files are NAME and NAME_secret)");
 	if (argc - optind > 1)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind + 1]);
+	if (!force)
+		s_check_new(argv[optind], sign);
 	if (sign)
 		rc = wsync_signkey_generate(argv[optind], force, public, &err);
 	else

@@ -66,14 +66,14 @@ s_help(void)
 static void
 s_check_age(const char *path, const char *model, uint64_t version, int max_age_s)
 {
-	uint64_t now = (uint64_t)time(NULL);
 	wsync_applied_t a;
+	uint64_t age;
 
 	wsync_applied_read(path, &a);
-	if (a.is_signed && a.time + (uint64_t)max_age_s < now)
+	if ((age = wsync_applied_age_over(&a, max_age_s)) > 0)
 		cli_warn("%s version %" PRIu64 " (seq %" PRIu64 ") was signed %" PRIu64 " s ago, "
 		    "more than --max-age %d: is the trainer or the hub stuck?", model, version,
-		    a.seq, now - a.time, max_age_s);
+		    a.seq, age, max_age_s);
 }
 
 /* Options that name one version or one file do not go with several models. */
@@ -130,14 +130,10 @@ s_pull_several(wsync_client_t *client, const struct s_several *p, int64_t deadli
 		cli_die_err(&err);
 	cli_progress_end();
 	for (int i = 0; i < p->n; i++) {
-		if (p->safetensors) {
-			char real[PATH_MAX];
-			wsync_file_t *file = wsync_file_open(path[i], &err);
-			if (file == NULL || wsync_ckpt_publish(file, link[i], got[i].version, p->ckpt, 0,
-			    real, sizeof(real), &err) < 0)
-				cli_die_err(&err);
-			wsync_file_close(&file);
-		}
+		char real[PATH_MAX];
+		if (p->safetensors && wsync_ckpt_publish_path(path[i], link[i], got[i].version,
+		    p->ckpt, 0, real, sizeof(real), &err) < 0)
+			cli_die_err(&err);
 		if (p->max_age_s > 0)
 			s_check_age(path[i], p->models[i], got[i].version, p->max_age_s);
 		printf("%s %" PRIu64 "\n", p->models[i], got[i].version);
@@ -310,14 +306,10 @@ main(int argc, char **argv)
 		    got.version, fetched.delta_note);
 		cli_log_msg(NULL, line);
 	}
-	if (safetensors) {
-		char real[PATH_MAX];
-		wsync_file_t *f = wsync_file_open(staging, &err);
-		if (f == NULL || wsync_ckpt_publish(f, link, got.version, &ckpt, 0, real,
-		    sizeof(real), &err) < 0)
-			cli_die_err(&err);
-		wsync_file_close(&f);
-	}
+	char real[PATH_MAX];
+	if (safetensors && wsync_ckpt_publish_path(staging, link, got.version, &ckpt, 0, real,
+	    sizeof(real), &err) < 0)
+		cli_die_err(&err);
 	if (max_age_s > 0 && strcmp(out, "-") != 0)
 		s_check_age(out, model, got.version, max_age_s);
 	if (strcmp(out, "-") != 0)

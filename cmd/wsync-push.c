@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batch_int.h"
 #include "cli.h"
 
 #define S_CONNECT_MS 5000

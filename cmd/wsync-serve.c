@@ -73,6 +73,26 @@ s_count(const char *opt, const char *arg, unsigned long min, unsigned long max,
 	return (unsigned)n;
 }
 
+/*
+ * The key options together, refused here in their own words (wsync_hub_new
+ * refuses the same in the words of its options structure).
+ */
+static void
+s_check_keys(const wsync_hub_opts_t *o)
+{
+	if (o->secret_key == NULL && o->nallow_push + o->nallow_pull > 0)
+		cli_die(EX_USAGE, "--allow-push and --allow-pull need --secret-key (the hub's own "
+		    "key)");
+	if (o->secret_key != NULL && o->nallow_push + o->nallow_pull == 0)
+		cli_die(EX_USAGE, "--secret-key without --allow-push or --allow-pull would let no "
+		    "client in");
+	for (int i = 0; i < o->nendpoints && o->secret_key == NULL && !o->insecure; i++)
+		if (!wsync_endpoint_local(o->endpoints[i]))
+			cli_die(EX_USAGE, "%s is reachable from other hosts: give --secret-key and "
+			    "--allow-push/--allow-pull, or --insecure to serve it unauthenticated and "
+			    "unencrypted", o->endpoints[i]);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -169,6 +189,7 @@ main(int argc, char **argv)
 	}
 	ho.endpoints = endpoints;
 
+	s_check_keys(&ho);
 	stop = cli_catch_signals(CLI_SIGNAL_HUP | CLI_SIGNAL_PIPE_IGNORE);
 	if ((hub = wsync_hub_new(&ho, &err)) == NULL)
 		cli_die_err(&err);

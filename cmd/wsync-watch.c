@@ -286,18 +286,12 @@ s_apply(void *arg, wsync_update_t *u)
 	const char *path = u->path;
 
 	if (h->links != NULL) {
-		wsync_file_t *f;
 		wsync_err_t err;
-		int i = 0, rc;
+		int i = 0;
 		while (i < h->nmodels - 1 && strcmp(h->models[i], u->model) != 0)
 			i++;
-		if ((f = wsync_file_open(u->path, &err)) == NULL)
-			rc = -1;
-		else
-			rc = wsync_ckpt_publish(f, h->links[i], u->version, &h->out, h->keep, real,
-			    sizeof(real), &err);
-		wsync_file_close(&f);
-		if (rc < 0) {
+		if (wsync_ckpt_publish_path(u->path, h->links[i], u->version, &h->out, h->keep,
+		    real, sizeof(real), &err) < 0) {
 			snprintf(u->reason, sizeof(u->reason), "%.500s", err.msg);
 			cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, err.msg);
 			return -1;

@@ -50,20 +50,6 @@ s_key_cmp(const void *x, const void *y)
 	return memcmp(((const struct s_allowed *)x)->key, ((const struct s_allowed *)y)->key, 32);
 }
 
-/* 1 when a tcp endpoint's host is this host's loopback (or it is not tcp at all). */
-static int
-s_local(const char *endpoint)
-{
-	const char *host = endpoint + 6, *colon = strrchr(host, ':');
-	size_t n = colon != NULL ? (size_t)(colon - host) : strlen(host);
-
-	if (strncmp(endpoint, "tcp://", 6) != 0)
-		return 1;
-	return (n >= 4 && strncmp(host, "127.", 4) == 0) ||
-	    (n == 9 && strncmp(host, "localhost", 9) == 0) ||
-	    (n == 5 && strncmp(host, "[::1]", 5) == 0);
-}
-
 /* Adds the key of the certificate at path to *keys (grown as needed). */
 static int
 s_add_cert(const char *path, int push, struct s_allowed **keys, size_t *n, size_t *cap,
@@ -192,15 +178,15 @@ static int
 s_check_plain(const wsync_hub_opts_t *o, wsync_err_t *err)
 {
 	if (o->nallow_push > 0 || o->nallow_pull > 0)
-		return wsync_err_set(err, EX_USAGE, "--allow-push and --allow-pull need "
-		    "--secret-key (the hub's own key)");
+		return wsync_err_set(err, EX_USAGE, "allow lists need a secret key (the hub's "
+		    "own key)");
 	for (int i = 0; i < o->nendpoints; i++) {
-		if (s_local(o->endpoints[i]))
+		if (wsync_endpoint_local(o->endpoints[i]))
 			continue;
 		if (!o->insecure)
-			return wsync_err_set(err, EX_USAGE, "%s is reachable from other hosts: give "
-			    "--secret-key and --allow-push/--allow-pull, or --insecure to serve it "
-			    "unauthenticated and unencrypted", o->endpoints[i]);
+			return wsync_err_set(err, EX_USAGE, "%s is reachable from other hosts: it "
+			    "needs a secret key and allow lists, or to be served insecure "
+			    "(unauthenticated and unencrypted)", o->endpoints[i]);
 		wsync_logf(o->log, o->log_arg, "event=warning endpoint=%s error=\"--insecure: "
 		    "anyone who reaches this endpoint may push and read weights, in clear text\"",
 		    o->endpoints[i]);
@@ -219,8 +205,8 @@ wsync_auth_new(const wsync_hub_opts_t *o, wsync_auth_t **out, wsync_err_t *err)
 	if (o->secret_key == NULL)
 		return s_check_plain(o, err);
 	if (o->nallow_push + o->nallow_pull == 0)
-		return wsync_err_set(err, EX_USAGE, "--secret-key without --allow-push or "
-		    "--allow-pull would let no client in");
+		return wsync_err_set(err, EX_USAGE, "a secret key without allow lists would let "
+		    "no client in");
 	if ((a = calloc(1, sizeof(*a))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	a->log = o->log;
@@ -453,5 +439,5 @@ wsync_auth_permits(const wsync_auth_t *a, zmq_msg_t *msg, const char *op, wsync_
 	if (i == n)
 		return 0;
 	return wsync_err_set(err, EX_NOPERM, "the key %s may only pull: %s is for keys on the "
-	    "hub's --allow-push list", user, op);
+	    "hub's push list", user, op);
 }

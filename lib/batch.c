@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sysexits.h>
 
-#include "wsync.h"
+#include "batch_int.h"
 
 /* How long a session waits to say hello again after the hub went away. */
 #define S_CONNECT_MS 5000
@@ -258,8 +258,11 @@ wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t *er
 		r->items[0].version = r->wait_for;
 		return 0;
 	}
-	if (wsync_client_sign_seq(client, r->seq, err) < 0)
-		return -1;
+	if (wsync_client_sign_seq(client, r->seq, err) < 0) {
+		char why[sizeof(err->msg)];
+		snprintf(why, sizeof(why), "%s", err->msg);
+		return wsync_err_set(err, err->code, "--seq goes with --sign-key: %.900s", why);
+	}
 	return wsync_client_push(client, r->items, r->n, (const char *const *)r->targets,
 	    r->ntargets, r->timeout_ms, err);
 }

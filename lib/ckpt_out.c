@@ -379,3 +379,17 @@ wsync_ckpt_publish(const wsync_file_t *f, const char *link, uint64_t version,
 	s_prune(link, version, keep);
 	return 0;
 }
+
+int
+wsync_ckpt_publish_path(const char *path, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err)
+{
+	wsync_file_t *f = wsync_file_open(path, err);
+	int rc;
+
+	if (f == NULL)
+		return -1;
+	rc = wsync_ckpt_publish(f, link, version, o, keep, real, size, err);
+	wsync_file_close(&f);
+	return rc;
+}

@@ -17,6 +17,7 @@
 #include "pace_int.h"
 #include "signcheck_int.h"
 #include "signround_int.h"
+#include "store_int.h"
 #include "stream_hash_int.h"
 #include "tempfile_int.h"
 
@@ -258,7 +259,7 @@ static int
 s_store_path(const wsync_client_t *c, const char *model, uint64_t version, char *buf,
     size_t size, wsync_err_t *err)
 {
-	if (snprintf(buf, size, "%s/%s/%" PRIu64 ".wsync", c->store, model, version) >= (int)size)
+	if (wsync_store_version_path(buf, size, c->store, model, version, 0) < 0)
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", c->store);
 	return 0;
 }
@@ -371,8 +372,8 @@ out:
 int
 wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
 {
-	return wsync_err_set(err, EX_USAGE, "--transfer %s: the hub's store is not visible "
-	    "from here (another host, user or mount namespace); use socket or auto",
+	return wsync_err_set(err, EX_USAGE, "transfer by %s: the hub's store is not visible "
+	    "from here (another host, user or mount namespace); socket or auto works",
 	    wsync_transfer_name(c->transfer));
 }
 
@@ -409,8 +410,8 @@ s_fetch_from_store(wsync_client_t *c, const char *model, wsync_fetched_t *out,
 		if (e == ENOENT && access(src, F_OK) < 0)
 			return s_retired(model, got->version, err);
 		if (c->transfer == WSYNC_TRANSFER_LINK && e == EXDEV)
-			return wsync_err_set(err, EX_USAGE, "--transfer link: cannot link %s to %s: "
-			    "%s (--transfer copy works across file systems)", src, path,
+			return wsync_err_set(err, EX_USAGE, "cannot link %s to %s: "
+			    "%s (a copy works across file systems)", src, path,
 			    strerror(e));
 		if (c->transfer == WSYNC_TRANSFER_LINK)
 			return wsync_err_set(err, EX_IOERR, "cannot link %s to %s: %s", src, path,

@@ -80,7 +80,7 @@ s_base_file(const wsync_push_item_t *item, struct wsync_push_send *send, wsync_e
 	if (base == NULL)
 		return -1;
 	if (strcmp(wsync_file_model(base), item->model) != 0 || wsync_file_version(base) == 0) {
-		wsync_err_set(err, EX_USAGE, "--base %s holds %s%s, not a version of model %s",
+		wsync_err_set(err, EX_USAGE, "base %s holds %s%s, not a version of model %s",
 		    item->base, wsync_file_version(base) == 0 ? "an unnumbered file" : "model ",
 		    wsync_file_version(base) == 0 ? "" : wsync_file_model(base), item->model);
 		wsync_file_close(&base);

@@ -30,8 +30,7 @@ wsync_client_sign_seq(wsync_client_t *c, uint64_t seq, wsync_err_t *err)
 	struct wsync_push_session *ps = wsync_push_find(c);
 
 	if (seq != 0 && (ps == NULL || ps->sign == NULL))
-		return wsync_err_set(err, EX_USAGE, "--seq goes with --sign-key: an unsigned "
-		    "push has no sequence number");
+		return wsync_err_set(err, EX_USAGE, "an unsigned push has no sequence number");
 	if (ps != NULL)
 		ps->sign_seq = seq;
 	return 0;

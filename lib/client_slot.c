@@ -173,7 +173,7 @@ wsync_client_slot(wsync_client_t *c, const wsync_slot_ask_t *a, int timeout_ms,
 	*upload = 0;
 	if (ps != NULL && ps->sign != NULL)
 		return wsync_err_set(err, EX_USAGE, "a slot cannot be signed (its writer makes its "
-		    "bytes): with --sign-key, push files");
+		    "bytes): to sign, push files");
 	if (!c->store_here)
 		return wsync_err_set(err, EX_USAGE, "a slot is a file in the hub's store, which "
 		    "is not visible from here (another host, user or mount namespace): push a "

@@ -59,3 +59,16 @@ wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err
 		return wsync_err_set(err, EX_USAGE, "endpoint too long");
 	return 0;
 }
+
+int
+wsync_endpoint_local(const char *endpoint)
+{
+	const char *host = endpoint + 6, *colon = strrchr(host, ':');
+	size_t n = colon != NULL ? (size_t)(colon - host) : strlen(host);
+
+	if (strncmp(endpoint, "tcp://", 6) != 0)
+		return 1;
+	return (n >= 4 && strncmp(host, "127.", 4) == 0) ||
+	    (n == 9 && strncmp(host, "localhost", 9) == 0) ||
+	    (n == 5 && strncmp(host, "[::1]", 5) == 0);
+}

@@ -109,8 +109,8 @@ hub_open_version(const wsync_hub_t *h, const char *model, uint64_t version)
 {
 	char path[PATH_MAX];
 
-	if (snprintf(path, sizeof(path), "%s/%s/%" PRIu64 ".wsync", wsync_store_dir(h->store),
-	    model, version) >= (int)sizeof(path))
+	if (wsync_store_version_path(path, sizeof(path), wsync_store_dir(h->store), model,
+	    version, 0) < 0)
 		return -1;
 	return open(path, O_RDONLY | O_CLOEXEC);
 }

@@ -165,9 +165,9 @@ wsync_curve_load(wsync_curve_t *c, const char *key, const char *hub_key, wsync_e
 	if (key == NULL && hub_key == NULL)
 		return 0;
 	if (key == NULL || hub_key == NULL)
-		return wsync_err_set(err, EX_USAGE, "%s without %s: CURVE needs both this "
-		    "client's secret key and the hub's public key", key ? "--key" : "--hub-key",
-		    key ? "--hub-key (or $WSYNC_HUB_KEY)" : "--key (or $WSYNC_KEY)");
+		return wsync_err_set(err, EX_USAGE, "%s: CURVE needs both this client's secret "
+		    "key and the hub's public key", key ? "a secret key without the hub's public "
+		    "key ($WSYNC_HUB_KEY)" : "the hub's public key without a secret key ($WSYNC_KEY)");
 	if (wsync_key_read(key, c->public, c->secret, err) < 0 ||
 	    wsync_key_read(hub_key, c->server, NULL, err) < 0)
 		return -1;
@@ -255,18 +255,19 @@ wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsyn
 	}
 	if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
 		return wsync_err_set(err, EX_NOPERM, "the hub at %s refused this client's key %s "
-		    "(status %u): it is on none of the hub's --allow-push or --allow-pull lists",
+		    "(status %u): it is on none of the hub's allow lists",
 		    endpoint, c->public, (unsigned)value);
 	/* Without keys, either side may notice the mismatch first: any failure means it. */
 	if (!c->on)
 		return wsync_err_set(err, EX_NOPERM, "the hub at %s only lets in clients with "
-		    "keys: give --key and --hub-key (or $WSYNC_KEY and $WSYNC_HUB_KEY)", endpoint);
+		    "keys: this client has none (its secret key and the hub's public key, as "
+		    "$WSYNC_KEY and $WSYNC_HUB_KEY give them)", endpoint);
 	if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
 	    value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
 		return wsync_err_set(err, EX_NOPERM, "the hub at %s does not use CURVE keys (it "
-		    "runs without --secret-key), but this client was given some", endpoint);
+		    "runs without a secret key), but this client was given some", endpoint);
 	return wsync_err_set(err, EX_NOPERM, "the CURVE handshake with the hub at %s failed: "
-	    "is --hub-key (%s) the hub's public key?", endpoint, c->server);
+	    "is %s the hub's public key?", endpoint, c->server);
 }
 
 int
@@ -281,8 +282,8 @@ wsync_keygen(const char *base, int force, char *public, wsync_err_t *err)
 	    (int)sizeof(secret_path))
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", base);
 	if (!force && (access(base, F_OK) == 0 || access(secret_path, F_OK) == 0))
-		return wsync_err_set(err, EX_IOERR, "%s exists: keys are not replaced without "
-		    "--force", access(base, F_OK) == 0 ? base : secret_path);
+		return wsync_err_set(err, EX_IOERR, "%s exists: keys are not replaced unless "
+		    "forced", access(base, F_OK) == 0 ? base : secret_path);
 	if (zmq_curve_keypair(public, secret) < 0)
 		return wsync_err_set(err, EX_SOFTWARE, "cannot make a key pair: %s (libzmq "
 		    "without CURVE?)", zmq_strerror(errno));

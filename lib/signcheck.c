@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <time.h>
 
 #include "signcheck_int.h"
 
@@ -53,6 +54,16 @@ wsync_applied_read(const char *path, wsync_applied_t *a)
 		wsync_manifest_free(&m);
 	}
 	wsync_file_close(&f);
+}
+
+uint64_t
+wsync_applied_age_over(const wsync_applied_t *a, int max_age_s)
+{
+	uint64_t now = (uint64_t)time(NULL);
+
+	if (max_age_s <= 0 || !a->is_signed || a->time + (uint64_t)max_age_s >= now)
+		return 0;
+	return now - a->time;
 }
 
 int

@@ -113,7 +113,7 @@ s_minisign_secret(const char *path, const uint8_t *bin, wsync_signkey_t *key,
 	if (memcmp(bin + 2, "Sc", 2) == 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: the secret key is encrypted with a "
 		    "password, which an unattended signer cannot type: make one without (minisign "
-		    "-G -W, or wsync-keygen --sign), or remove it (minisign -C -W)", path);
+		    "-G -W, or a signing pair from wsync-keygen), or remove it (minisign -C -W)", path);
 	if (memcmp(bin + 2, "\0\0", 2) != 0 || memcmp(bin + 4, "B2", 2) != 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: unknown key derivation or checksum "
 		    "in the secret key", path);
@@ -142,7 +142,7 @@ s_signify_secret(const char *path, const uint8_t *bin, wsync_signkey_t *key,
 	if (memcmp(rounds, "\0\0\0\0", 4) != 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: the secret key is encrypted with a "
 		    "passphrase, which an unattended signer cannot type: make one without "
-		    "(signify -G -n, or wsync-keygen --sign)", path);
+		    "(signify -G -n, or a signing pair from wsync-keygen)", path);
 	crypto_hash_sha512(sum, sk, 64);
 	if (sodium_memcmp(chk, sum, 8) != 0 || s_sk_check(sk) != 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: the secret key is damaged (its "
@@ -230,8 +230,8 @@ wsync_signkey_generate(const char *base, int force, char *public, wsync_err_t *e
 	    snprintf(sec_path, sizeof(sec_path), "%s.key", base) >= (int)sizeof(sec_path))
 		return wsync_err_set(err, EX_USAGE, "%s: path too long", base);
 	if (!force && (access(pub_path, F_OK) == 0 || access(sec_path, F_OK) == 0))
-		return wsync_err_set(err, EX_IOERR, "%s exists: keys are not replaced without "
-		    "--force", access(pub_path, F_OK) == 0 ? pub_path : sec_path);
+		return wsync_err_set(err, EX_IOERR, "%s exists: keys are not replaced unless "
+		    "forced", access(pub_path, F_OK) == 0 ? pub_path : sec_path);
 	/* As minisign -G -W writes it: no KDF, zero salt, limits and checksum. */
 	memset(sec, 0, sizeof(sec));
 	memcpy(sec, "Ed\0\0B2", 6);

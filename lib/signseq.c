@@ -8,6 +8,7 @@
 #include <sysexits.h>
 #include <unistd.h>
 
+#include "batch_int.h"
 #include "tempfile_int.h"
 
 /* Reads the counter at path into *last: 0 when there is no file yet; -1 with err. */
@@ -52,7 +53,7 @@ wsync_signseq_next(const char *key_path, uint64_t given, uint64_t *seq, wsync_er
 	if (s_read(path, &last, err) < 0)
 		goto out;
 	if (given != 0 && given <= last) {
-		wsync_err_set(err, EX_DATAERR, "--seq %" PRIu64 " is not above %" PRIu64 ", the "
+		wsync_err_set(err, EX_DATAERR, "sequence number %" PRIu64 " is not above %" PRIu64 ", the "
 		    "last sequence number signed with %s (kept in %s): workers refuse a number "
 		    "not above the one they applied", given, last, key_path, path);
 		goto out;

@@ -49,6 +49,14 @@ wsync_store_path(char *buf, size_t size, const char *fmt, ...)
 }
 
 int
+wsync_store_version_path(char *buf, size_t size, const char *dir, const char *model,
+    uint64_t version, int sidecar)
+{
+	return wsync_store_path(buf, size, "%s/%s/%" PRIu64 "%s", dir, model, version,
+	    sidecar ? ".json" : ".wsync");
+}
+
+int
 wsync_store_mkdir(const char *path, wsync_err_t *err)
 {
 	struct stat st;
@@ -323,11 +331,10 @@ wsync_store_retain(wsync_store_t *s, wsync_model_t *m)
 			m->versions[kept++] = *v;
 			continue;
 		}
-		if (wsync_store_path(path, sizeof(path), "%s/%s/%" PRIu64 ".wsync", s->dir, m->id,
-		    v->version) == 0 && wsync_spare_keep(s, v, path) < 0)
+		if (wsync_store_version_path(path, sizeof(path), s->dir, m->id, v->version, 0) == 0 &&
+		    wsync_spare_keep(s, v, path) < 0)
 			unlink(path);
-		if (wsync_store_path(path, sizeof(path), "%s/%s/%" PRIu64 ".json", s->dir, m->id,
-		    v->version) == 0)
+		if (wsync_store_version_path(path, sizeof(path), s->dir, m->id, v->version, 1) == 0)
 			unlink(path);
 		wsync_store_log(s, "event=retire model=%s version=%" PRIu64, m->id, v->version);
 		s_grave(s, v);
@@ -383,7 +390,7 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 	struct stat st;
 	wsync_err_t err;
 
-	if (wsync_store_path(path, sizeof(path), "%s/%s/%" PRIu64 ".wsync", s->dir, m->id, number) < 0)
+	if (wsync_store_version_path(path, sizeof(path), s->dir, m->id, number, 0) < 0)
 		return 0;
 	if ((v.fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(v.fd, &st) < 0) {
 		snprintf(err.msg, sizeof(err.msg), "%s", strerror(errno));
@@ -404,8 +411,8 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 	v.size = wsync_file_size(f);
 	v.content = wsync_file_content_id(f);
 	wsync_file_close(&f);
-	if (wsync_store_path(path, sizeof(path), "%s/%s/%" PRIu64 ".json", s->dir, m->id,
-	    number) < 0 || wsync_sidecar_read(path, &v, why, sizeof(why)) < 0) {
+	if (wsync_store_version_path(path, sizeof(path), s->dir, m->id, number, 1) < 0 ||
+	    wsync_sidecar_read(path, &v, why, sizeof(why)) < 0) {
 		strncat(why, " (using the file's time, no pusher, no targets)",
 		    sizeof(why) - strlen(why) - 1);
 		s_log_skip(s, "sidecar", path, NULL, why);

@@ -127,9 +127,9 @@ s_number(wsync_store_t *s, const wsync_store_temp_t *files, size_t n, struct wsy
 			return wsync_err_set(err, EX_DATAERR, "model \"%s\" has no version numbers "
 			    "left", files[i].model);
 		st[i].version = v;
-		if (wsync_store_path(st[i].final, sizeof(st[i].final), "%s/%s/%" PRIu64 ".wsync", s->dir,
-		    files[i].model, v) < 0 || wsync_store_path(st[i].sidecar, sizeof(st[i].sidecar),
-		    "%s/%s/%" PRIu64 ".json", s->dir, files[i].model, v) < 0)
+		if (wsync_store_version_path(st[i].final, sizeof(st[i].final), s->dir,
+		    files[i].model, v, 0) < 0 || wsync_store_version_path(st[i].sidecar,
+		    sizeof(st[i].sidecar), s->dir, files[i].model, v, 1) < 0)
 			return wsync_err_set(err, EX_IOERR, "%s: path too long", s->dir);
 	}
 	return 0;

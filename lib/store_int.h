@@ -102,6 +102,13 @@ void wsync_store_close(wsync_store_t **store);
 void wsync_store_bury(wsync_store_t *store);
 /* The store's directory; borrowed. */
 const char *wsync_store_dir(const wsync_store_t *store);
+/*
+ * Where version of model lives in the store at dir: DIR/MODEL/VERSION.wsync,
+ * or with sidecar its DIR/MODEL/VERSION.json; the one place that spells the
+ * layout. -1 with errno ENAMETOOLONG when it does not fit in buf.
+ */
+int wsync_store_version_path(char *buf, size_t size, const char *dir, const char *model,
+    uint64_t version, int sidecar);
 /* Number of models. */
 size_t wsync_store_count(const wsync_store_t *store);
 /* Model i, sorted by id; borrowed until the next commit or close. */

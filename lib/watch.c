@@ -212,17 +212,15 @@ s_check_signed(struct s_watch *w, wsync_err_t *err)
 static void
 s_check_age(struct s_watch *w)
 {
-	uint64_t now = (uint64_t)time(NULL);
-
 	for (int i = 0; i < w->o->nmodels && w->o->max_age_s > 0; i++) {
 		const wsync_applied_t *a = &w->in_place[i];
-		if (!a->is_signed || a->time + (uint64_t)w->o->max_age_s >= now ||
-		    w->m[i].aged == a->seq)
+		uint64_t age = wsync_applied_age_over(a, w->o->max_age_s);
+		if (age == 0 || w->m[i].aged == a->seq)
 			continue;
 		w->m[i].aged = a->seq;
 		s_log(w, "%s: the newest signed version (seq %" PRIu64 ") was signed %" PRIu64
-		    " s ago, more than --max-age %d: is the trainer or the hub stuck?",
-		    w->o->models[i], a->seq, now - a->time, w->o->max_age_s);
+		    " s ago, more than the maximum age of %d s: is the trainer or the hub stuck?",
+		    w->o->models[i], a->seq, age, w->o->max_age_s);
 	}
 }
 
@@ -512,7 +510,7 @@ s_run(struct s_watch *w, wsync_err_t *err)
 		for (int i = 0; i < o->nmodels; i++) {
 			if (o->max_lag && w->heads[i].version > w->applied[i] + o->max_lag)
 				return wsync_err_set(err, EX_TEMPFAIL, "%s: applied version %" PRIu64
-				    " is %" PRIu64 " behind the head %" PRIu64 " (--max-lag %" PRIu64 ")",
+				    " is %" PRIu64 " behind the head %" PRIu64 " (more than %" PRIu64 ")",
 				    o->models[i], w->applied[i], w->heads[i].version - w->applied[i],
 				    w->heads[i].version, o->max_lag);
 		}

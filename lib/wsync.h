@@ -5,6 +5,10 @@
  * failure, filling the caller's wsync_err_t with an exit code from <sysexits.h>
  * and a message that names the file and, where there is one, the tensor.
  * The library never prints and never exits.
+ *
+ * After the limits and the error below, one section per file of lib/ that
+ * defines what the section declares, named in its heading, in the order of
+ * HACKING.md's source map; a file with nothing public has none.
  */
 #ifndef WSYNC_H
 #define WSYNC_H
@@ -37,6 +41,8 @@ typedef struct wsync_err {
 	char msg[1024];
 } wsync_err_t;
 
+/* ---- lib/dtype.c: element types: names, sizes, values; tensor sizes; model ids ---- */
+
 /* Element types. The order is part of the ABI, not of the file format. */
 typedef enum wsync_dtype {
 	WSYNC_F64, WSYNC_F32, WSYNC_F16, WSYNC_BF16,
@@ -58,6 +64,11 @@ double wsync_dtype_get(wsync_dtype_t dtype, const void *data, uint64_t i);
 int wsync_tensor_nbytes(wsync_dtype_t dtype, int ndim, const uint64_t *shape,
     uint64_t *nbytes);
 
+/* 0 when s is a valid model id (1..64 of [A-Za-z0-9._-], not starting with '.'). */
+int wsync_model_id_check(const char *s);
+
+/* ---- lib/hash.c: XXH3-64, the per-tensor hash ---- */
+
 /* XXH3-64 of a buffer, the per-tensor hash of the format. */
 uint64_t wsync_hash(const void *data, size_t len);
 /*
@@ -69,28 +80,7 @@ uint64_t wsync_hash(const void *data, size_t len);
  */
 uint64_t wsync_copy_hash(void *dst, const void *src, size_t n);
 
-/* 0 when s is a valid model id (1..64 of [A-Za-z0-9._-], not starting with '.'). */
-int wsync_model_id_check(const char *s);
-
-/* One tensor as read from a file; every pointer is borrowed from the file. */
-typedef struct wsync_tensor {
-	const char *path;           /* keys joined with '.' */
-	wsync_dtype_t dtype;
-	int ndim;
-	uint64_t shape[WSYNC_MAX_DIMS];
-	uint64_t nbytes;
-	uint64_t hash;              /* as stored in the file */
-	uint64_t offset;            /* file offset of the first data byte */
-	const void *data;           /* nbytes bytes; WSYNC_ALIGN-aligned in a .wsync file */
-} wsync_tensor_t;
-
-/* One meta entry; pointers borrowed from the file. */
-typedef struct wsync_meta {
-	const char *key;
-	const char *value;
-} wsync_meta_t;
-
-/* ---- building and writing ---- */
+/* ---- lib/tree.c: building a tensor tree and writing it as a .wsync file ---- */
 
 typedef struct wsync_tree wsync_tree_t;
 
@@ -148,7 +138,25 @@ int wsync_tree_write_into(wsync_tree_t *tree, void *dst, uint64_t size,
  */
 int wsync_tree_write_map(wsync_tree_t *tree, int fd, wsync_err_t *err);
 
-/* ---- reading ---- */
+/* ---- lib/file.c: reading a weight file ---- */
+
+/* One tensor as read from a file; every pointer is borrowed from the file. */
+typedef struct wsync_tensor {
+	const char *path;           /* keys joined with '.' */
+	wsync_dtype_t dtype;
+	int ndim;
+	uint64_t shape[WSYNC_MAX_DIMS];
+	uint64_t nbytes;
+	uint64_t hash;              /* as stored in the file */
+	uint64_t offset;            /* file offset of the first data byte */
+	const void *data;           /* nbytes bytes; WSYNC_ALIGN-aligned in a .wsync file */
+} wsync_tensor_t;
+
+/* One meta entry; pointers borrowed from the file. */
+typedef struct wsync_meta {
+	const char *key;
+	const char *value;
+} wsync_meta_t;
 
 typedef struct wsync_file wsync_file_t;
 
@@ -220,6 +228,8 @@ typedef void (*wsync_bad_tensor_fn)(const wsync_tensor_t *tensor,
 int wsync_file_verify(const wsync_file_t *file, wsync_bad_tensor_fn bad,
     void *arg, wsync_err_t *err);
 
+/* ---- lib/safetensors.c: the safetensors format written ---- */
+
 /* Streams the tree as a safetensors file to fd: names are the joined paths, meta
  * becomes __metadata__. */
 int wsync_tree_write_safetensors_fd(wsync_tree_t *tree, int fd, const char *name,
@@ -228,7 +238,19 @@ int wsync_tree_write_safetensors_fd(wsync_tree_t *tree, int fd, const char *name
 int wsync_tree_write_safetensors_file(wsync_tree_t *tree, const char *path,
     wsync_err_t *err);
 
-/* ---- checkpoint directories (ckpt.c, ckpt_out.c; wsync-format(5), CHECKPOINT DIRECTORIES) ---- */
+/* ---- lib/io.c: version files opened with a lease (wsync(7), LEASES) ---- */
+
+/*
+ * Opens a version file read-only with a lease: a shared flock(2) taken while
+ * path still names the file. A hub that recycles retired files
+ * (wsync-serve --recycle) never rewrites a leased one, so the bytes stay
+ * this version's for as long as the descriptor (or a mapping made from it)
+ * lives, whatever replaces path (wsync(7), LEASES). -1 with errno set;
+ * EAGAIN when path kept changing.
+ */
+int wsync_lease_open(const char *path);
+
+/* ---- lib/ckpt.c: checkpoint directories read (wsync-format(5), CHECKPOINT DIRECTORIES) ---- */
 
 /* The subtree of a version that holds the small files beside the weights. */
 #define WSYNC_CKPT_FILES "__files__"
@@ -277,6 +299,8 @@ const wsync_ckpt_file_t *wsync_ckpt_file(const wsync_ckpt_t *ck, size_t i);
 wsync_tree_t *wsync_ckpt_tree(const wsync_ckpt_t *ck, const char *model, int whole,
     wsync_err_t *err);
 
+/* ---- lib/ckpt_out.c: a version written as a checkpoint directory ---- */
+
 /* How a version becomes a checkpoint directory; every pointer borrowed for the call. */
 typedef struct wsync_ckpt_out {
 	uint64_t shard_size;            /* bytes of tensor data a shard holds at most (0: default) */
@@ -303,31 +327,234 @@ int wsync_ckpt_write(const wsync_file_t *f, const char *dir, const wsync_ckpt_ou
  */
 int wsync_ckpt_publish(const wsync_file_t *f, const char *link, uint64_t version,
     const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
+/* wsync_ckpt_publish of the .wsync file at path, opened and closed for the call. */
+int wsync_ckpt_publish_path(const char *path, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
 
-/* Monotonic milliseconds, for deadlines. */
-int64_t wsync_now_ms(void);
+/* ---- lib/signkey.c: ed25519 signing keys (wsync-format(5), SIGNATURES) ---- */
 
-/* ---- endpoints ---- */
+#define WSYNC_KEYID 8               /* bytes in a signing key's id (minisign's key number) */
+#define WSYNC_SIGN_PUBLIC 57        /* bytes of a public key's base64 line and its NUL */
+
+/* A secret ed25519 signing key, read from minisign's or signify's file; opaque. */
+typedef struct wsync_signkey wsync_signkey_t;
+
+/* A public ed25519 key to verify with, read from a minisign or signify file. */
+typedef struct wsync_verifykey {
+	uint8_t id[WSYNC_KEYID];
+	uint8_t pk[32];
+} wsync_verifykey_t;
 
 /*
- * The per-user runtime directory, created 0700 and checked to be private:
- * $XDG_RUNTIME_DIR/wsync, else /dev/shm/wsync-UID (tmpfs), else /tmp/wsync-UID.
+ * Reads a secret key: minisign's (unencrypted, as minisign -G -W and
+ * wsync-keygen --sign make it) or signify's (made with -n). An encrypted key
+ * is refused (65), as is a file others can read (77). Caller destroys.
  */
-int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
-/* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
-int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
+wsync_signkey_t *wsync_signkey_load(const char *path, wsync_err_t *err);
+/* Wipes and frees the key and sets *key to NULL. */
+void wsync_signkey_destroy(wsync_signkey_t **key);
+/* The key's public half (its id and public key). */
+void wsync_signkey_public(const wsync_signkey_t *key, wsync_verifykey_t *pub);
+/* Reads a public key file, minisign's or signify's (the same framing). */
+int wsync_verifykey_load(const char *path, wsync_verifykey_t *key, wsync_err_t *err);
+/*
+ * Makes a new signing key pair in minisign's format: base.pub (0644) and
+ * base.key (unencrypted, 0600). Existing files are replaced only when force.
+ * public (WSYNC_SIGN_PUBLIC bytes) gets the public key's line, the base64
+ * that minisign -P takes.
+ */
+int wsync_signkey_generate(const char *base, int force, char *public, wsync_err_t *err);
+/* A key id as minisign prints it: 16 uppercase hex digits of its little-endian value. */
+void wsync_keyid_hex(const uint8_t *id, char *hex);
+
+/* ---- lib/manifest.c: the signed statement of a push ---- */
+
+#define WSYNC_DIGEST 32             /* bytes in a model's digest: SHA-256 */
+#define WSYNC_MAX_SIGNED 256        /* models in one manifest */
+/* The meta keys that carry a signed push; the meta digest leaves them out. */
+#define WSYNC_META_MANIFEST "wsync.manifest"
+#define WSYNC_META_SIGNATURE "wsync.signature"
+
+/* What a manifest says about one model of a push. */
+typedef struct wsync_signed_model {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t content;               /* content id */
+	uint8_t digest[WSYNC_DIGEST];   /* model digest: every tensor's path, dtype, shape, data */
+	uint8_t meta[WSYNC_DIGEST];     /* meta digest: every meta entry but the two above */
+} wsync_signed_model_t;
+
+/* The signed statement of one push. */
+typedef struct wsync_manifest {
+	uint64_t seq;                   /* only grows from one push to the next */
+	uint64_t time;                  /* signing time, seconds since the epoch */
+	uint8_t key[WSYNC_KEYID];       /* the signing key's id */
+	size_t nmodels;
+	wsync_signed_model_t *models;   /* sorted by model id; owned */
+} wsync_manifest_t;
+
+/* The canonical bytes of a manifest (wsync-format(5), SIGNATURES); caller frees *buf. */
+int wsync_manifest_encode(const wsync_manifest_t *m, unsigned char **buf, size_t *len,
+    wsync_err_t *err);
+/* Decodes canonical manifest bytes (anything else is 65); wsync_manifest_free after. */
+int wsync_manifest_decode(const void *buf, size_t len, wsync_manifest_t *m, wsync_err_t *err);
+/* Frees what a manifest owns and empties it; a zeroed manifest is fine. */
+void wsync_manifest_free(wsync_manifest_t *m);
+/* The manifest's entry for model; NULL when it has none. Borrowed from m. */
+const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const char *model);
+
+/* ---- lib/sign.c: signing a push and verifying one file of it ---- */
 
 /*
- * Opens a version file read-only with a lease: a shared flock(2) taken while
- * path still names the file. A hub that recycles retired files
- * (wsync-serve --recycle) never rewrites a leased one, so the bytes stay
- * this version's for as long as the descriptor (or a mapping made from it)
- * lives, whatever replaces path (wsync(7), LEASES). -1 with errno set;
- * EAGAIN when path kept changing.
+ * A tree's digests and content id, into out, in one pass over its data:
+ * about the time of SHA-256 over the data (bench/digest).
  */
-int wsync_lease_open(const char *path);
+int wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err);
+/* The same of a file (its stored hashes give the content id; the data is read once). */
+int wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err);
 
-/* ---- clients: the connection (client.c; wsync(7) describes the protocol) ---- */
+/*
+ * Signs a push: a manifest of the n trees (their digests, one pass over each
+ * one's data), seq and the time now, signed with key; every tree gets it in
+ * its meta (WSYNC_META_MANIFEST and WSYNC_META_SIGNATURE, replaced when
+ * there). Write the trees afterwards, unchanged. out (may be NULL) gets the
+ * manifest (wsync_manifest_free it).
+ */
+int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
+    uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
+
+/* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
+typedef enum wsync_verify {
+	WSYNC_VERIFY_OK,
+	WSYNC_VERIFY_UNSIGNED,          /* no signature or no manifest in its meta */
+	WSYNC_VERIFY_MALFORMED,         /* a signature or manifest that cannot be read */
+	WSYNC_VERIFY_UNKNOWN_KEY,       /* signed by none of the keys */
+	WSYNC_VERIFY_BAD_SIGNATURE,     /* the signature does not hold for the manifest */
+	WSYNC_VERIFY_NOT_LISTED,        /* the manifest does not list this file's model */
+	WSYNC_VERIFY_CONTENT,           /* its content id is not the signed one */
+	WSYNC_VERIFY_META,              /* its meta is not the signed meta */
+	WSYNC_VERIFY_DIGEST,            /* its tensors' bytes are not the signed ones */
+	WSYNC_VERIFY_ROLLBACK,          /* its seq is not above the one applied */
+	WSYNC_VERIFY_MIXED              /* its push's other models are not beside it */
+} wsync_verify_t;
+
+/* A reason's name for logs and reports ("unsigned", "bad-signature"...). */
+const char *wsync_verify_reason(wsync_verify_t reason);
+/*
+ * Checks that file is vouched for by one of the nkeys keys: its signature
+ * holds for its manifest, which lists its model with its content id, meta
+ * digest and model digest (one pass over the data). Returns WSYNC_VERIFY_OK
+ * and fills manifest (may be NULL; wsync_manifest_free it) for the caller's
+ * own checks (seq, time, the other models); otherwise the reason, with err
+ * (77, naming the file) saying it. -1 with err on an internal error.
+ */
+int wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
+    wsync_manifest_t *manifest, wsync_err_t *err);
+
+/* ---- lib/signseq.c: the sequence counter beside a signing key ---- */
+
+/*
+ * The sequence number the next push signed with the key at key_path takes:
+ * given when not 0 (it must be above the counter, else 65), else the
+ * counter's next. The counter (key_path.seq, one decimal line) is set to it
+ * atomically, under a lock on the key file, before anything is signed: what
+ * a writer that signs its own trees (wsync_sign_trees into a slot) calls first.
+ */
+int wsync_signseq_next(const char *key_path, uint64_t given, uint64_t *seq, wsync_err_t *err);
+
+/* ---- lib/signcheck.c: a worker's checks of signed versions ---- */
+
+/* What a worker's output holds: its content id and, when signed, its manifest's seq and time. */
+typedef struct wsync_applied {
+	uint64_t content;               /* 0: no file that can be read */
+	int is_signed;                  /* a manifest in its meta (not checked again) */
+	uint64_t seq;
+	uint64_t time;                  /* signing time, seconds since the epoch */
+	uint8_t key[WSYNC_KEYID];
+} wsync_applied_t;
+/* Reads what the file at path holds into a; a missing or unreadable file holds nothing. */
+void wsync_applied_read(const char *path, wsync_applied_t *a);
+/*
+ * The seconds since a was signed, when they are more than max_age_s (> 0):
+ * a version in place grown older than its reader accepts; 0 when a is
+ * unsigned, signed since, or max_age_s is 0.
+ */
+uint64_t wsync_applied_age_over(const wsync_applied_t *a, int max_age_s);
+/* Reads file's manifest without checking its signature (wsync_manifest_free after); -1 when it has none. */
+int wsync_manifest_of(const wsync_file_t *file, wsync_manifest_t *m);
+/*
+ * Checks a fetched file before it replaces an output that holds *last:
+ * wsync_verify_file, then its seq above last's (the same seq only for the
+ * same content: the version in place served again). WSYNC_VERIFY_OK with
+ * *manifest filled (wsync_manifest_free it), or a reason with err (77).
+ */
+int wsync_verify_update(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
+    const wsync_applied_t *last, wsync_manifest_t *manifest, wsync_err_t *err);
+
+/* ---- lib/err.c: filling a wsync_err_t ---- */
+
+/* Sets err: code, then a printf-style message. Returns -1. */
+int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- lib/hub.c: a hub: making it, its loop, ending it (wsync-serve) ---- */
+
+typedef struct wsync_hub wsync_hub_t;
+
+/*
+ * How a hub runs. Every pointer is borrowed for the call to wsync_hub_new only,
+ * except log_arg, which is passed to log until wsync_hub_destroy.
+ */
+typedef struct wsync_hub_opts {
+	const char *const *endpoints;   /* at least one; each gets a PUB of its own beside it */
+	int nendpoints;
+	const char *store;              /* NULL: RUNDIR/store */
+	unsigned keep;                  /* versions kept per model, at least 1 */
+	/*
+	 * Retired version files kept to be written again by local uploads (pages
+	 * that exist are ~10x faster to fill); 0: retiring unlinks. Only for readers
+	 * that lease what they keep open (wsync(7), LEASES). At most 64.
+	 */
+	unsigned recycle;
+	/* Called with one line per event (no newline); may be NULL. */
+	void (*log)(void *arg, const char *line);
+	void *log_arg;
+	/*
+	 * CURVE on every socket with this secret certificate (NULL: none, and then
+	 * only ipc:// and loopback tcp endpoints unless insecure). Clients whose
+	 * public keys are in the allow_push certificates (files or directories of
+	 * them) may push; those in allow_pull may only hello, get, ack and watch.
+	 */
+	const char *secret_key;
+	const char *const *allow_push;
+	int nallow_push;
+	const char *const *allow_pull;
+	int nallow_pull;
+	int insecure;                   /* serve non-loopback tcp without keys */
+	volatile sig_atomic_t *reload;  /* set non-zero (SIGHUP) to reread the allow lists */
+	/*
+	 * A relay (wsync(7), RELAYS): the hubs to mirror versions from, in order
+	 * of preference (the next when one is unreachable); none: a root hub.
+	 * Mirrored models (upstream_models, or every one when none are named) keep
+	 * the upstream's numbers, and pushes of them here are refused (77).
+	 * upstream_key and upstream_hub_key are as wsync_client_opts_t's key and
+	 * hub_key, for the upstream.
+	 */
+	const char *const *upstreams;
+	int nupstreams;
+	const char *const *upstream_models;
+	int nupstream_models;
+	const char *upstream_key;
+	const char *upstream_hub_key;
+} wsync_hub_opts_t;
+
+/* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
+wsync_hub_t *wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err);
+/* Serves until *stop becomes non-zero (set it from a signal handler); then aborts uploads. */
+int wsync_hub_run(wsync_hub_t *hub, volatile sig_atomic_t *stop, wsync_err_t *err);
+/* Closes the sockets and files and sets *hub to NULL. */
+void wsync_hub_destroy(wsync_hub_t **hub);
+
+/* ---- lib/client.c: the connection (wsync(7) describes the protocol) ---- */
 
 typedef struct wsync_client wsync_client_t;
 
@@ -437,10 +664,7 @@ int wsync_client_bye(wsync_client_t *client, const char *worker, int timeout_ms,
 /* The hub's status (models, versions, workers) as a JSON text; caller frees. */
 char *wsync_client_status_json(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
 
-/* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
-int wsync_id_check(const char *s);
-
-/* ---- clients: fetching (client_fetch.c) ---- */
+/* ---- lib/client_fetch.c: fetching a version ---- */
 
 /* Which version a fetch or pull asks for; every pointer borrowed for the call. */
 typedef struct wsync_fetch {
@@ -486,7 +710,17 @@ int wsync_client_pull(wsync_client_t *client, const wsync_fetch_t *f, const char
 int wsync_client_pull_models(wsync_client_t *client, const wsync_fetch_t *f, int n,
     const char *const *paths, wsync_head_t *got, int timeout_ms, wsync_err_t *err);
 
-/* ---- clients: uploading (client_upload.c) ---- */
+/* ---- lib/client_pushdelta.c: a push sent as a delta ---- */
+
+/*
+ * on: a push over the socket keeps the version it sent (a scratch file in
+ * $TMPDIR) and sends the next version of that model as a delta from it, when
+ * the hub still retains it and the delta is at most half of it (wsync-push --batch does
+ * this); off: forgets what was kept.
+ */
+void wsync_client_keep_pushed(wsync_client_t *client, int on);
+
+/* ---- lib/client_upload.c: pushing ---- */
 
 /* One file of a push: model and path (or "-") in; version and content out. */
 typedef struct wsync_push_item {
@@ -504,30 +738,12 @@ typedef struct wsync_push_item {
 } wsync_push_item_t;
 
 /*
- * on: a push over the socket keeps the version it sent (a scratch file in
- * $TMPDIR) and sends the next version of that model as a delta from it, when
- * the hub still retains it and the delta is at most half of it (wsync-push --batch does
- * this); off: forgets what was kept.
- */
-void wsync_client_keep_pushed(wsync_client_t *client, int on);
-/*
  * Checks every input (65 before anything is sent), uploads them, and commits
  * them together as the next version of each model; workers (NULL: all) are
  * the only ones it is announced to. Fills each item's version and content.
  */
 int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
-/*
- * Signs every later push of client with the secret key at path (minisign's
- * or signify's; wsync-format(5), SIGNATURES): one manifest of all the push's
- * models, its sequence number from the counter beside the key (path.seq).
- */
-int wsync_client_sign_with(wsync_client_t *client, const char *path, wsync_err_t *err);
-/*
- * The next signed push's sequence number: seq (above the counter's, else 65);
- * 0: the counter's next. 64 when the client signs nothing.
- */
-int wsync_client_sign_seq(wsync_client_t *client, uint64_t seq, wsync_err_t *err);
 /* Drops an upload (a slot) that will not be committed. */
 int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
     wsync_err_t *err);
@@ -537,7 +753,7 @@ int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
  */
 const char *wsync_client_delta_note(const wsync_client_t *client);
 
-/* ---- clients: committing and waiting (client_commit.c) ---- */
+/* ---- lib/client_commit.c: an upload's commit, and waits ---- */
 
 /* Whom a wait waits for (wire: the mode field, by these names). */
 typedef enum wsync_wait_mode {
@@ -600,7 +816,21 @@ int wsync_client_commit(wsync_client_t *client, const wsync_commit_t *cm, int ti
 int wsync_client_wait(wsync_client_t *client, const char *model, uint64_t version,
     const wsync_wait_t *w, int timeout_ms, char **missing, wsync_err_t *err);
 
-/* ---- clients: slots (client_slot.c) ---- */
+/* ---- lib/client_sign.c: a push's signature ---- */
+
+/*
+ * Signs every later push of client with the secret key at path (minisign's
+ * or signify's; wsync-format(5), SIGNATURES): one manifest of all the push's
+ * models, its sequence number from the counter beside the key (path.seq).
+ */
+int wsync_client_sign_with(wsync_client_t *client, const char *path, wsync_err_t *err);
+/*
+ * The next signed push's sequence number: seq (above the counter's, else 65);
+ * 0: the counter's next. 64 when the client signs nothing.
+ */
+int wsync_client_sign_seq(wsync_client_t *client, uint64_t seq, wsync_err_t *err);
+
+/* ---- lib/client_slot.c: slots ---- */
 
 /*
  * Slots (this host only): asks the hub for writable files in its store for
@@ -612,131 +842,7 @@ int wsync_client_wait(wsync_client_t *client, const char *model, uint64_t versio
 int wsync_client_slot(wsync_client_t *client, const wsync_slot_ask_t *a, int timeout_ms,
     uint64_t *upload, char **paths, wsync_err_t *err);
 
-/* ---- pushes and the batch line protocol (batch.c; wsync-push) ---- */
-
-/* Models one push names at most. */
-#define WSYNC_PUSH_MAX_MODELS 64
-
-/* Parses a whole decimal number into *v; -1 when it is not one. */
-int wsync_parse_number(const char *s, uint64_t *v);
-/* Parses SEC (seconds, a decimal from 0 to 2147483, 24 days) into *ms; -1 when it is not one. */
-int wsync_parse_seconds(const char *sec, int *ms);
-/*
- * Splits s in place at commas into a NULL-terminated array of its n parts
- * (caller frees the array; the parts are s's); NULL when out of memory.
- */
-char **wsync_split(char *s, int *n);
-
-/*
- * The options of a push request, as codes: the short option's letter where
- * there is one. A program's getopt_long table can use them as its values.
- */
-enum {
-	WSYNC_PUSH_OPT_MODEL = 'm',     /* -m MODEL[=FILE] (--slot: MODEL=SIZE) */
-	WSYNC_PUSH_OPT_TIMEOUT = 't',   /* -t SEC */
-	WSYNC_PUSH_OPT_WAIT = 'w',      /* -w all|N|ID,... */
-	WSYNC_PUSH_OPT_WORKERS = 'W',   /* -W ID,... */
-	WSYNC_PUSH_OPT_WAIT_FOR = 300,  /* --wait-for VERSION */
-	WSYNC_PUSH_OPT_SLOT,            /* --slot (a batch request only) */
-	WSYNC_PUSH_OPT_COMMIT,          /* --commit UPLOAD (a batch request only) */
-	WSYNC_PUSH_OPT_ABORT,           /* --abort UPLOAD (a batch request only) */
-	WSYNC_PUSH_OPT_TRUST,           /* --trust-hashes (with --commit) */
-	WSYNC_PUSH_OPT_NEXT_SLOT,       /* --next-slot (with --commit) */
-	WSYNC_PUSH_OPT_SEQ,             /* --seq N (a push signed with --sign-key) */
-	WSYNC_PUSH_OPT_BASE,            /* --base FILE (a push of one model) */
-};
-
-/* What a request asks for: a push, or (batch only) a slot, its commit or its abort. */
-typedef enum wsync_push_verb {
-	WSYNC_PUSH_VERB_PUSH, WSYNC_PUSH_VERB_SLOT, WSYNC_PUSH_VERB_COMMIT, WSYNC_PUSH_VERB_ABORT
-} wsync_push_verb_t;
-
-/*
- * One push request, from a command line or from a line of wsync-push --batch.
- * Its strings are borrowed from the words it was parsed from; wait_ids and
- * targets are its own (wsync_push_req_free frees them).
- */
-typedef struct wsync_push_req {
-	wsync_push_verb_t verb;
-	uint64_t upload;                /* COMMIT, ABORT: the slot's upload */
-	int trust;                      /* COMMIT: --trust-hashes */
-	int next_slot;                  /* COMMIT: --next-slot */
-	wsync_push_item_t items[WSYNC_PUSH_MAX_MODELS];
-	const char *models[WSYNC_PUSH_MAX_MODELS];
-	uint64_t sizes[WSYNC_PUSH_MAX_MODELS];  /* SLOT: -m MODEL=SIZE */
-	int n;
-	int with_files;                 /* how many -m came as MODEL=FILE */
-	int waits;                      /* -w or --wait-for given */
-	wsync_wait_mode_t wait_mode;
-	unsigned wait_count;
-	char **wait_ids, **targets;     /* -w ID,... and -W ID,...; NULL when not given */
-	int nwait_ids, ntargets;
-	uint64_t wait_for;              /* --wait-for: no push, a wait for this version */
-	int timeout_ms;                 /* -t; 30 s when not given */
-	uint64_t seq;                   /* --seq: the signed push's sequence number; 0: none */
-	const char *base;               /* --base: the older version to send a delta from */
-} wsync_push_req_t;
-
-/* Sets r to an empty push request (no models, a 30 s timeout). */
-void wsync_push_req_init(wsync_push_req_t *r);
-/* Frees what r owns (wait_ids, targets); r stays valid and empty of them. */
-void wsync_push_req_free(wsync_push_req_t *r);
-/*
- * Applies one option (a WSYNC_PUSH_OPT_* code) to r; value (NULL for a flag)
- * is borrowed and may be cut in place (-m MODEL=FILE). as_written is the
- * option as the user wrote it, for the message. 0, or -1 with a usage error
- * in why.
- */
-int wsync_push_req_option(wsync_push_req_t *r, int opt, const char *as_written, char *value,
-    char *why, size_t size);
-/*
- * Checks r once all its options are applied, with the n operands (files)
- * given beside them (borrowed): a push takes one file, or none with
- * -m MODEL=FILE or --wait-for; a slot, commit or abort none. in_batch: a
- * request line, where "-" cannot be a file (stdin carries the requests).
- * 0, or -1 with a usage error in why.
- */
-int wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batch,
-    char *why, size_t size);
-/*
- * Pushes r's files (a WSYNC_PUSH_VERB_PUSH request) and fills its items'
- * versions; with --wait-for, pushes nothing and takes that version.
- */
-int wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t *err);
-/* The wait r asks for (-w), its ids borrowed from r. */
-wsync_wait_t wsync_push_req_wait_of(const wsync_push_req_t *r);
-/*
- * Waits as r asks (-w) for its items' versions, all within deadline_ms (a
- * wsync_now_ms time); nothing to do without -w. On timeout: 75 and *missing
- * as for wsync_client_wait (caller frees); NULL otherwise.
- */
-int wsync_push_req_wait(wsync_client_t *client, wsync_push_req_t *r, int64_t deadline_ms,
-    char **missing, wsync_err_t *err);
-
-/*
- * The batch line protocol (wsync-push(1) BATCH): one request a line, its
- * words split at blanks; a word that starts with a double quote runs to the
- * closing one, inside which \" is a quote and \\ a backslash. Parses line
- * (cut and unquoted in place; r borrows from it until the next parse) into r.
- * 1 for a line of no words; 0; or -1 with a usage error in why.
- */
-int wsync_batch_parse(char *line, wsync_push_req_t *r, char *why, size_t size);
-
-/* A batch coprocess's session: its client and the slots it has open. */
-typedef struct wsync_batch wsync_batch_t;
-/* A session on client (borrowed until wsync_batch_destroy); NULL with err. */
-wsync_batch_t *wsync_batch_new(wsync_client_t *client, wsync_err_t *err);
-/*
- * Serves one request line (cut in place) and sets *answer (caller frees) to
- * its answer without the newline: "ok MODEL VERSION...", "ok", "slot UPLOAD
- * PATH..." or "error CODE MESSAGE"; *answer is NULL for a line of no words.
- * -1 (errno ENOMEM) only when no answer could be made.
- */
-int wsync_batch_serve(wsync_batch_t *batch, char *line, char **answer);
-/* Aborts the slots still open, frees the session and sets *batch to NULL. */
-void wsync_batch_destroy(wsync_batch_t **batch);
-
-/* ---- the watcher's loop (watch.c, wsync-watch) ---- */
+/* ---- lib/watch.c: the watcher's loop (wsync-watch) ---- */
 
 /* One model's new version, in place, handed to the apply callback. */
 typedef struct wsync_update {
@@ -814,65 +920,7 @@ typedef struct wsync_watch_opts {
 /* Follows the hub: initial weights at once, then every new version, latest wins. */
 int wsync_watch_run(const wsync_watch_opts_t *opts, wsync_err_t *err);
 
-/* ---- the hub (wsync-serve) ---- */
-
-typedef struct wsync_hub wsync_hub_t;
-
-/*
- * How a hub runs. Every pointer is borrowed for the call to wsync_hub_new only,
- * except log_arg, which is passed to log until wsync_hub_destroy.
- */
-typedef struct wsync_hub_opts {
-	const char *const *endpoints;   /* at least one; each gets a PUB of its own beside it */
-	int nendpoints;
-	const char *store;              /* NULL: RUNDIR/store */
-	unsigned keep;                  /* versions kept per model, at least 1 */
-	/*
-	 * Retired version files kept to be written again by local uploads (pages
-	 * that exist are ~10x faster to fill); 0: retiring unlinks. Only for readers
-	 * that lease what they keep open (wsync(7), LEASES). At most 64.
-	 */
-	unsigned recycle;
-	/* Called with one line per event (no newline); may be NULL. */
-	void (*log)(void *arg, const char *line);
-	void *log_arg;
-	/*
-	 * CURVE on every socket with this secret certificate (NULL: none, and then
-	 * only ipc:// and loopback tcp endpoints unless insecure). Clients whose
-	 * public keys are in the allow_push certificates (files or directories of
-	 * them) may push; those in allow_pull may only hello, get, ack and watch.
-	 */
-	const char *secret_key;
-	const char *const *allow_push;
-	int nallow_push;
-	const char *const *allow_pull;
-	int nallow_pull;
-	int insecure;                   /* serve non-loopback tcp without keys */
-	volatile sig_atomic_t *reload;  /* set non-zero (SIGHUP) to reread the allow lists */
-	/*
-	 * A relay (wsync(7), RELAYS): the hubs to mirror versions from, in order
-	 * of preference (the next when one is unreachable); none: a root hub.
-	 * Mirrored models (upstream_models, or every one when none are named) keep
-	 * the upstream's numbers, and pushes of them here are refused (77).
-	 * upstream_key and upstream_hub_key are as wsync_client_opts_t's key and
-	 * hub_key, for the upstream.
-	 */
-	const char *const *upstreams;
-	int nupstreams;
-	const char *const *upstream_models;
-	int nupstream_models;
-	const char *upstream_key;
-	const char *upstream_hub_key;
-} wsync_hub_opts_t;
-
-/* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
-wsync_hub_t *wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err);
-/* Serves until *stop becomes non-zero (set it from a signal handler); then aborts uploads. */
-int wsync_hub_run(wsync_hub_t *hub, volatile sig_atomic_t *stop, wsync_err_t *err);
-/* Closes the sockets and files and sets *hub to NULL. */
-void wsync_hub_destroy(wsync_hub_t **hub);
-
-/* ---- keys ---- */
+/* ---- lib/keys.c: CURVE keys ---- */
 
 /*
  * Writes a new CURVE key pair as ZeroMQ certificates (czmq's zmakecert
@@ -881,154 +929,26 @@ void wsync_hub_destroy(wsync_hub_t **hub);
  */
 int wsync_keygen(const char *base, int force, char *public, wsync_err_t *err);
 
-/* ---- signatures: keys, manifests, signing and verifying (wsync-format(5), SIGNATURES) ---- */
+/* ---- lib/net.c: clocks ---- */
 
-#define WSYNC_KEYID 8               /* bytes in a signing key's id (minisign's key number) */
-#define WSYNC_DIGEST 32             /* bytes in a model's digest: SHA-256 */
-#define WSYNC_MAX_SIGNED 256        /* models in one manifest */
-#define WSYNC_SIGN_PUBLIC 57        /* bytes of a public key's base64 line and its NUL */
-/* The meta keys that carry a signed push; the meta digest leaves them out. */
-#define WSYNC_META_MANIFEST "wsync.manifest"
-#define WSYNC_META_SIGNATURE "wsync.signature"
+/* Monotonic milliseconds, for deadlines. */
+int64_t wsync_now_ms(void);
 
-/* A secret ed25519 signing key, read from minisign's or signify's file; opaque. */
-typedef struct wsync_signkey wsync_signkey_t;
+/* ---- lib/proto.c: worker ids ---- */
 
-/* A public ed25519 key to verify with, read from a minisign or signify file. */
-typedef struct wsync_verifykey {
-	uint8_t id[WSYNC_KEYID];
-	uint8_t pk[32];
-} wsync_verifykey_t;
+/* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
+int wsync_id_check(const char *s);
+
+/* ---- lib/endpoint.c: where a hub listens when nobody says; who reaches it ---- */
 
 /*
- * Reads a secret key: minisign's (unencrypted, as minisign -G -W and
- * wsync-keygen --sign make it) or signify's (made with -n). An encrypted key
- * is refused (65), as is a file others can read (77). Caller destroys.
+ * The per-user runtime directory, created 0700 and checked to be private:
+ * $XDG_RUNTIME_DIR/wsync, else /dev/shm/wsync-UID (tmpfs), else /tmp/wsync-UID.
  */
-wsync_signkey_t *wsync_signkey_load(const char *path, wsync_err_t *err);
-/* Wipes and frees the key and sets *key to NULL. */
-void wsync_signkey_destroy(wsync_signkey_t **key);
-/* The key's public half (its id and public key). */
-void wsync_signkey_public(const wsync_signkey_t *key, wsync_verifykey_t *pub);
-/* Reads a public key file, minisign's or signify's (the same framing). */
-int wsync_verifykey_load(const char *path, wsync_verifykey_t *key, wsync_err_t *err);
-/*
- * Makes a new signing key pair in minisign's format: base.pub (0644) and
- * base.key (unencrypted, 0600). Existing files are replaced only when force.
- * public (WSYNC_SIGN_PUBLIC bytes) gets the public key's line, the base64
- * that minisign -P takes.
- */
-int wsync_signkey_generate(const char *base, int force, char *public, wsync_err_t *err);
-/* A key id as minisign prints it: 16 uppercase hex digits of its little-endian value. */
-void wsync_keyid_hex(const uint8_t *id, char *hex);
-
-/* What a manifest says about one model of a push. */
-typedef struct wsync_signed_model {
-	char model[WSYNC_MAX_MODEL + 1];
-	uint64_t content;               /* content id */
-	uint8_t digest[WSYNC_DIGEST];   /* model digest: every tensor's path, dtype, shape, data */
-	uint8_t meta[WSYNC_DIGEST];     /* meta digest: every meta entry but the two above */
-} wsync_signed_model_t;
-
-/* The signed statement of one push. */
-typedef struct wsync_manifest {
-	uint64_t seq;                   /* only grows from one push to the next */
-	uint64_t time;                  /* signing time, seconds since the epoch */
-	uint8_t key[WSYNC_KEYID];       /* the signing key's id */
-	size_t nmodels;
-	wsync_signed_model_t *models;   /* sorted by model id; owned */
-} wsync_manifest_t;
-
-/*
- * A tree's digests and content id, into out, in one pass over its data:
- * about the time of SHA-256 over the data (bench/digest).
- */
-int wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *err);
-/* The same of a file (its stored hashes give the content id; the data is read once). */
-int wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync_err_t *err);
-/* The canonical bytes of a manifest (wsync-format(5), SIGNATURES); caller frees *buf. */
-int wsync_manifest_encode(const wsync_manifest_t *m, unsigned char **buf, size_t *len,
-    wsync_err_t *err);
-/* Decodes canonical manifest bytes (anything else is 65); wsync_manifest_free after. */
-int wsync_manifest_decode(const void *buf, size_t len, wsync_manifest_t *m, wsync_err_t *err);
-/* Frees what a manifest owns and empties it; a zeroed manifest is fine. */
-void wsync_manifest_free(wsync_manifest_t *m);
-/* The manifest's entry for model; NULL when it has none. Borrowed from m. */
-const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const char *model);
-
-/*
- * Signs a push: a manifest of the n trees (their digests, one pass over each
- * one's data), seq and the time now, signed with key; every tree gets it in
- * its meta (WSYNC_META_MANIFEST and WSYNC_META_SIGNATURE, replaced when
- * there). Write the trees afterwards, unchanged. out (may be NULL) gets the
- * manifest (wsync_manifest_free it).
- */
-int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
-    uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
-
-/*
- * The sequence number the next push signed with the key at key_path takes:
- * given when not 0 (it must be above the counter, else 65), else the
- * counter's next. The counter (key_path.seq, one decimal line) is set to it
- * atomically, under a lock on the key file, before anything is signed: what
- * a writer that signs its own trees (wsync_sign_trees into a slot) calls first.
- */
-int wsync_signseq_next(const char *key_path, uint64_t given, uint64_t *seq, wsync_err_t *err);
-
-/* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
-typedef enum wsync_verify {
-	WSYNC_VERIFY_OK,
-	WSYNC_VERIFY_UNSIGNED,          /* no signature or no manifest in its meta */
-	WSYNC_VERIFY_MALFORMED,         /* a signature or manifest that cannot be read */
-	WSYNC_VERIFY_UNKNOWN_KEY,       /* signed by none of the keys */
-	WSYNC_VERIFY_BAD_SIGNATURE,     /* the signature does not hold for the manifest */
-	WSYNC_VERIFY_NOT_LISTED,        /* the manifest does not list this file's model */
-	WSYNC_VERIFY_CONTENT,           /* its content id is not the signed one */
-	WSYNC_VERIFY_META,              /* its meta is not the signed meta */
-	WSYNC_VERIFY_DIGEST,            /* its tensors' bytes are not the signed ones */
-	WSYNC_VERIFY_ROLLBACK,          /* its seq is not above the one applied */
-	WSYNC_VERIFY_MIXED              /* its push's other models are not beside it */
-} wsync_verify_t;
-
-/* A reason's name for logs and reports ("unsigned", "bad-signature"...). */
-const char *wsync_verify_reason(wsync_verify_t reason);
-/*
- * Checks that file is vouched for by one of the nkeys keys: its signature
- * holds for its manifest, which lists its model with its content id, meta
- * digest and model digest (one pass over the data). Returns WSYNC_VERIFY_OK
- * and fills manifest (may be NULL; wsync_manifest_free it) for the caller's
- * own checks (seq, time, the other models); otherwise the reason, with err
- * (77, naming the file) saying it. -1 with err on an internal error.
- */
-int wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
-    wsync_manifest_t *manifest, wsync_err_t *err);
-
-/* ---- a worker's checks of signed versions (signcheck.c) ---- */
-
-/* What a worker's output holds: its content id and, when signed, its manifest's seq and time. */
-typedef struct wsync_applied {
-	uint64_t content;               /* 0: no file that can be read */
-	int is_signed;                  /* a manifest in its meta (not checked again) */
-	uint64_t seq;
-	uint64_t time;                  /* signing time, seconds since the epoch */
-	uint8_t key[WSYNC_KEYID];
-} wsync_applied_t;
-/* Reads what the file at path holds into a; a missing or unreadable file holds nothing. */
-void wsync_applied_read(const char *path, wsync_applied_t *a);
-/* Reads file's manifest without checking its signature (wsync_manifest_free after); -1 when it has none. */
-int wsync_manifest_of(const wsync_file_t *file, wsync_manifest_t *m);
-/*
- * Checks a fetched file before it replaces an output that holds *last:
- * wsync_verify_file, then its seq above last's (the same seq only for the
- * same content: the version in place served again). WSYNC_VERIFY_OK with
- * *manifest filled (wsync_manifest_free it), or a reason with err (77).
- */
-int wsync_verify_update(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
-    const wsync_applied_t *last, wsync_manifest_t *manifest, wsync_err_t *err);
-
-
-/* Sets err: code, then a printf-style message. Returns -1. */
-int wsync_err_set(wsync_err_t *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
+/* The hub endpoint: opt when given, else $WSYNC_ENDPOINT, else ipc://RUNDIR/hub. */
+int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
+/* 1 when no other host reaches endpoint: not tcp://, or tcp:// on a loopback address. */
+int wsync_endpoint_local(const char *endpoint);
 
 #endif

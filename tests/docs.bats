@@ -409,3 +409,63 @@ EOF
 	done
 	assert_equal "missing:$missing gone:$gone" "missing: gone:"
 }
+
+# header_functions: each function lib/wsync.h declares, one "SECTION FUNCTION"
+# a line, SECTION the file its section's heading names ("-" before the first).
+header_functions() {
+	awk '
+		BEGIN { section = "-" }
+		/^\/\* ---- / { section = $3; sub(/:$/, "", section); next }
+		/^(typedef|#|\/\*| \*|[ \t])/ { next }
+		match($0, /wsync_[a-z0-9_]+\(/) {
+			print section, substr($0, RSTART, RLENGTH - 1)
+		}' "$ROOT/lib/wsync.h"
+}
+
+@test "every function in wsync.h sits in the section of the file that defines it" {
+	local section fn defined wrong=""
+	while read -r section fn; do
+		defined=$(cd "$ROOT" && grep -lE "^([A-Za-z_][^;=(]*[ *])?$fn\(.*[^;]\$" lib/*.c)
+		[ "$defined" = "$section" ] || wrong="$wrong $fn($section, defined in ${defined:-nothing})"
+	done < <(header_functions)
+	assert_equal "wrong:$wrong" "wrong:"
+	assert [ "$(header_functions | wc -l)" -gt 100 ]
+}
+
+@test "every section of wsync.h names a file of lib/ that exists" {
+	local heading file wrong=""
+	while read -r heading; do
+		file=${heading#"/* ---- "}
+		file=${file%%:*}
+		case $file in
+		lib/*.c) [ -f "$ROOT/$file" ] || wrong="$wrong [$heading]" ;;
+		*) wrong="$wrong [$heading]" ;;
+		esac
+	done < <(grep '^/\* ---- ' "$ROOT/lib/wsync.h")
+	assert_equal "wrong:$wrong" "wrong:"
+}
+
+@test "wsync.h's sections come in the order of HACKING.md's source map" {
+	local sections mapped
+	sections=$(sed -n 's|^/\* ---- \(lib/[^:]*\):.*|\1|p' "$ROOT/lib/wsync.h")
+	mapped=$(sed -n 's/^| `\(lib\/[^`]*\.c\)` |.*/\1/p' "$ROOT/HACKING.md" | grep -Fx "$sections")
+	assert_equal "$sections" "$mapped"
+}
+
+@test "wsync.h holds none of wsync-push's option grammar" {
+	run grep -nE 'WSYNC_PUSH_|wsync_push_req|wsync_batch_|wsync_parse_|wsync_split' "$ROOT/lib/wsync.h"
+	assert_failure 1
+	assert_output ""
+}
+
+@test "no library message names a command-line option" {
+	# batch.c parses wsync-push's options (batch_int.h, the programs' own): its
+	# messages are about the words typed. Log lines keep their form.
+	local f found=""
+	for f in "$ROOT"/lib/*.c; do
+		[ "${f##*/}" = batch.c ] && continue
+		found=$found$(grep -nE '"[^"]*--[a-z][^"]*"' "$f" |
+		    grep -vE '^[0-9]+:[[:space:]]*(/?\*)|wsync_logf' | sed "s|^|${f##*/}:|")
+	done
+	assert_equal "$found" ""
+}

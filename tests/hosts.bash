@@ -42,6 +42,11 @@
 #                          the connection to the last
 #   hosts_down             stops every process host_run started (by PID),
 #                          deletes the namespaces; safe to call twice
+#   hosts_setup_file       skips the bats file where hosts cannot be made
+#   hosts_setup            a test's own directory, and no default endpoint
+# Loaded by a bats file (load ../hosts, after the other helpers), it gives the
+# file setup_file, setup and teardown made of these and hosts_down; a file that
+# needs more defines its own, calling them.
 # Needs root, ip (iproute2) with netns, tc, unshare and nsenter (util-linux).
 
 HOSTS_NET=10.77.0
@@ -222,3 +227,25 @@ hosts_down() {
 }
 
 HOSTS_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fixtures
+
+hosts_setup_file() {
+	hosts_supported || skip "$(hosts_supported 2>&1)"
+}
+
+hosts_setup() {
+	TMP="$BATS_TEST_TMPDIR"
+	cd "$TMP" || return 1
+	unset WSYNC_ENDPOINT
+}
+
+setup_file() {
+	hosts_setup_file
+}
+
+setup() {
+	hosts_setup
+}
+
+teardown() {
+	hosts_down
+}

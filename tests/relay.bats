@@ -189,7 +189,7 @@ root_has() {
 	assert_equal "$(content_of w.wsync)" "$(content_of v1.wsync)"
 	# The relay's key may read and report, not push.
 	run -77 --separate-stderr wsync-push --key relay_secret --hub-key root -m other v1.wsync
-	assert_regex "$stderr" "may only pull: put is for keys on the hub's --allow-push list"
+	assert_regex "$stderr" "may only pull: put is for keys on the hub's push list"
 }
 
 @test "with keys, a relay whose key is on none of the root's lists is refused, saying which key, and mirrors nothing" {
@@ -203,7 +203,7 @@ root_has() {
 	start_hub --secret-key root_secret --allow-push push --allow-pull pull
 	start_relay r1 --key relay_secret --hub-key root --secret-key rhub_secret --allow-pull rpull
 	wait_until grep -q "event=relay-wait" r1.log
-	run -0 grep -F "event=relay-wait upstream=$WSYNC_ENDPOINT error=\"the hub at $WSYNC_ENDPOINT refused this client's key $relay_key (status 400): it is on none of the hub's --allow-push or --allow-pull lists\"" r1.log
+	run -0 grep -F "event=relay-wait upstream=$WSYNC_ENDPOINT error=\"the hub at $WSYNC_ENDPOINT refused this client's key $relay_key (status 400): it is on none of the hub's allow lists\"" r1.log
 	wait_until grep -qF "event=deny key=$relay_key " hub.log
 	wsync-push --key pusher_secret --hub-key root -m policy v1.wsync >/dev/null
 	run -66 --separate-stderr wsync-pull --key worker_secret --hub-key rhub -e "ipc://$TMP/r1" \
@@ -212,7 +212,7 @@ root_has() {
 	# Each hop checks its own lists: a key the root lets push is no key of the relay's.
 	run -77 --separate-stderr wsync-pull --key pusher_secret --hub-key rhub -e "ipc://$TMP/r1" \
 		-m policy -o p.wsync
-	assert_regex "$stderr" "refused this client's key .* it is on none of the hub's --allow-push or --allow-pull lists"
+	assert_regex "$stderr" "refused this client's key .* it is on none of the hub's allow lists"
 }
 
 @test "a root, 2 relays, 6 watchers, 20 versions: --wait all, a relay killed with -9, failover, restart" {

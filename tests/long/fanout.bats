@@ -10,10 +10,6 @@
 load ../test_helper
 load ../hosts
 
-setup_file() {
-	hosts_supported || skip "$(hosts_supported 2>&1)"
-}
-
 @test "4 watchers sharing a hub's 25 Mbit/s link get 16 MiB once each, with no reconnect" {
 	local row copies reconnects
 	run -0 env BOUND_S=120 "$ROOT/bench/hosts-fanout" 4 16 25mbit

@@ -6,19 +6,6 @@
 load ../test_helper
 load ../hosts
 
-setup_file() {
-	hosts_supported || skip "$(hosts_supported 2>&1)"
-}
-
-setup() {
-	TMP="$BATS_TEST_TMPDIR"
-	cd "$TMP" || return 1
-}
-
-teardown() {
-	hosts_down
-}
-
 # rate_within MBIT BYTES SECONDS: 0 when BYTES in SECONDS is MBIT within 20%.
 rate_within() {
 	awk -v m="$1" -v b="$2" -v s="$3" 'BEGIN {

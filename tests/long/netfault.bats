@@ -14,21 +14,15 @@ load ../hosts
 PORT=7355
 
 setup_file() {
-	hosts_supported || skip "$(hosts_supported 2>&1)"
+	hosts_setup_file
 	command -v nft >/dev/null ||
 		skip "network fault tests need nft (scripts/deps install long)"
 }
 
 setup() {
-	TMP="$BATS_TEST_TMPDIR"
-	cd "$TMP" || return 1
-	unset WSYNC_ENDPOINT
+	hosts_setup
 	hosts_up 4 1gbit
 	STORE="$HOSTS_DIR/h1/store"
-}
-
-teardown() {
-	hosts_down
 }
 
 # Watcher wN runs on host N + 1.

@@ -10,20 +10,6 @@ load ../hosts
 
 PORT=7355
 
-setup_file() {
-	hosts_supported || skip "$(hosts_supported 2>&1)"
-}
-
-setup() {
-	TMP="$BATS_TEST_TMPDIR"
-	cd "$TMP" || return 1
-	unset WSYNC_ENDPOINT
-}
-
-teardown() {
-	hosts_down
-}
-
 hub_listening() {
 	grep -q 'event=listen' "$TMP/hub.log" 2>/dev/null
 }

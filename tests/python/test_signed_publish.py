@@ -124,7 +124,7 @@ def test_a_seq_not_above_the_last_is_refused_with_status_65(hub, tmp_path, keys)
                 pub_.publish(arrays(2), seq=seq)
             assert e.value.status == 65
             assert str(e.value) == (
-                f"--seq {seq} is not above 10, the last sequence number signed with "
+                f"sequence number {seq} is not above 10, the last sequence number signed with "
                 f"{secret} (kept in {secret}.seq): workers refuse a number not above the "
                 "one they applied")
         assert pub_.seq == 10

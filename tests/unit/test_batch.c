@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "tap.h"
-#include "wsync.h"
+#include "batch_int.h"
 
 /* Parses text (copied) into *r; returns the parser's result, why holds its error. */
 static int

@@ -345,8 +345,8 @@ test_key_files(void)
 	chmod(path, 0600);
 	ok(wsync_signkey_load(path, &err) == NULL && err.code == EX_DATAERR &&
 	    strstr(err.msg, "enc.key: the secret key is encrypted with a password, which an "
-	    "unattended signer cannot type: make one without (minisign -G -W, or wsync-keygen "
-	    "--sign), or remove it (minisign -C -W)") != NULL,
+	    "unattended signer cannot type: make one without (minisign -G -W, or a signing "
+	    "pair from wsync-keygen), or remove it (minisign -C -W)") != NULL,
 	    "an encrypted minisign key is refused, saying how to make one: %s", err.msg);
 	snprintf(path, sizeof(path), "%s/k.key", s_dir);
 	chmod(path, 0644);
