@@ -50,7 +50,7 @@ SOMAJOR  := 0
 STATIC   := $(BUILD)/libwsync.a
 SHARED   := $(BUILD)/libwsync.so.$(SOMAJOR)
 
-.PHONY: all deps check check-build check-long unit bats demo fuzz bench clean install uninstall FORCE
+.PHONY: all deps check check-build check-long unit bats demo fuzz bench clean install install-python uninstall FORCE
 all: $(STATIC) $(SHARED) $(PROGS)
 
 # Installs the Debian packages wsync needs when run as root; otherwise names them.
@@ -136,7 +136,10 @@ FISHDIR  ?= $(DATADIR)/fish/vendor_completions.d
 # Where Debian's python3 looks: /usr/lib/python3/dist-packages for its own
 # packages, /usr/local/lib/python3.X/dist-packages (its version) for others.
 PYVER    := $(shell /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
-PYDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3,$(PREFIX)/lib/python$(PYVER))/dist-packages
+# VENV=DIR: a virtual environment's own site-packages instead (python3 -m venv
+# --system-site-packages DIR sees Debian's numpy and torch; PEP 668 keeps pip
+# out of the system's).
+PYDIR    ?= $(if $(VENV),$(shell $(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))'),$(if $(filter /usr,$(PREFIX)),/usr/lib/python3,$(PREFIX)/lib/python$(PYVER))/dist-packages)
 VERSION  := $(shell sed -n 's/^\#define WSYNC_VERSION "\(.*\)"/\1/p' lib/wsync.h)
 PROGNAMES := $(CMD_SRC:cmd/%.c=%)
 MANPAGES := $(sort $(wildcard man/*.[1-8]))
@@ -150,12 +153,11 @@ D        := $(DESTDIR)
 # -lwsync; a static link gets its dependencies from Libs.private (pkg-config
 # --static), not from Requires.private, which would add their include paths
 # (wsync.h needs none).
-install: all
+install: all install-python
 	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCDIR) $(D)$(PCDIR) \
 	    $(D)$(MANDIR)/man1 $(D)$(MANDIR)/man5 $(D)$(MANDIR)/man7 \
-	    $(D)$(BASHDIR) $(D)$(ZSHDIR) $(D)$(FISHDIR) $(D)$(PYDIR)/wsync
+	    $(D)$(BASHDIR) $(D)$(ZSHDIR) $(D)$(FISHDIR)
 	install -m 755 $(PROGS) $(D)$(BINDIR)
-	install -m 644 python/wsync/*.py python/wsync/py.typed $(D)$(PYDIR)/wsync
 	install -m 755 $(SHARED) $(D)$(LIBDIR)/libwsync.so.$(VERSION)
 	ln -sf libwsync.so.$(VERSION) $(D)$(LIBDIR)/libwsync.so.$(SOMAJOR)
 	ln -sf libwsync.so.$(SOMAJOR) $(D)$(LIBDIR)/libwsync.so
@@ -174,6 +176,13 @@ install: all
 	for p in $(PROGNAMES); do \
 		ln -sf wsync $(D)$(BASHDIR)/$$p && \
 		ln -sf wsync.fish $(D)$(FISHDIR)/$$p.fish || exit 1; done
+
+# The Python package alone (python/wsync), copied: nothing is built, nothing
+# written into the tree. It finds the programs on PATH and libwsync beside them.
+install-python:
+	@test -n "$(PYDIR)" || { echo "install-python: no site-packages in $(VENV)" >&2; exit 1; }
+	install -d $(D)$(PYDIR)/wsync
+	install -m 644 python/wsync/*.py python/wsync/py.typed $(D)$(PYDIR)/wsync
 
 # Removes every file install put in place (directories it shares with others
 # stay), and the Python package's directory with the bytecode python3 cached there.

@@ -84,12 +84,69 @@ s_json_head(void)
 	return obj;
 }
 
+/*
+ * The library says what is wrong in words every user of it reads (a Python
+ * caller never typed a flag); a program's user did type one, so its messages
+ * name the option again. Each rule replaces old with new where the message
+ * holds when (NULL: always), in this order; tests/ checks every resulting text.
+ */
+static const struct s_flag_rule {
+	const char *when, *old, *new;
+} s_flag_rules[] = {
+	{ "not a version of model", "base ", "--base " },
+	{ " is not above ", "sequence number ", "--seq " },
+	{ "the hub's store is not visible", "transfer by ", "--transfer " },
+	{ NULL, "; socket or auto works", "; use socket or auto" },
+	{ "(a copy works across file systems)", "cannot link ", "--transfer link: cannot link " },
+	{ NULL, "(a copy works across file systems)", "(--transfer copy works across file systems)" },
+	{ NULL, "hub's push list", "hub's --allow-push list" },
+	{ NULL, "hub's allow lists", "hub's --allow-push or --allow-pull lists" },
+	{ NULL, "keys: this client has none (its secret key and the hub's public key, as "
+	    "$WSYNC_KEY and $WSYNC_HUB_KEY give them)",
+	    "keys: give --key and --hub-key (or $WSYNC_KEY and $WSYNC_HUB_KEY)" },
+	{ NULL, "a secret key without the hub's public key ($WSYNC_HUB_KEY)",
+	    "--key without --hub-key (or $WSYNC_HUB_KEY)" },
+	{ NULL, "the hub's public key without a secret key ($WSYNC_KEY)",
+	    "--hub-key without --key (or $WSYNC_KEY)" },
+	{ NULL, "runs without a secret key), but", "runs without --secret-key), but" },
+	{ "CURVE handshake", " failed: is ", " failed: is --hub-key (" },
+	{ "failed: is --hub-key (", " the hub's public key?", ") the hub's public key?" },
+	{ NULL, "bytes): to sign, push files", "bytes): with --sign-key, push files" },
+	{ NULL, "or a signing pair from wsync-keygen)", "or wsync-keygen --sign)" },
+	{ NULL, " more than the maximum age of ", " more than --max-age " },
+	{ "more than --max-age ", " s: is the trainer or the hub stuck?",
+	    ": is the trainer or the hub stuck?" },
+	{ " behind the head ", " (more than ", " (--max-lag " },
+};
+
+const char *
+cli_options_named(const char *msg, char *out, size_t size)
+{
+	char tmp[4096];
+	const char *at;
+	size_t n;
+
+	snprintf(out, size, "%s", msg);
+	for (size_t i = 0; i < sizeof(s_flag_rules) / sizeof(s_flag_rules[0]); i++) {
+		const struct s_flag_rule *r = &s_flag_rules[i];
+		if ((r->when != NULL && strstr(out, r->when) == NULL) ||
+		    (at = strstr(out, r->old)) == NULL)
+			continue;
+		n = (size_t)(at - out);
+		snprintf(tmp, sizeof(tmp), "%.*s%s%s", (int)n, out, r->new, at + strlen(r->old));
+		snprintf(out, size, "%s", tmp);
+	}
+	return out;
+}
+
 /* Writes msg as the line "PROG: msg", or as a JSON object in json mode. */
 static void
 s_message(const char *msg)
 {
+	char named[4096];
 	json_t *obj;
 
+	msg = cli_options_named(msg, named, sizeof(named));
 	cli_progress_end();
 	if (!s_json) {
 		fprintf(stderr, "%s: %s\n", s_prog, msg);
@@ -184,6 +241,10 @@ cli_exit_if_interrupted(void)
 void
 cli_die_err(const wsync_err_t *err)
 {
+	/* What the library adds to its "interrupted" (a commit already sent) is for the user. */
+	if (s_signal != 0 && strncmp(err->msg, "interrupted ", 12) == 0)
+		cli_die(128 + s_signal, "interrupted by signal %d %s", (int)s_signal,
+		    err->msg + 12);
 	cli_exit_if_interrupted();
 	cli_die(err->code ? err->code : EX_SOFTWARE, "%s", err->msg);
 }
@@ -423,10 +484,11 @@ s_kv_parse(const char *line, json_t *obj)
 void
 cli_log_kv(void *arg, const char *line)
 {
-	char stamp[40];
+	char stamp[40], named[4096];
 	json_t *obj;
 
 	(void)arg;
+	line = cli_options_named(line, named, sizeof(named));
 	if (!s_json) {
 		s_stamp(stamp, sizeof(stamp));
 		fprintf(stderr, "time=%s %s\n", stamp, line);
@@ -537,4 +599,59 @@ cli_verify_keys(int *n)
 {
 	*n = s_nverify;
 	return s_verify;
+}
+
+/* The --cast rules, in the order given. */
+static wsync_cast_rule_t *s_cast_rules;
+static wsync_cast_t s_cast;
+
+void
+cli_cast(const char *spec)
+{
+	wsync_err_t err;
+
+	if ((s_cast_rules = realloc(s_cast_rules, (size_t)(s_cast.n + 1) *
+	    sizeof(*s_cast_rules))) == NULL)
+		cli_die(EX_SOFTWARE, "out of memory");
+	if (wsync_cast_parse(spec, &s_cast_rules[s_cast.n], &err) < 0)
+		cli_usage_error("--cast %s", err.msg);
+	s_cast.rules = s_cast_rules;
+	s_cast.n++;
+}
+
+const wsync_cast_t *
+cli_cast_rules(void)
+{
+	wsync_err_t err;
+
+	if (wsync_cast_check(&s_cast, &err) < 0)
+		cli_usage_error("--cast: %s", err.msg);
+	return &s_cast;
+}
+
+/*
+ * A model id from the input's file name: no directory, no extension, every
+ * byte a model id may not hold turned into '_'.
+ */
+void
+cli_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1])
+{
+	const char *base = strrchr(path, '/'), *dot;
+	size_t n;
+
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+	if (strcmp(path, "-") == 0 || n == 0) {
+		strcpy(model, "model");
+		return;
+	}
+	if (n > WSYNC_MAX_MODEL)
+		n = WSYNC_MAX_MODEL;
+	for (size_t i = 0; i < n; i++)
+		model[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+		    "0123456789._-", base[i]) ? base[i] : '_';
+	if (model[0] == '.')
+		model[0] = '_';
+	model[n] = '\0';
 }

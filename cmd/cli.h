@@ -10,6 +10,12 @@
 void cli_init(const char *prog);
 /* The program name given to cli_init. */
 const char *cli_prog(void);
+/*
+ * msg, a library message, with the options of the programs named again
+ * where it speaks of what one sets (the base, the transfer, a key...), into
+ * out; returns out. Every message a program prints goes through it.
+ */
+const char *cli_options_named(const char *msg, char *out, size_t size);
 /* Prints "PROG: message" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "PROG: message" on stderr and exits with code. */
@@ -66,6 +72,11 @@ int cli_format(const char *format);
  * it that a version is fetched into first; both malloc'd, dying on failure.
  */
 void cli_ckpt_paths(const char *out, const char *model, char **link, char **staging);
+/*
+ * A model id from an input's file name: no directory, no extension, every byte
+ * a model id may not hold turned into '_' ("model" for stdin).
+ */
+void cli_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1]);
 /* Appends the patterns of --select-from FILE (one a line, # comments) to *v. */
 void cli_read_patterns(const char *path, char ***v, int *n);
 /* wsync_split, dying when out of memory. */
@@ -124,5 +135,20 @@ _Noreturn void cli_version(void);
 void cli_verify_key(const char *path);
 /* The keys --verify-key gave, *n of them (0: none); borrowed until exit. */
 const wsync_verifykey_t *cli_verify_keys(int *n);
+
+/*
+ * Casts on the way out, the same in pull, watch and convert (wsync-format(5),
+ * CASTS): --cast PATTERN=DTYPE[:SCALING] (repeatable) adds a rule, checked at
+ * once (a bad one is a usage error).
+ */
+#define CLI_CAST_HELP \
+	"      --cast PATTERN=DTYPE[:SCALING]\n" \
+	"                           write the tensors whose names match the glob as DTYPE\n" \
+	"                           (bf16, f16, f32, or f8e4m3 with block128 or tensor\n" \
+	"                           scaling); the first matching rule decides (repeatable)\n"
+/* Parses spec and adds its rule to the cast cli_cast_rules returns. */
+void cli_cast(const char *spec);
+/* The cast --cast gave (n 0: none), checked as a whole; borrowed until exit. */
+const wsync_cast_t *cli_cast_rules(void);
 
 #endif

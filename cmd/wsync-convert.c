@@ -9,7 +9,8 @@
 
 static const char s_usage[] =
     "usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] "
-    "[--shard-size BYTES] IN OUT\n";
+    "[--shard-size BYTES]\n"
+    "                     [--cast PATTERN=DTYPE[:SCALING]]... IN OUT\n";
 
 static const char s_options[] =
     "\n"
@@ -27,6 +28,7 @@ static const char s_options[] =
     "                           writes a new checkpoint directory OUT\n"
     "      --shard-size BYTES   dir output: tensor bytes per shard at most (default\n"
     "                           2 GiB)\n"
+    CLI_CAST_HELP
     "  -h, --help               show this help\n"
     "  -V, --version            show the version\n"
     "\n"
@@ -64,6 +66,7 @@ static void
 s_parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option longopts[] = {
+		{ "cast", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "layout", required_argument, NULL, 'l' },
 		{ "model", required_argument, NULL, 'm' },
@@ -101,6 +104,9 @@ s_parse_args(int argc, char **argv, struct args *a)
 				cli_usage_error("unknown output kind \"%s\" (wsync, safetensors "
 				    "or dir)", optarg);
 			break;
+		case 'C':
+			cli_cast(optarg);
+			break;
 		case 'S':
 			if ((a->shard_size = cli_number("--shard-size", optarg)) == 0)
 				cli_usage_error("--shard-size wants 1 byte or more");
@@ -116,6 +122,7 @@ s_parse_args(int argc, char **argv, struct args *a)
 		    "too many arguments: needs IN and OUT");
 	a->in = argv[optind];
 	a->out = argv[optind + 1];
+	cli_cast_rules();            /* the rules checked as a whole: a usage error first */
 }
 
 /* The kind named by OUT's extension; -1 for "-" or another extension. */
@@ -133,33 +140,6 @@ s_kind_of_name(const char *path)
 	return kind;
 }
 
-/*
- * A model id from the input's file name: no directory, no extension, every
- * byte a model id may not hold turned into '_'.
- */
-static void
-s_model_from_name(const char *path, char model[WSYNC_MAX_MODEL + 1])
-{
-	const char *base = strrchr(path, '/'), *dot;
-	size_t n;
-
-	base = base ? base + 1 : path;
-	dot = strrchr(base, '.');
-	n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
-	if (strcmp(path, "-") == 0 || n == 0) {
-		strcpy(model, "model");
-		return;
-	}
-	if (n > WSYNC_MAX_MODEL)
-		n = WSYNC_MAX_MODEL;
-	for (size_t i = 0; i < n; i++)
-		model[i] = strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-		    "0123456789._-", base[i]) ? base[i] : '_';
-	if (model[0] == '.')
-		model[0] = '_';
-	model[n] = '\0';
-}
-
 /* A tree borrowing f's tensor data, with f's meta and (for .wsync) version. */
 static wsync_tree_t *
 s_tree(const wsync_file_t *f, const struct args *a, int to)
@@ -173,7 +153,7 @@ s_tree(const wsync_file_t *f, const struct args *a, int to)
 	else if (wsync_file_kind(f) == WSYNC_KIND_WSYNC)
 		snprintf(model, sizeof(model), "%s", wsync_file_model(f));
 	else
-		s_model_from_name(a->in, model);
+		cli_model_from_name(a->in, model);
 	if ((tree = wsync_tree_new(model, &err)) == NULL)
 		cli_die_err(&err);
 	if (wsync_file_kind(f) == WSYNC_KIND_WSYNC)
@@ -218,13 +198,32 @@ s_from_dir(const struct args *a, int to)
 	if (a->model != NULL)
 		snprintf(model, sizeof(model), "%s", a->model);
 	else
-		s_model_from_name(a->in, model);
+		cli_model_from_name(a->in, model);
 	if ((ck = wsync_ckpt_open(a->in, &err)) == NULL)
 		cli_die_err(&err);
 	tree = wsync_ckpt_tree(ck, model, a->layout == LAYOUT_FLAT || to ==
 	    WSYNC_KIND_SAFETENSORS, &err);
 	if (tree == NULL)
 		cli_die_err(&err);
+	if (cli_cast_rules()->n > 0) {
+		/* Cast as a file: the directory as a .wsync image, then its cast, then the tree again. */
+		wsync_file_t *image = wsync_tree_image(tree, a->in, &err), *cast;
+		if (image == NULL || (cast = wsync_cast_file(image, cli_cast_rules(), NULL,
+		    &err)) == NULL)
+			cli_die_err(&err);
+		wsync_file_close(&image);
+		wsync_tree_destroy(&tree);
+		tree = s_tree(cast, a, to);
+		rc = to == WSYNC_KIND_SAFETENSORS ?
+		    wsync_tree_write_safetensors_file(tree, a->out, &err) :
+		    wsync_tree_write_file(tree, a->out, &err);
+		if (rc < 0)
+			cli_die_err(&err);
+		wsync_tree_destroy(&tree);
+		wsync_file_close(&cast);
+		wsync_ckpt_close(&ck);
+		return 0;
+	}
 	if (to == WSYNC_KIND_SAFETENSORS)
 		rc = wsync_tree_write_safetensors_file(tree, a->out, &err);
 	else
@@ -234,6 +233,31 @@ s_from_dir(const struct args *a, int to)
 	wsync_tree_destroy(&tree);
 	wsync_ckpt_close(&ck);
 	return 0;
+}
+
+/*
+ * f cast by --cast (f closed), named as f was: a safetensors input's model
+ * from IN's name. f itself when there is no cast.
+ */
+static wsync_file_t *
+s_cast(wsync_file_t *f, struct args *a)
+{
+	static char model[WSYNC_MAX_MODEL + 1];
+	wsync_file_t *cast;
+	wsync_err_t err;
+
+	if (cli_cast_rules()->n == 0)
+		return f;
+	if (a->model == NULL && wsync_file_kind(f) != WSYNC_KIND_WSYNC) {
+		cli_model_from_name(a->in, model);
+		a->model = model;
+	}
+	if (wsync_file_kind(f) == WSYNC_KIND_WSYNC && wsync_file_verify(f, NULL, NULL, &err) < 0)
+		cli_die_err(&err);
+	if ((cast = wsync_cast_file(f, cli_cast_rules(), NULL, &err)) == NULL)
+		cli_die_err(&err);
+	wsync_file_close(&f);
+	return cast;
 }
 
 int
@@ -256,9 +280,10 @@ main(int argc, char **argv)
 	if (to < 0)
 		to = wsync_file_kind(f) == WSYNC_KIND_WSYNC ?
 		    WSYNC_KIND_SAFETENSORS : WSYNC_KIND_WSYNC;
+	if (to == S_KIND_DIR && strcmp(a.out, "-") == 0)
+		cli_usage_error("a directory cannot go to stdout");
+	f = s_cast(f, &a);
 	if (to == S_KIND_DIR) {
-		if (strcmp(a.out, "-") == 0)
-			cli_usage_error("a directory cannot go to stdout");
 		if (wsync_file_kind(f) == WSYNC_KIND_WSYNC && wsync_file_verify(f, NULL, NULL,
 		    &err) < 0)
 			cli_die_err(&err);

@@ -1,4 +1,6 @@
 /* wsync-inspect - show a weight file, verify it, or diff two. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -7,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
 static const char s_usage[] =
-    "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|-\n"
+    "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|DIR|-\n"
     "       wsync-inspect diff [--json] A B\n"
     "       wsync-inspect [--json | --prometheus] [-t SEC] -e ENDPOINT | --hub\n";
 
@@ -20,7 +22,8 @@ static void
 s_help(void)
 {
 	printf("%s\n"
-	    "Show a weight file (.wsync or safetensors): its header, then every tensor.\n"
+	    "Show a weight file (.wsync or safetensors), or a checkpoint directory as the\n"
+	    "document a push of it makes: its header, then every tensor.\n"
 	    "\n"
 	    "With -e or --hub, show a live hub: models, versions, workers and what each\n"
 	    "has applied.\n"
@@ -37,7 +40,8 @@ s_help(void)
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
-	    "diff compares the tensors of A and B; exit 0 when equal, 1 when not.\n"
+	    "diff compares the tensors of A and B (files or directories); exit 0 when\n"
+	    "equal, 1 when not.\n"
 	    "Exit status: 0 ok, 1 files differ, 64 usage, 65 bad file, 66 no input,\n"
 	    "69 hub unavailable, 70 internal error, 74 I/O error, 75 timed out,\n"
 	    "76 protocol error, 77 permission denied. See wsync-inspect(1).\n", s_usage);
@@ -372,18 +376,56 @@ s_diff_entry(json_t *list, int json, char sign, const wsync_tensor_t *t)
 		printf("%c %s %s %s\n", sign, s_safe(t->path), wsync_dtype_name(t->dtype), shape);
 }
 
+/*
+ * Opens a weight file, or a checkpoint directory as the .wsync document a push
+ * of it makes (every tensor read and hashed into an unlinked temporary file),
+ * saying what the directory leaves out.
+ */
+static wsync_file_t *
+s_open(const char *path, wsync_err_t *err)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	const char *tmp = getenv("TMPDIR");
+	wsync_file_t *f = NULL;
+	wsync_tree_t *tree;
+	wsync_ckpt_t *ck;
+	int fd;
+
+	if (!wsync_is_dir(path))
+		return wsync_input_open(path, err);
+	if ((ck = wsync_ckpt_open(path, err)) == NULL)
+		return NULL;
+	if (wsync_ckpt_left_out(ck)[0] != '\0')
+		cli_warn("%s: left out: %s", path, wsync_ckpt_left_out(ck));
+	cli_model_from_name(path, model);
+	if ((fd = open(tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", O_TMPFILE | O_RDWR |
+	    O_CLOEXEC, 0600)) < 0)
+		wsync_err_set(err, EX_IOERR, "%s: cannot make a temporary file: %s",
+		    tmp != NULL ? tmp : "/tmp", strerror(errno));
+	else if ((tree = wsync_ckpt_tree(ck, model, 0, err)) != NULL) {
+		if (wsync_tree_write_fd(tree, fd, path, err) == 0)
+			f = wsync_file_open_fd(fd, path, err);
+		wsync_tree_destroy(&tree);
+	}
+	/* The file is mapped: its descriptor may go. */
+	if (fd >= 0)
+		close(fd);
+	wsync_ckpt_close(&ck);
+	return f;
+}
+
 static int
 s_diff(const char *pa, const char *pb, int json)
 {
 	wsync_err_t err;
-	wsync_file_t *a = wsync_input_open(pa, &err), *b;
+	wsync_file_t *a = s_open(pa, &err), *b;
 	json_t *added = json_array(), *removed = json_array(), *changed = json_array();
 	size_t na, nb, npaths = 0, unchanged = 0, differ = 0;
 	const char **paths;
 
 	if (a == NULL)
 		cli_die_err(&err);
-	if ((b = wsync_input_open(pb, &err)) == NULL)
+	if ((b = s_open(pb, &err)) == NULL)
 		cli_die_err(&err);
 	na = wsync_file_count(a);
 	nb = wsync_file_count(b);
@@ -815,7 +857,7 @@ main(int argc, char **argv)
 	if (argc != 1)
 		cli_usage_error(argc == 0 ? "no file given (use - for stdin)" :
 		    "one file at a time (or: wsync-inspect diff A B)");
-	if ((f = wsync_input_open(argv[0], &err)) == NULL)
+	if ((f = s_open(argv[0], &err)) == NULL)
 		cli_die_err(&err);
 	rc = verify ? s_verify(f) : json ? s_show_json(f) : s_show_text(f);
 	wsync_file_close(&f);

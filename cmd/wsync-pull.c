@@ -16,7 +16,8 @@ static const char s_usage[] =
     "usage: wsync-pull [-e ENDPOINT] [-o FILE|-] [-v VERSION] [--if-newer V]\n"
     "                  [--transfer MODE] [--base FILE|--no-delta] [-t SEC]\n"
     "                  [-q|--progress] [--verify-key FILE]... [--max-age SEC]\n"
-    "                  [--format wsync|safetensors] [--shard-size BYTES] -m MODEL\n"
+    "                  [--format wsync|safetensors] [--shard-size BYTES]\n"
+    "                  [--cast PATTERN=DTYPE[:SCALING]]... -m MODEL\n"
     "       wsync-pull [options] [-o DIR] -m MODEL -m MODEL...\n";
 
 static void
@@ -37,6 +38,9 @@ s_help(void)
 	    "                           checkpoint directory FILE.vN (shards, index, small\n"
 	    "                           files), FILE a symlink swapped onto it\n"
 	    "      --shard-size BYTES   safetensors: tensor bytes per shard (default 2 GiB)\n"
+	    CLI_CAST_HELP
+	    "                           (the version verified as pushed, then cast; .FILE.wsync\n"
+	    "                           beside the output keeps it, the next pull's base)\n"
 	    "  -v, --pull-version V     fetch version V instead of the newest\n"
 	    "      --if-newer V         exit 1 without fetching unless the newest is above V\n"
 	    "      --transfer MODE      auto (default), link (FILE becomes a hard link to the\n"
@@ -99,6 +103,7 @@ struct s_several {
 	const char *dir;
 	int safetensors;
 	const wsync_ckpt_out_t *ckpt;
+	const wsync_cast_t *cast;
 	const wsync_verifykey_t *keys;
 	int nkeys, no_delta, max_age_s;
 };
@@ -108,19 +113,26 @@ static void
 s_pull_several(wsync_client_t *client, const struct s_several *p, int64_t deadline)
 {
 	wsync_fetch_t *f = calloc((size_t)p->n, sizeof(*f));
+	wsync_file_t **cast = calloc((size_t)p->n, sizeof(*cast));
 	wsync_head_t *got = calloc((size_t)p->n, sizeof(*got));
 	char **path = calloc((size_t)p->n, sizeof(*path)), **link = calloc((size_t)p->n,
 	    sizeof(*link));
 	int64_t left;
 	wsync_err_t err;
 
-	if (f == NULL || got == NULL || path == NULL || link == NULL)
+	if (f == NULL || got == NULL || path == NULL || link == NULL || cast == NULL)
 		cli_die(EX_SOFTWARE, "out of memory");
 	for (int i = 0; i < p->n; i++) {
-		if (p->safetensors)
+		if (p->safetensors || p->cast->n > 0)
 			cli_ckpt_paths(p->dir, p->models[i], &link[i], &path[i]);
 		else if (asprintf(&path[i], "%s/%s.wsync", p->dir, p->models[i]) < 0)
 			cli_die(EX_SOFTWARE, "out of memory");
+		/* A cast .wsync goes to DIR/MODEL.wsync, the version as pushed beside it. */
+		if (!p->safetensors && p->cast->n > 0 && (link[i] = realloc(link[i],
+		    strlen(link[i]) + 7)) == NULL)
+			cli_die(EX_SOFTWARE, "out of memory");
+		if (!p->safetensors && p->cast->n > 0)
+			strcat(link[i], ".wsync");
 		f[i] = (wsync_fetch_t){ .model = p->models[i], .keys = p->keys, .nkeys = p->nkeys,
 		    .base = p->no_delta || p->safetensors ? NULL : path[i] };
 	}
@@ -129,10 +141,23 @@ s_pull_several(wsync_client_t *client, const struct s_several *p, int64_t deadli
 	    left > 0 ? (int)left : 0, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
+	/* Every cast made before any is written: a refused one leaves every output as it was. */
+	for (int i = 0; i < p->n && p->cast->n > 0; i++) {
+		wsync_file_t *file = wsync_file_open(path[i], &err);
+		if (file == NULL || (cast[i] = wsync_cast_file(file, p->cast, NULL, &err)) == NULL)
+			cli_die_err(&err);
+		wsync_file_close(&file);
+	}
 	for (int i = 0; i < p->n; i++) {
 		char real[PATH_MAX];
-		if (p->safetensors && wsync_ckpt_publish_path(path[i], link[i], got[i].version,
-		    p->ckpt, 0, real, sizeof(real), &err) < 0)
+		if (cast[i] != NULL && !p->safetensors && wsync_cast_write(cast[i], link[i], &err) < 0)
+			cli_die_err(&err);
+		if (cast[i] != NULL && p->safetensors && wsync_cast_publish(cast[i], link[i],
+		    got[i].version, p->ckpt, 0, real, sizeof(real), &err) < 0)
+			cli_die_err(&err);
+		wsync_file_close(&cast[i]);
+		if (p->safetensors && p->cast->n == 0 && wsync_ckpt_publish_path(path[i], link[i],
+		    got[i].version, p->ckpt, 0, real, sizeof(real), &err) < 0)
 			cli_die_err(&err);
 		if (p->max_age_s > 0)
 			s_check_age(path[i], p->models[i], got[i].version, p->max_age_s);
@@ -144,15 +169,17 @@ s_pull_several(wsync_client_t *client, const struct s_several *p, int64_t deadli
 	free(got);
 	free(path);
 	free(link);
+	free(cast);
 }
 
 int
 main(int argc, char **argv)
 {
 	enum { OPT_IF_NEWER = 256, OPT_TRANSFER, OPT_PROGRESS, OPT_VERIFY_KEY, OPT_MAX_AGE,
-	    OPT_FORMAT, OPT_SHARD_SIZE, OPT_BASE, OPT_NO_DELTA };
+	    OPT_FORMAT, OPT_SHARD_SIZE, OPT_BASE, OPT_NO_DELTA, OPT_CAST };
 	static const struct option opts[] = {
 		{ "base", required_argument, NULL, OPT_BASE },
+		{ "cast", required_argument, NULL, OPT_CAST },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "format", required_argument, NULL, OPT_FORMAT },
@@ -181,6 +208,7 @@ main(int argc, char **argv)
 	int have_if_newer = 0, no_delta = 0, timeout_ms = 30000, transfer = WSYNC_TRANSFER_AUTO, c;
 	int max_age_s = 0, nkeys;
 	const wsync_verifykey_t *keys;
+	const wsync_cast_t *cast;
 	int safetensors = 0;
 	wsync_ckpt_out_t ckpt = { 0 };
 	char *link = NULL, *staging = NULL;
@@ -225,6 +253,7 @@ main(int argc, char **argv)
 			break;
 		case OPT_BASE: base = optarg; break;
 		case OPT_NO_DELTA: no_delta = 1; break;
+		case OPT_CAST: cli_cast(optarg); break;
 		default: cli_bad_option(argv, c);
 		}
 	}
@@ -253,15 +282,17 @@ main(int argc, char **argv)
 		snprintf(defout, sizeof(defout), safetensors ? "%s" : "%s.wsync", model);
 		out = defout;
 	}
-	/* The file a pull replaces holds an older version, most often: the delta's base. */
-	if (nmodels == 1 && base == NULL && !no_delta && strcmp(out, "-") != 0 && !safetensors)
-		base = out;
-	if (nmodels == 1 && safetensors) {
+	cast = cli_cast_rules();
+	if (nmodels == 1 && (safetensors || cast->n > 0)) {
 		if (strcmp(out, "-") == 0)
-			cli_usage_error("--format safetensors writes a directory, not stdout");
+			cli_usage_error("%s writes a %s, not stdout", safetensors ?
+			    "--format safetensors" : "--cast", safetensors ? "directory" : "file");
 		cli_ckpt_paths(out, model, &link, &staging);
 		out = staging;
 	}
+	/* The file a pull replaces holds an older version, most often: the delta's base. */
+	if (nmodels == 1 && base == NULL && !no_delta && strcmp(out, "-") != 0 && !safetensors)
+		base = out;
 
 	stop = cli_catch_signals(0);
 	deadline = wsync_now_ms() + timeout_ms;
@@ -275,6 +306,7 @@ main(int argc, char **argv)
 	if (nmodels > 1) {
 		s_pull_several(client, &(struct s_several){ .models = models, .n = nmodels,
 		    .dir = out != NULL ? out : ".", .safetensors = safetensors, .ckpt = &ckpt,
+		    .cast = cast,
 		    .keys = keys, .nkeys = nkeys, .no_delta = no_delta, .max_age_s = max_age_s },
 		    deadline);
 		goto done;
@@ -307,8 +339,11 @@ main(int argc, char **argv)
 		cli_log_msg(NULL, line);
 	}
 	char real[PATH_MAX];
-	if (safetensors && wsync_ckpt_publish_path(staging, link, got.version, &ckpt, 0, real,
-	    sizeof(real), &err) < 0)
+	if (cast->n > 0 && wsync_cast_output_path(staging, cast, link, safetensors, got.version,
+	    &ckpt, 0, real, sizeof(real), &err) < 0)
+		cli_die_err(&err);
+	if (cast->n == 0 && safetensors && wsync_ckpt_publish_path(staging, link, got.version,
+	    &ckpt, 0, real, sizeof(real), &err) < 0)
 		cli_die_err(&err);
 	if (max_age_s > 0 && strcmp(out, "-") != 0)
 		s_check_age(out, model, got.version, max_age_s);

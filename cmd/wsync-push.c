@@ -13,10 +13,11 @@
 static const char s_usage[] =
     "usage: wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
-    "                  [--base FILE] -m MODEL FILE|-\n"
+    "                  [--base FILE] [--exclude GLOB]... [--max-file BYTES]\n"
+    "                  -m MODEL FILE|DIR|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
-    "                  -m MODEL=FILE...\n"
+    "                  [--exclude GLOB]... [--max-file BYTES] -m MODEL=FILE...\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] --wait-for VERSION -m MODEL\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [--transfer MODE] [--sign-key FILE]\n"
     "                  [--no-delta] --batch\n";
@@ -25,7 +26,8 @@ static void
 s_help(void)
 {
 	printf("%s\n"
-	    "Publish a weight file (.wsync or safetensors) as the next version of a model.\n"
+	    "Publish a weight file (.wsync or safetensors), or a checkpoint directory (its\n"
+	    "shards and the small files beside them), as the next version of a model.\n"
 	    "Several -m MODEL=FILE are committed together: no worker sees one without the\n"
 	    "others. Prints the new version (MODEL VERSION lines for several models).\n"
 	    "\n"
@@ -49,6 +51,10 @@ s_help(void)
 	    "      --base FILE          over the socket, send the delta from the older version\n"
 	    "                           FILE holds when the hub still has it and the delta\n"
 	    "                           is at most half of it (else the version whole)\n"
+	    "      --exclude GLOB       a checkpoint directory: leave out the files whose names\n"
+	    "                           match GLOB (repeatable), such as optimizer.pt\n"
+	    "      --max-file BYTES     a checkpoint directory: the bound on a file beside the\n"
+	    "                           weights (default 16 MiB; all of them: 4 times it)\n"
 	    "      --no-delta           with --batch: send each version whole (else, over the\n"
 	    "                           socket, as a delta from the one pushed before it)\n"
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
@@ -98,6 +104,48 @@ s_connect(const struct s_conn *conn, const wsync_push_req_t *r, volatile sig_ato
 }
 
 /*
+ * Each checkpoint directory pushed is read as ckpt says; says what each leaves
+ * out (subdirectories, shards its index does not name), and refuses one that
+ * cannot be read before anything is sent.
+ */
+static void
+s_read_dirs(wsync_push_req_t *r, const wsync_ckpt_in_t *ckpt)
+{
+	wsync_err_t err;
+
+	for (int i = 0; i < r->n; i++) {
+		wsync_ckpt_t *ck;
+		r->items[i].ckpt = ckpt;
+		/* --wait-for names a model, no file. */
+		if (r->items[i].path == NULL || !wsync_is_dir(r->items[i].path))
+			continue;
+		if ((ck = wsync_ckpt_open_in(r->items[i].path, ckpt, &err)) == NULL)
+			cli_die_err(&err);
+		if (wsync_ckpt_left_out(ck)[0] != '\0')
+			cli_warn("%s: left out: %s", r->items[i].path, wsync_ckpt_left_out(ck));
+		wsync_ckpt_close(&ck);
+	}
+}
+
+/*
+ * A typo in -w ID waits the whole timeout for no one: names the ids the hub
+ * has never heard from (a worker started just now is waited for all the same).
+ */
+static void
+s_warn_unseen(wsync_client_t *client, const wsync_push_req_t *r)
+{
+	wsync_err_t err;
+	char *unseen = wsync_push_req_unseen(client, r, r->timeout_ms, &err);
+
+	if (unseen == NULL)
+		cli_die_err(&err);
+	if (unseen[0] != '\0')
+		cli_warn("--wait: the hub has never heard from %s; waiting for %s all the same",
+		    unseen, strchr(unseen, ',') != NULL ? "them" : "it");
+	free(unseen);
+}
+
+/*
  * One push (or, with --wait-for, the version given): prints the versions,
  * then waits as asked. A wait that timed out lists the workers missing.
  */
@@ -108,6 +156,7 @@ s_push(wsync_client_t *client, wsync_push_req_t *r)
 	char *missing = NULL;
 	wsync_err_t err;
 
+	s_warn_unseen(client, r);
 	if (wsync_push_req_push(client, r, &err) < 0)
 		cli_die_err(&err);
 	cli_progress_end();
@@ -126,11 +175,11 @@ s_push(wsync_client_t *client, wsync_push_req_t *r)
 	if (fflush(stdout) != 0)
 		cli_die(EX_IOERR, "cannot write to stdout");
 	if (wsync_push_req_wait(client, r, deadline, &missing, &err) < 0) {
-		if (err.code == EX_TEMPFAIL && missing != NULL) {
+		if (missing != NULL) {
 			cli_warn("%s", err.msg);
 			for (char *line = strtok(missing, "\n"); line; line = strtok(NULL, "\n"))
 				fprintf(stderr, "  %s\n", line);
-			exit(EX_TEMPFAIL);
+			exit(err.code);
 		}
 		cli_die_err(&err);
 	}
@@ -145,7 +194,7 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 {
 	wsync_batch_t *batch;
 	wsync_err_t err;
-	char *line = NULL, *answer;
+	char *line = NULL, *answer, named[4096];
 	size_t cap = 0;
 
 	if ((batch = wsync_batch_new(client, &err)) == NULL)
@@ -153,7 +202,10 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 	while (getline(&line, &cap, stdin) >= 0 && !*stop) {
 		if (wsync_batch_serve(batch, line, &answer) < 0)
 			cli_die(EX_SOFTWARE, "out of memory");
-		if (answer != NULL)
+		/* An error line is a message: it names this program's options. */
+		if (answer != NULL && strncmp(answer, "error ", 6) == 0)
+			printf("%s\n", cli_options_named(answer, named, sizeof(named)));
+		else if (answer != NULL)
 			printf("%s\n", answer);
 		free(answer);
 		if (*stop)
@@ -170,7 +222,10 @@ s_batch(wsync_client_t *client, volatile sig_atomic_t *stop)
 int
 main(int argc, char **argv)
 {
-	enum { OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY, OPT_NO_DELTA };
+	enum {
+		OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY, OPT_NO_DELTA, OPT_EXCLUDE,
+		OPT_MAX_FILE
+	};
 	static const struct option opts[] = {
 		{ "abort", required_argument, NULL, WSYNC_PUSH_OPT_ABORT },
 		{ "base", required_argument, NULL, WSYNC_PUSH_OPT_BASE },
@@ -181,6 +236,8 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, WSYNC_PUSH_OPT_MODEL },
 		{ "next-slot", no_argument, NULL, WSYNC_PUSH_OPT_NEXT_SLOT },
+		{ "exclude", required_argument, NULL, OPT_EXCLUDE },
+		{ "max-file", required_argument, NULL, OPT_MAX_FILE },
 		{ "no-delta", no_argument, NULL, OPT_NO_DELTA },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -201,7 +258,8 @@ main(int argc, char **argv)
 	volatile sig_atomic_t *stop;
 	wsync_push_req_t r;
 	wsync_client_t *client;
-	char why[600];
+	char why[600], **exclude = NULL;
+	wsync_ckpt_in_t ckpt = { 0 };
 	int c, no_delta = 0;
 
 	cli_init("wsync-push");
@@ -223,6 +281,17 @@ main(int argc, char **argv)
 		case OPT_BATCH: verb = S_VERB_BATCH; break;
 		case OPT_SIGN_KEY: conn.sign_key = optarg; break;
 		case OPT_NO_DELTA: no_delta = 1; break;
+		case OPT_EXCLUDE:
+			if ((exclude = realloc(exclude, (size_t)(ckpt.nexclude + 1) *
+			    sizeof(*exclude))) == NULL)
+				cli_die(EX_SOFTWARE, "out of memory");
+			exclude[ckpt.nexclude++] = optarg;
+			ckpt.exclude = (const char *const *)exclude;
+			break;
+		case OPT_MAX_FILE:
+			if ((ckpt.max_file = cli_number("--max-file", optarg)) == 0)
+				cli_usage_error("--max-file wants 1 byte or more");
+			break;
 		case WSYNC_PUSH_OPT_SLOT:
 		case WSYNC_PUSH_OPT_COMMIT:
 		case WSYNC_PUSH_OPT_ABORT:
@@ -252,6 +321,7 @@ main(int argc, char **argv)
 		if (no_delta)
 			cli_usage_error("--no-delta goes with --batch: a single push sends a delta "
 			    "only with --base");
+		s_read_dirs(&r, &ckpt);
 		client = s_connect(&conn, &r, cli_catch_signals(0));
 		s_push(client, &r);
 		break;
@@ -261,7 +331,8 @@ main(int argc, char **argv)
 		    wsync_push_req_check(&r, NULL, 0, 0, why, sizeof(why)) < 0)
 			cli_usage_error("%s", why);
 		if (r.n != 0 || optind != argc || r.waits || r.targets != NULL ||
-		    r.wait_for != 0 || r.seq != 0 || r.base != NULL)
+		    r.wait_for != 0 || r.seq != 0 || r.base != NULL || ckpt.nexclude > 0 ||
+		    ckpt.max_file > 0)
 			cli_usage_error("--batch takes its pushes on stdin, not on the command line "
 			    "(only -e, -t, -q, --progress, --transfer, --sign-key, --no-delta and the "
 			    "keys go with it)");
@@ -274,5 +345,6 @@ main(int argc, char **argv)
 	}
 	wsync_push_req_free(&r);
 	wsync_client_destroy(&client);
+	free(exclude);
 	return 0;
 }

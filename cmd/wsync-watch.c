@@ -25,6 +25,7 @@ static const char s_usage[] =
     "                   [--log-format text|json] [--verify-key FILE]... [--max-age SEC]\n"
     "                   [--format wsync|safetensors]\n"
     "                   [--shard-size BYTES] [--select PATTERN]... [--select-from FILE]\n"
+    "                   [--cast PATTERN=DTYPE[:SCALING]]...\n"
     "                   -m MODEL[,MODEL...] -o PATH|DIR\n";
 
 
@@ -38,7 +39,8 @@ s_help(void)
 	    "\n"
 	    "  -e, --endpoint ENDPOINT  the hub (default: $WSYNC_ENDPOINT, else the local hub);\n"
 	    "                           repeated: hubs of one tree, the next one used when\n"
-	    "                           one is unreachable or lost (failover)\n"
+	    "                           one is unreachable or lost (failover), the first\n"
+	    "                           again once it is back\n"
 	    "  -m, --model MODEL,...    the models to follow (applied together when pushed\n"
 	    "                           together)\n"
 	    "  -o, --output PATH|DIR    the file (one model) or directory (DIR/MODEL.wsync)\n"
@@ -49,6 +51,9 @@ s_help(void)
 	    "      --select PATTERN     safetensors: only the tensors whose names match this\n"
 	    "                           glob (repeatable)\n"
 	    "      --select-from FILE   safetensors: the patterns of FILE, one a line\n"
+	    CLI_CAST_HELP
+	    "                           (each version received and verified as pushed, then\n"
+	    "                           cast; .MODEL.wsync beside the output keeps it)\n"
 	    "      --id ID              this worker's id (default HOST:PID)\n"
 	    "  -x, --exec CMD           run CMD with sh after each update, with WSYNC_MODEL,\n"
 	    "                           WSYNC_VERSION, WSYNC_PATH, WSYNC_WORKER set; a non-zero\n"
@@ -71,7 +76,9 @@ s_help(void)
 	    "                           the hub's store on this host\n"
 	    "      --no-delta           over the socket, fetch every version whole, never as\n"
 	    "                           a delta from the version the output holds\n"
-	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait)\n"
+	    "  -t, --timeout SEC        exit 69 if no hub answers within SEC (default: wait);\n"
+	    "                           with --once, exit within SEC: 75 when nothing was\n"
+	    "                           applied by then\n"
 	    "  -q, --quiet              no messages on stderr but errors and failed hooks\n"
 	    "      --log-format FORMAT  messages on stderr as text (PROG: ...) or json\n"
 	    CLI_VERIFY_HELP
@@ -80,9 +87,11 @@ s_help(void)
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
-	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 64 usage, 65 bad data from\n"
-	    "the hub, 66 no output directory, 69 hub unavailable, 70 internal error,\n"
-	    "74 I/O error, 75 too far behind, 76 protocol error, 77 permission denied.\n"
+	    "Exit status: 0 stopped (SIGTERM, SIGINT, --once), 1 --once: the hook or reader\n"
+	    "refused the version, 64 usage, 65 --once: bad data from the hub, 66 no output\n"
+	    "directory, 69 hub unavailable, 70 internal error, 74 I/O error (--once: the\n"
+	    "version cannot be written), 75 too far behind, or --once -t: nothing applied\n"
+	    "in time, 76 protocol error, 77 permission denied.\n"
 	    "See wsync-watch(1).\n", s_usage);
 	exit(0);
 }
@@ -104,6 +113,9 @@ struct s_hook {
 	int nmodels;
 	wsync_ckpt_out_t out;
 	unsigned keep;
+	/* --cast: the rules, and with --format wsync each model's cast output. */
+	const wsync_cast_t *cast;
+	char **outs;
 };
 
 /* Bounds on --ack-timeout: its default, and the longest. */
@@ -285,13 +297,19 @@ s_apply(void *arg, wsync_update_t *u)
 	char real[PATH_MAX];
 	const char *path = u->path;
 
-	if (h->links != NULL) {
+	if (h->links != NULL || h->outs != NULL) {
 		wsync_err_t err;
-		int i = 0;
+		int i = 0, rc;
 		while (i < h->nmodels - 1 && strcmp(h->models[i], u->model) != 0)
 			i++;
-		if (wsync_ckpt_publish_path(u->path, h->links[i], u->version, &h->out, h->keep,
-		    real, sizeof(real), &err) < 0) {
+		if (h->cast->n > 0)
+			rc = wsync_cast_output_path(u->path, h->cast, h->outs ? h->outs[i] :
+			    h->links[i], h->outs == NULL, u->version, &h->out, h->keep, real,
+			    sizeof(real), &err);
+		else
+			rc = wsync_ckpt_publish_path(u->path, h->links[i], u->version, &h->out,
+			    h->keep, real, sizeof(real), &err);
+		if (rc < 0) {
 			snprintf(u->reason, sizeof(u->reason), "%.500s", err.msg);
 			cli_warn("%s version %" PRIu64 ": %s", u->model, u->version, err.msg);
 			return -1;
@@ -306,17 +324,40 @@ s_apply(void *arg, wsync_update_t *u)
 	return h->ack_stdin ? s_ask_reader(h, u) : 0;
 }
 
+/*
+ * A watcher whose output cannot be written would look alive with nothing
+ * applied: its directory must exist and take files from the start.
+ */
+static void
+s_check_output_dir(const char *out)
+{
+	const char *slash = strrchr(out, '/');
+	char dir[PATH_MAX];
+	struct stat st;
+
+	if (slash == NULL)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", slash == out ? 1 : (int)(slash - out), out);
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		cli_die(EX_NOINPUT, "%s: no such directory for the output %s", dir, out);
+	if (access(dir, W_OK) < 0)
+		cli_die(EX_IOERR, "%s: cannot write the output %s there: %s", dir, out,
+		    strerror(errno));
+}
+
 int
 main(int argc, char **argv)
 {
 	enum {
 		OPT_ID = 256, OPT_ONCE, OPT_MAX_LAG, OPT_KEEP, OPT_RECYCLE, OPT_EXEC_TIMEOUT,
 		OPT_TRANSFER, OPT_LOG_FORMAT, OPT_ACK, OPT_ACK_TIMEOUT, OPT_VERIFY_KEY, OPT_MAX_AGE,
-		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM, OPT_NO_DELTA
+		OPT_FORMAT, OPT_SHARD_SIZE, OPT_SELECT, OPT_SELECT_FROM, OPT_NO_DELTA, OPT_CAST
 	};
 	static const struct option opts[] = {
 		{ "ack", required_argument, NULL, OPT_ACK },
 		{ "ack-timeout", required_argument, NULL, OPT_ACK_TIMEOUT },
+		{ "cast", required_argument, NULL, OPT_CAST },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
 		{ "exec", required_argument, NULL, 'x' },
@@ -408,6 +449,7 @@ main(int argc, char **argv)
 				cli_die(EX_SOFTWARE, "out of memory");
 			break;
 		case OPT_SELECT_FROM: cli_read_patterns(optarg, &select, &nselect); break;
+		case OPT_CAST: cli_cast(optarg); break;
 		case OPT_EXEC_TIMEOUT:
 			hook.timeout_ms = cli_seconds("--exec-timeout", optarg);
 			break;
@@ -417,6 +459,7 @@ main(int argc, char **argv)
 	if (optind != argc)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
 	w.verify = cli_verify_keys(&w.nverify);
+	hook.cast = cli_cast_rules();
 	if (w.max_age_s > 0 && w.nverify == 0)
 		cli_usage_error("--max-age goes with --verify-key: only a signed version has an age");
 	if (nmodels == 0)
@@ -439,6 +482,8 @@ main(int argc, char **argv)
 	is_dir = stat(out, &st) == 0 && S_ISDIR(st.st_mode);
 	if (nmodels > 1 && !is_dir)
 		cli_die(EX_NOINPUT, "%s: not a directory (several models need one)", out);
+	if (!is_dir)
+		s_check_output_dir(out);
 	if ((paths = calloc((size_t)nmodels, sizeof(*paths))) == NULL)
 		cli_die(EX_SOFTWARE, "out of memory");
 	if (safetensors) {
@@ -453,7 +498,22 @@ main(int argc, char **argv)
 		hook.keep = w.keep;
 		w.select = &hook.out;
 	}
-	for (int i = 0; i < nmodels && !safetensors; i++) {
+	if (!safetensors && hook.cast->n > 0) {
+		/* The version as pushed stays beside the cast: the base of the next delta. */
+		if ((hook.outs = calloc((size_t)nmodels, sizeof(*hook.outs))) == NULL)
+			cli_die(EX_SOFTWARE, "out of memory");
+		for (int i = 0; i < nmodels; i++) {
+			cli_ckpt_paths(out, models[i], &hook.outs[i], &paths[i]);
+			if (is_dir && (hook.outs[i] = realloc(hook.outs[i], strlen(hook.outs[i]) + 7)) ==
+			    NULL)
+				cli_die(EX_SOFTWARE, "out of memory");
+			if (is_dir)
+				strcat(hook.outs[i], ".wsync");
+		}
+		hook.models = (const char *const *)models;
+		hook.nmodels = nmodels;
+	}
+	for (int i = 0; i < nmodels && !safetensors && hook.outs == NULL; i++) {
 		if (!is_dir) {
 			paths[i] = strdup(out);
 		} else if (asprintf(&paths[i], "%s/%s.wsync", out, models[i]) < 0)
@@ -476,11 +536,14 @@ main(int argc, char **argv)
 		free(paths[i]);
 		if (hook.links != NULL)
 			free(hook.links[i]);
+		if (hook.outs != NULL)
+			free(hook.outs[i]);
 	}
 	for (int i = 0; i < nselect; i++)
 		free(select[i]);
 	free(select);
 	free(hook.links);
+	free(hook.outs);
 	free(paths);
 	free(models);
 	return 0;

@@ -212,7 +212,7 @@ _wsync_optarg() {
 	wsync-watch:--ack) _wsync_add stdin ;;
 	wsync-pull:--format | wsync-watch:--format) _wsync_add wsync safetensors ;;
 	wsync-watch:--select-from) _wsync_files ;;
-	*:--shard-size | wsync-watch:--select) ;;
+	*:--shard-size | wsync-watch:--select | *:--cast) ;;
 	wsync-serve:--log-format | wsync-watch:--log-format) _wsync_add text json ;;
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
@@ -247,18 +247,18 @@ _wsync() {
 		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --no-delta
-		--key --hub-key
+		--exclude --max-file --key --hub-key
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --verify-key
-		--max-age --format --shard-size --key --hub-key -h --help -V --version" ;;
+		--max-age --format --shard-size --cast --key --hub-key -h --help -V --version" ;;
 	wsync-watch) opts="-e --endpoint -m --model -o --output --id -x --exec --exec-timeout
 		--ack --ack-timeout --once --max-lag --keep --recycle --transfer --no-delta -t --timeout -q --quiet --log-format
-		--verify-key --max-age --format --shard-size --select --select-from --key --hub-key
+		--verify-key --max-age --format --shard-size --select --select-from --cast --key --hub-key
 		-h --help -V --version" ;;
 	wsync-inspect) opts="-e --endpoint --hub -j --json --prometheus -t --timeout --verify --verify-key
 		--key --hub-key -h --help -V --version" ;;
-	wsync-convert) opts="-l --layout -m --model -t --to --shard-size -h --help -V --version" ;;
+	wsync-convert) opts="-l --layout -m --model -t --to --shard-size --cast -h --help -V --version" ;;
 	wsync-keygen) opts="-f --force -s --sign -h --help -V --version" ;;
 	*) return 0 ;;
 	esac
@@ -284,7 +284,7 @@ _wsync() {
 		case $prog:${words[i]} in
 		wsync-convert:-l | wsync-convert:--layout | wsync-convert:-m | \
 			wsync-convert:--model | wsync-convert:-t | wsync-convert:--to | \
-			wsync-convert:--shard-size) ((i++)) ;;
+			wsync-convert:--shard-size | wsync-convert:--cast) ((i++)) ;;
 		wsync-convert:*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		*:-e | *:--endpoint | *:-m | *:--model | *:-o | *:--output | *:-t | \
 			*:--timeout | *:-w | *:--wait | *:-W | *:--workers | *:--wait-for | \
@@ -292,7 +292,8 @@ _wsync() {
 			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | *:--base | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age | \
-			*:--format | *:--shard-size | *:--select | *:--select-from | *:--upstream) ((i++)) ;;
+			*:--format | *:--shard-size | *:--select | *:--select-from | *:--cast | \
+			*:--upstream) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

@@ -151,6 +151,8 @@ complete -c wsync-push -l sign-key -r -F -d 'Sign the push with this secret key'
 complete -c wsync-push -l seq -x -d "The signed push's sequence number, above the last"
 complete -c wsync-push -l base -r -F -d 'Send the delta from the older version this file holds'
 complete -c wsync-push -l no-delta -d 'With --batch: send each version whole'
+complete -c wsync-push -l exclude -x -d 'A checkpoint directory: leave out the files matching this glob'
+complete -c wsync-push -l max-file -x -d 'A checkpoint directory: the bound on a file beside the weights'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull
@@ -169,6 +171,7 @@ complete -c wsync-pull -l verify-key -r -F -d 'Take only versions signed by this
 complete -c wsync-pull -l max-age -x -d 'Warn when the signed version is older than SEC'
 complete -c wsync-pull -l format -x -a 'wsync safetensors' -d 'The form of the output'
 complete -c wsync-pull -l shard-size -x -d 'Safetensors: tensor bytes per shard'
+complete -c wsync-pull -l cast -x -d 'Write matching tensors as DTYPE: PATTERN=DTYPE[:SCALING]'
 
 # wsync-watch
 complete -c wsync-watch -s e -l endpoint -x -a '(__wsync_endpoints)' -d 'The hub'
@@ -194,6 +197,7 @@ complete -c wsync-watch -l format -x -a 'wsync safetensors' -d 'The form of each
 complete -c wsync-watch -l shard-size -x -d 'Safetensors: tensor bytes per shard'
 complete -c wsync-watch -l select -x -d 'Safetensors: only tensors matching this glob'
 complete -c wsync-watch -l select-from -r -F -d 'Safetensors: the patterns of this file'
+complete -c wsync-watch -l cast -x -d 'Write matching tensors as DTYPE: PATTERN=DTYPE[:SCALING]'
 
 # wsync-inspect
 complete -c wsync-inspect -s j -l json -d 'Print one JSON document'
@@ -216,4 +220,5 @@ complete -c wsync-convert -s l -l layout -x -a 'tree\t"Nest keys at each dot and
 complete -c wsync-convert -s m -l model -x -d 'Model id of a .wsync output'
 complete -c wsync-convert -s t -l to -x -a 'wsync safetensors dir' -d 'Output kind'
 complete -c wsync-convert -l shard-size -x -d 'Directory output: tensor bytes per shard'
+complete -c wsync-convert -l cast -x -d 'Write matching tensors as DTYPE: PATTERN=DTYPE[:SCALING]'
 complete -c wsync-convert -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'

@@ -1,6 +1,7 @@
 /* batch.c - push requests and wsync-push's batch line protocol: quoting, options, open slots. */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -272,6 +273,43 @@ wsync_push_req_wait_of(const wsync_push_req_t *r)
 {
 	return (wsync_wait_t){ .mode = r->wait_mode, .count = r->wait_count,
 	    .ids = (const char *const *)r->wait_ids, .nids = r->nwait_ids };
+}
+
+char *
+wsync_push_req_unseen(wsync_client_t *client, const wsync_push_req_t *r, int timeout_ms,
+    wsync_err_t *err)
+{
+	char *status, *out = NULL;
+	size_t len;
+	json_t *root, *workers;
+	FILE *f;
+
+	if (!r->waits || r->wait_mode != WSYNC_WAIT_IDS)
+		return strdup("");
+	if ((status = wsync_client_status_json(client, timeout_ms, err)) == NULL)
+		return NULL;
+	root = json_loads(status, 0, NULL);
+	free(status);
+	workers = json_object_get(root, "workers");
+	if ((f = open_memstream(&out, &len)) == NULL) {
+		json_decref(root);
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	for (int i = 0; i < r->nwait_ids; i++) {
+		size_t j;
+		json_t *w;
+		json_array_foreach(workers, j, w) {
+			const char *id = json_string_value(json_object_get(w, "worker"));
+			if (id != NULL && strcmp(id, r->wait_ids[i]) == 0)
+				break;
+		}
+		if (j == json_array_size(workers))
+			fprintf(f, "%s%s", ftell(f) > 0 ? ", " : "", r->wait_ids[i]);
+	}
+	fclose(f);
+	json_decref(root);
+	return out;
 }
 
 int

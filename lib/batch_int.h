@@ -102,11 +102,18 @@ int wsync_push_req_push(wsync_client_t *client, wsync_push_req_t *r, wsync_err_t
 wsync_wait_t wsync_push_req_wait_of(const wsync_push_req_t *r);
 /*
  * Waits as r asks (-w) for its items' versions, all within deadline_ms (a
- * wsync_now_ms time); nothing to do without -w. On timeout: 75 and *missing
- * as for wsync_client_wait (caller frees); NULL otherwise.
+ * wsync_now_ms time); nothing to do without -w. On timeout (75), or when
+ * every worker waited for answered and some could not apply it (65):
+ * *missing as for wsync_client_wait (caller frees); NULL otherwise.
  */
 int wsync_push_req_wait(wsync_client_t *client, wsync_push_req_t *r, int64_t deadline_ms,
     char **missing, wsync_err_t *err);
+/*
+ * The ids r waits for (-w ID,...) that the hub has never heard from, as
+ * "ID, ID" (caller frees; "" when none, or r waits for no ids); NULL with err.
+ */
+char *wsync_push_req_unseen(wsync_client_t *client, const wsync_push_req_t *r,
+    int timeout_ms, wsync_err_t *err);
 
 /*
  * The batch line protocol (wsync-push(1) BATCH): one request a line, its

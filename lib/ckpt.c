@@ -2,6 +2,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,10 @@ struct wsync_ckpt {
 	wsync_ckpt_file_t *files;    /* names owned, data mapped */
 	size_t nfiles;
 	uint64_t files_bytes;
+	wsync_ckpt_in_t in;          /* how it is read; exclude borrowed for the open */
+	char **left;                 /* what the directory holds that is left out, each "NAME (why)" */
+	size_t nleft;
+	char *left_out;              /* them sorted, joined by ", "; owned */
 };
 
 static int
@@ -173,17 +179,17 @@ s_add_file(wsync_ckpt_t *ck, const char *name, const struct stat *st, wsync_err_
 
 	if (path == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	if (st->st_size > WSYNC_CKPT_MAX_FILE) {
-		wsync_err_set(err, EX_DATAERR, "%s: %lld bytes, over the bound of %d for a file "
-		    "beside the weights (wsync-format(5), CHECKPOINT DIRECTORIES)", path,
-		    (long long)st->st_size, WSYNC_CKPT_MAX_FILE);
+	if ((uint64_t)st->st_size > ck->in.max_file) {
+		wsync_err_set(err, EX_DATAERR, "%s: %lld bytes, over the bound of %" PRIu64 " for "
+		    "a file beside the weights (wsync-format(5), CHECKPOINT DIRECTORIES): leave it "
+		    "out, or raise the bound", path, (long long)st->st_size, ck->in.max_file);
 		goto out;
 	}
 	if (ck->nfiles >= WSYNC_CKPT_MAX_FILES || ck->files_bytes + (uint64_t)st->st_size >
-	    WSYNC_CKPT_MAX_FILES_BYTES) {
+	    4 * ck->in.max_file) {
 		wsync_err_set(err, EX_DATAERR, "%s: the files beside the weights exceed %d files "
-		    "or %d bytes (wsync-format(5), CHECKPOINT DIRECTORIES)", path,
-		    WSYNC_CKPT_MAX_FILES, WSYNC_CKPT_MAX_FILES_BYTES);
+		    "or %" PRIu64 " bytes (wsync-format(5), CHECKPOINT DIRECTORIES)", path,
+		    WSYNC_CKPT_MAX_FILES, 4 * ck->in.max_file);
 		goto out;
 	}
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
@@ -215,10 +221,65 @@ out:
 	return rc;
 }
 
+/* Notes name (with why) among what the directory holds but the version leaves out. */
+static int
+s_leave_out(wsync_ckpt_t *ck, const char *name, const char *why, wsync_err_t *err)
+{
+	char **p = realloc(ck->left, (ck->nleft + 1) * sizeof(*p));
+
+	if (p == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	ck->left = p;
+	if (asprintf(&ck->left[ck->nleft], "%s %s", name, why) < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	ck->nleft++;
+	return 0;
+}
+
+/* Joins what was left out, sorted by name (readdir's order is the file system's). */
+static int
+s_join_left(wsync_ckpt_t *ck, wsync_err_t *err)
+{
+	size_t len = 0;
+	FILE *f;
+
+	if (ck->nleft == 0)
+		return 0;
+	qsort(ck->left, ck->nleft, sizeof(*ck->left), s_cmp_str);
+	if ((f = open_memstream(&ck->left_out, &len)) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (size_t i = 0; i < ck->nleft; i++)
+		fprintf(f, "%s%s", i ? ", " : "", ck->left[i]);
+	if (fclose(f) != 0)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	return 0;
+}
+
+/* 1 when the index names shard name (ck->shard_names holds its shards). */
+static int
+s_indexed(const wsync_ckpt_t *ck, const char *name)
+{
+	for (size_t i = 0; i < ck->nshards; i++)
+		if (strcmp(ck->shard_names[i], name) == 0)
+			return 1;
+	return 0;
+}
+
+/* 1 when name matches one of the globs to leave out. */
+static int
+s_excluded(const wsync_ckpt_t *ck, const char *name)
+{
+	for (int i = 0; i < ck->in.nexclude; i++)
+		if (fnmatch(ck->in.exclude[i], name, 0) == 0)
+			return 1;
+	return 0;
+}
+
 /*
  * One pass over the directory: every *.safetensors becomes a shard when
- * there is no index, every other regular file (not hidden, not the index) a
- * small file.
+ * there is no index, every other regular file (not hidden, not the index, not
+ * excluded) a small file. Subdirectories and shards the index does not name
+ * are noted as left out.
  */
 static int
 s_scan(wsync_ckpt_t *ck, int have_index, wsync_err_t *err)
@@ -239,9 +300,17 @@ s_scan(wsync_ckpt_t *ck, int have_index, wsync_err_t *err)
 		struct stat st;
 		if (de->d_name[0] == '.' || strcmp(de->d_name, S_INDEX) == 0)
 			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
+		if (fstatat(dirfd(d), de->d_name, &st, 0) < 0 || s_excluded(ck, de->d_name))
+			continue;
+		if (S_ISDIR(st.st_mode) && s_leave_out(ck, de->d_name, "(a directory: only the "
+		    "files at the top are read)", err) < 0)
+			goto out;
+		if (!S_ISREG(st.st_mode))
 			continue;
 		if (s_has_suffix(de->d_name, ".safetensors")) {
+			if (have_index && !s_indexed(ck, de->d_name) && s_leave_out(ck, de->d_name,
+			    "(a shard the index does not name)", err) < 0)
+				goto out;
 			if (!have_index && s_add_shard_name(ck, de->d_name, &cap, err) < 0)
 				goto out;
 			continue;
@@ -251,7 +320,7 @@ s_scan(wsync_ckpt_t *ck, int have_index, wsync_err_t *err)
 	}
 	if (!have_index && ck->nshards > 1)
 		qsort(ck->shard_names, ck->nshards, sizeof(char *), s_cmp_str);
-	rc = 0;
+	rc = s_join_left(ck, err);
 out:
 	closedir(d);
 	return rc;
@@ -385,6 +454,12 @@ out:
 wsync_ckpt_t *
 wsync_ckpt_open(const char *dir, wsync_err_t *err)
 {
+	return wsync_ckpt_open_in(dir, NULL, err);
+}
+
+wsync_ckpt_t *
+wsync_ckpt_open_in(const char *dir, const wsync_ckpt_in_t *in, wsync_err_t *err)
+{
 	wsync_ckpt_t *ck = calloc(1, sizeof(*ck));
 	json_t *map = NULL;
 	char *index = NULL;
@@ -396,6 +471,10 @@ wsync_ckpt_open(const char *dir, wsync_err_t *err)
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
+	if (in != NULL)
+		ck->in = *in;
+	if (ck->in.max_file == 0)
+		ck->in.max_file = WSYNC_CKPT_MAX_FILE;
 	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		wsync_err_set(err, EX_NOINPUT, "%s: not a directory", dir);
 		goto fail;
@@ -444,8 +523,18 @@ wsync_ckpt_close(wsync_ckpt_t **ckp)
 	free(ck->shard_names);
 	free(ck->entries);
 	free(ck->dir);
+	for (size_t i = 0; i < ck->nleft; i++)
+		free(ck->left[i]);
+	free(ck->left);
+	free(ck->left_out);
 	free(ck);
 	*ckp = NULL;
+}
+
+const char *
+wsync_ckpt_left_out(const wsync_ckpt_t *ck)
+{
+	return ck->left_out != NULL ? ck->left_out : "";
 }
 
 int
@@ -519,9 +608,10 @@ s_ckpt_release(void *arg)
 }
 
 wsync_source_t *
-wsync_ckpt_source(const char *dir, const char *model, wsync_err_t *err)
+wsync_ckpt_source(const char *dir, const char *model, const wsync_ckpt_in_t *in,
+    wsync_err_t *err)
 {
-	wsync_ckpt_t *ck = wsync_ckpt_open(dir, err);
+	wsync_ckpt_t *ck = wsync_ckpt_open_in(dir, in, err);
 	wsync_tree_t *tree;
 	wsync_source_t *src;
 

@@ -217,6 +217,11 @@ s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 	wsync_parts_t p = { .n = 0 };
 	uint64_t id, v;
 
+	/* A watcher or relay waits for its hub to start; a one-off call need not. */
+	if (strcmp(c->role, "watch") != 0 && strcmp(c->role, "relay") != 0 &&
+	    wsync_endpoint_absent(c->endpoint))
+		return wsync_err_set(err, EX_UNAVAILABLE, "cannot reach %s: no socket there (is "
+		    "wsync-serve running?)", c->endpoint);
 	gethostname(host, sizeof(host) - 1);
 	id = wsync_client_request(c, &e, "hello", (c->worker[0] ? 6 : 5) + (c->nselect > 0));
 	wsync_enc_kv_u64(&e, "proto", WSYNC_PROTO);
@@ -255,6 +260,10 @@ s_hello(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 	    (uint32_t)v : WSYNC_WINDOW;
 	c->heartbeat_ms = wsync_msg_u64(&m, "heartbeat_ms", &v) == 0 && v >= 10 &&
 	    v <= 60000 ? (uint32_t)v : WSYNC_HEARTBEAT_MS;
+	if (wsync_msg_str(&m, "twin", c->twin, sizeof(c->twin)) < 0)
+		c->twin[0] = '\0';
+	if (wsync_msg_str(&m, "typos", c->typos, sizeof(c->typos)) < 0)
+		c->typos[0] = '\0';
 	wsync_client_release(&m, &p);
 	return 0;
 }
@@ -356,6 +365,18 @@ uint32_t
 wsync_client_heartbeat_ms(const wsync_client_t *c)
 {
 	return c->heartbeat_ms;
+}
+
+const char *
+wsync_client_twin(const wsync_client_t *c)
+{
+	return c->twin;
+}
+
+const char *
+wsync_client_typos(const wsync_client_t *c)
+{
+	return c->typos;
 }
 
 int

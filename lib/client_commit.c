@@ -61,6 +61,14 @@ s_await_wait(wsync_client_t *c, uint64_t id, int commit, int timeout_ms, wsync_m
 	return rc;
 }
 
+void
+wsync_client_stopped_commit(const wsync_client_t *c, wsync_err_t *err)
+{
+	if (c->stop != NULL && *c->stop)
+		wsync_err_set(err, EX_TEMPFAIL, "interrupted after the commit was sent to %s"
+		    WSYNC_MAYBE_COMMITTED, c->endpoint);
+}
+
 int
 wsync_client_versions(wsync_client_t *c, const wsync_msg_t *m, wsync_push_item_t *items,
     int n, wsync_err_t *err)
@@ -107,8 +115,10 @@ wsync_client_commit(wsync_client_t *c, const wsync_commit_t *cm, int timeout_ms,
 	else if ((rc = wsync_client_await(c, id, deadline, &m, &p, 0, err)) == 1)
 		rc = wsync_err_set(err, EX_TEMPFAIL, "commit: no answer from %s within the "
 		    "timeout" WSYNC_MAYBE_COMMITTED, c->endpoint);
-	if (rc < 0)
+	if (rc < 0) {
+		wsync_client_stopped_commit(c, err);
 		return -1;
+	}
 	if (rc == 2) {
 		/* The wait timed out (or was refused): the version is committed all the same. */
 		wsync_err_t ignored;

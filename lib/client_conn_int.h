@@ -44,6 +44,8 @@ struct wsync_client {
 	uint32_t chunk;
 	uint32_t window;
 	uint32_t heartbeat_ms;
+	char twin[WSYNC_MAX_ID + 32];   /* from hello: another process of this worker id, or "" */
+	char typos[1024];               /* from hello: models the hub lacks, close ids it has */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
 	int transfer;                   /* WSYNC_TRANSFER_*, as asked */
@@ -164,6 +166,11 @@ int wsync_client_sign_trees(wsync_client_t *c, wsync_tree_t *const *trees, int n
 
 /* ---- committing and waiting (client_commit.c) ---- */
 
+/*
+ * After a commit or put was sent and its answer did not come: when the client
+ * was stopped (a signal), says so in err, and that it may be committed.
+ */
+void wsync_client_stopped_commit(const wsync_client_t *c, wsync_err_t *err);
 /* Reads the versions a commit or put reply gives into items; 76 without them. */
 int wsync_client_versions(wsync_client_t *c, const wsync_msg_t *m, wsync_push_item_t *items,
     int n, wsync_err_t *err);

@@ -51,6 +51,16 @@ const char *wsync_client_pub(const wsync_client_t *c);
 const wsync_curve_t *wsync_client_curve(const wsync_client_t *c);
 /* How often the hub wants to hear from a worker (from hello), in ms. */
 uint32_t wsync_client_heartbeat_ms(const wsync_client_t *c);
+/*
+ * From hello: "host H pid P" of another live process with this client's worker
+ * id, or "" (none); borrowed as wsync_client_hub.
+ */
+const char *wsync_client_twin(const wsync_client_t *c);
+/*
+ * From hello: the models named that the hub has no version of but has ids
+ * close to, "polcy (the hub has policy); ...", or ""; borrowed as above.
+ */
+const char *wsync_client_typos(const wsync_client_t *c);
 
 /*
  * A fetch into a new temporary file beside a path: what to fetch, and known

@@ -74,15 +74,23 @@ s_kept(struct wsync_push_session *ps, const char *model)
 static int
 s_base_file(const wsync_push_item_t *item, struct wsync_push_send *send, wsync_err_t *err)
 {
-	wsync_file_t *base = wsync_file_open(item->base, err);
+	wsync_file_t *base = wsync_input_open(item->base, err);
 	int fd;
 
 	if (base == NULL)
 		return -1;
-	if (strcmp(wsync_file_model(base), item->model) != 0 || wsync_file_version(base) == 0) {
-		wsync_err_set(err, EX_USAGE, "base %s holds %s%s, not a version of model %s",
-		    item->base, wsync_file_version(base) == 0 ? "an unnumbered file" : "model ",
-		    wsync_file_version(base) == 0 ? "" : wsync_file_model(base), item->model);
+	/* Only a version as the hub numbered it will do: no conversion makes one. */
+	if (wsync_file_kind(base) != WSYNC_KIND_WSYNC || wsync_file_version(base) == 0) {
+		wsync_err_set(err, EX_USAGE, "base %s holds %s, not a version of model %s: give "
+		    "a .wsync file a pull or watcher of %s wrote (a conversion has no number)",
+		    item->base, wsync_file_kind(base) != WSYNC_KIND_WSYNC ? "a safetensors file" :
+		    "an unnumbered file", item->model, item->model);
+		wsync_file_close(&base);
+		return -1;
+	}
+	if (strcmp(wsync_file_model(base), item->model) != 0) {
+		wsync_err_set(err, EX_USAGE, "base %s holds model %s, not a version of model %s",
+		    item->base, wsync_file_model(base), item->model);
 		wsync_file_close(&base);
 		return -1;
 	}

@@ -212,8 +212,10 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	if (rc < 0 && err->code == EX_TEMPFAIL)
 		wsync_err_set(err, EX_TEMPFAIL, "put: no answer from %s within the timeout"
 		    WSYNC_MAYBE_COMMITTED, c->endpoint);
-	if (rc < 0)
+	if (rc < 0) {
+		wsync_client_stopped_commit(c, err);
 		return -1;
+	}
 	rc = wsync_client_versions(c, &m, items, n, err);
 	wsync_client_release(&m, &p);
 	return rc;
@@ -348,8 +350,8 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	ps->delta_note[0] = '\0';
 	for (i = 0; i < n; i++) {
 		if ((src[i] = ps->sign != NULL ? wsync_source_open_tree(items[i].path,
-		    items[i].model, err) : wsync_source_open(items[i].path, items[i].model,
-		    err)) == NULL)
+		    items[i].model, items[i].ckpt, err) : wsync_source_open(items[i].path,
+		    items[i].model, items[i].ckpt, err)) == NULL)
 			goto out;
 		models[i] = items[i].model;
 	}

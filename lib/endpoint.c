@@ -61,6 +61,15 @@ wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err
 }
 
 int
+wsync_endpoint_absent(const char *endpoint)
+{
+	struct stat st;
+
+	return strncmp(endpoint, "ipc://", 6) == 0 && endpoint[6] != '@' &&
+	    stat(endpoint + 6, &st) < 0 && errno == ENOENT;
+}
+
+int
 wsync_endpoint_local(const char *endpoint)
 {
 	const char *host = endpoint + 6, *colon = strrchr(host, ':');

@@ -381,7 +381,10 @@ int hub_wait_satisfied(const wsync_hub_t *h, const struct hub_wait *wt);
  */
 size_t hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now,
     wsync_enc_t *e);
-/* Answers the waits on model that are now satisfied. */
+/*
+ * Answers the waits on model that are now satisfied, and refuses (code 65)
+ * those whose workers have all answered, one or more with a failure.
+ */
 void hub_waits_check(wsync_hub_t *h, const char *model);
 /* Refuses the waits whose deadline is past at now. */
 void hub_waits_expire(wsync_hub_t *h, int64_t now);
@@ -417,6 +420,13 @@ int hub_op_abort(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /* Explains in err (66) why model m has no version number version. */
 int hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_err_t *err);
+/*
+ * The ids of the store's models close to model (another case, or a letter or
+ * two off: a typo), as "policy, policy2" in buf; their number (at most 3).
+ */
+int hub_models_close(const wsync_hub_t *h, const char *model, char *buf, size_t size);
+/* Refuses model, which the store does not have (66), naming the close ids. */
+int hub_no_model(const wsync_hub_t *h, const char *model, wsync_err_t *err);
 
 /*
  * The version a read request names (fields model, version: 0 for the head,

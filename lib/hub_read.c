@@ -1,6 +1,9 @@
 /* hub_read.c - reads of versions: stat and get. */
+#include <ctype.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sysexits.h>
 
 #include "hub_int.h"
@@ -19,6 +22,69 @@ hub_no_version(const wsync_model_t *m, uint64_t version, unsigned keep, wsync_er
 	    "(retired: the hub keeps the last %u)", m->id, version, keep);
 }
 
+/*
+ * 1 when id a is b in another case, or, for ids of 4 characters or more, two
+ * edits or fewer away (Levenshtein distance, case-blind).
+ */
+static int
+s_close(const char *a, const char *b)
+{
+	size_t na = strlen(a), nb = strlen(b);
+	size_t row[WSYNC_MAX_MODEL + 2];
+
+	if (strcasecmp(a, b) == 0)
+		return 1;
+	if (na < 4 || nb < 4 || (na > nb ? na - nb : nb - na) > 2)
+		return 0;
+	for (size_t j = 0; j <= nb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= na; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= nb; j++) {
+			size_t up = row[j], best = diag + (tolower((unsigned char)a[i - 1]) !=
+			    tolower((unsigned char)b[j - 1]));
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[nb] <= 2;
+}
+
+int
+hub_models_close(const wsync_hub_t *h, const char *model, char *buf, size_t size)
+{
+	size_t len = 0;
+	int n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < wsync_store_count(h->store) && n < 3; i++) {
+		const char *id = wsync_store_model(h->store, i)->id;
+		int w;
+		if (!s_close(model, id) || (w = snprintf(buf + len, size - len, "%s%s",
+		    n > 0 ? ", " : "", id)) < 0 || (size_t)w >= size - len)
+			continue;
+		len += (size_t)w;
+		n++;
+	}
+	return n;
+}
+
+int
+hub_no_model(const wsync_hub_t *h, const char *model, wsync_err_t *err)
+{
+	char close[3 * (WSYNC_MAX_MODEL + 2)];
+
+	if (hub_models_close(h, model, close, sizeof(close)) > 0)
+		return wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version (the hub has "
+		    "%s)", model, close);
+	return wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", model);
+}
+
 /* Looks up model (66 when unknown) and version (0: the head worker sees). */
 static const wsync_version_t *
 s_lookup(wsync_hub_t *h, const char *model, uint64_t version, const char *worker,
@@ -28,7 +94,7 @@ s_lookup(wsync_hub_t *h, const char *model, uint64_t version, const char *worker
 	const wsync_version_t *v;
 
 	if (m == NULL) {
-		wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", model);
+		hub_no_model(h, model, err);
 		return NULL;
 	}
 	v = version == 0 ? wsync_model_head(m, worker) : wsync_model_version(m, version);

@@ -160,8 +160,15 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 		all = strcmp(rl->models[i], model) == 0;
 	if (!all)
 		return 0;
-	wsync_err_set(err, EX_NOPERM, "model %s is mirrored from the upstream %s: push it there",
-	    model, rl->upstreams[0]);
+	/* What holds, and what would change it: the relay's list of models. */
+	if (rl->models == NULL)
+		wsync_err_set(err, EX_NOPERM, "model %s: this relay mirrors every model of the "
+		    "upstream %s, ones it has no version of too: push it there, or start the "
+		    "relay naming the models it mirrors, and push the others here", model,
+		    rl->upstreams[0]);
+	else
+		wsync_err_set(err, EX_NOPERM, "model %s: this relay mirrors it from the upstream "
+		    "%s, as it was told to: push it there", model, rl->upstreams[0]);
 	return 1;
 }
 

@@ -20,6 +20,40 @@ s_wait_done_by(const struct hub_wait *wt, const struct hub_worker *w)
 	return hub_applied(w, wt->model) >= wt->version;
 }
 
+/*
+ * 1 when worker w (may be NULL) reported that it could not apply the waited
+ * version or a newer one: a failed version is never retried, so it never will.
+ */
+static int
+s_wait_failed_by(const struct hub_wait *wt, const struct hub_worker *w)
+{
+	const struct hub_wmodel *wm = w != NULL ? hub_wmodel_find(w, wt->model) : NULL;
+
+	return wm != NULL && wm->failed >= wt->version && !s_wait_done_by(wt, w);
+}
+
+/*
+ * The number of workers of wt (mode all or ids) that failed its version,
+ * when every other one has applied it: waiting longer cannot help. 0 while
+ * one is still to answer.
+ */
+static size_t
+s_wait_settled_failed(const wsync_hub_t *h, const struct hub_wait *wt)
+{
+	size_t failed = 0;
+
+	if (wt->mode == WSYNC_WAIT_COUNT)
+		return 0;
+	for (size_t i = 0; i < wt->nids; i++) {
+		const struct hub_worker *w = hub_worker_find(h, wt->ids[i]);
+		if (s_wait_failed_by(wt, w))
+			failed++;
+		else if (!s_wait_done_by(wt, w))
+			return 0;
+	}
+	return failed;
+}
+
 int
 hub_wait_satisfied(const wsync_hub_t *h, const struct hub_wait *wt)
 {
@@ -118,6 +152,37 @@ s_missing_entry(wsync_enc_t *e, const struct hub_wait *wt, const char *id,
 		wsync_enc_kv_str(e, "failure", wm->reason);
 }
 
+/* Encodes into e the refusal of wt with err and the workers missing; their number. */
+static size_t
+s_wait_refusal(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now,
+    const wsync_err_t *err, wsync_enc_t *e)
+{
+	size_t missing = 0;
+
+	if (wt->mode != WSYNC_WAIT_COUNT)
+		for (size_t i = 0; i < wt->nids; i++)
+			missing += !s_wait_done_by(wt, hub_worker_find(h, wt->ids[i]));
+	else
+		for (size_t i = 0; i < h->nworkers; i++)
+			missing += s_wait_lists(wt, h->workers[i], 0);
+	hub_refusal(e, wt->req, err, 1 + wt->commit);
+	s_wait_versions(e, wt);
+	wsync_enc_str(e, "missing");
+	msgpack_pack_array(&e->pk, missing);
+	if (wt->mode != WSYNC_WAIT_COUNT) {
+		for (size_t i = 0; i < wt->nids; i++) {
+			struct hub_worker *w = hub_worker_find(h, wt->ids[i]);
+			if (!s_wait_done_by(wt, w))
+				s_missing_entry(e, wt, wt->ids[i], w, now);
+		}
+	} else {
+		for (size_t i = 0; i < h->nworkers; i++)
+			if (s_wait_lists(wt, h->workers[i], 0))
+				s_missing_entry(e, wt, h->workers[i]->id, h->workers[i], now);
+	}
+	return missing;
+}
+
 size_t
 hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now, wsync_enc_t *e)
 {
@@ -140,22 +205,26 @@ hub_wait_expiry(const wsync_hub_t *h, const struct hub_wait *wt, int64_t now, ws
 		    "have applied it after %.1f s", wt->model, wt->version, total, wt->count,
 		    (double)(wt->deadline - wt->start) / 1000.0);
 	}
-	hub_refusal(e, wt->req, &err, 1 + wt->commit);
-	s_wait_versions(e, wt);
-	wsync_enc_str(e, "missing");
-	msgpack_pack_array(&e->pk, missing);
-	if (wt->mode != WSYNC_WAIT_COUNT) {
-		for (size_t i = 0; i < wt->nids; i++) {
-			struct hub_worker *w = hub_worker_find(h, wt->ids[i]);
-			if (!s_wait_done_by(wt, w))
-				s_missing_entry(e, wt, wt->ids[i], w, now);
-		}
-	} else {
-		for (size_t i = 0; i < h->nworkers; i++)
-			if (s_wait_lists(wt, h->workers[i], 0))
-				s_missing_entry(e, wt, h->workers[i]->id, h->workers[i], now);
-	}
-	return missing;
+	return s_wait_refusal(h, wt, now, &err, e);
+}
+
+/*
+ * Refuses wt, whose workers have all answered, failed workers of them
+ * included, with code 65 and the missing list (each with its failure).
+ */
+static void
+s_wait_fail(wsync_hub_t *h, const struct hub_wait *wt, size_t failed)
+{
+	wsync_enc_t e;
+	wsync_err_t err;
+
+	wsync_err_set(&err, EX_DATAERR, "%s version %" PRIu64 ": %zu of %zu workers could not "
+	    "apply it (a failed version is never retried)", wt->model, wt->version, failed,
+	    wt->nids);
+	s_wait_refusal(h, wt, wsync_now_ms(), &err, &e);
+	hub_send(h, wt->router, wt->ident, wt->identlen, &e);
+	hub_log(h, "event=waited model=%s version=%" PRIu64 " failed=%zu ms=%" PRId64, wt->model,
+	    wt->version, failed, wsync_now_ms() - wt->start);
 }
 
 /* Refuses the timed-out wait wt. */
@@ -182,11 +251,20 @@ void
 hub_waits_check(wsync_hub_t *h, const char *model)
 {
 	for (size_t i = 0; i < h->nwaits;) {
-		if (strcmp(h->waits[i].model, model) == 0 && hub_wait_satisfied(h, &h->waits[i])) {
-			s_wait_answer(h, &h->waits[i]);
-			s_wait_remove(h, i);
-		} else
+		size_t failed = 0;
+		if (strcmp(h->waits[i].model, model) != 0) {
 			i++;
+			continue;
+		}
+		if (hub_wait_satisfied(h, &h->waits[i]))
+			s_wait_answer(h, &h->waits[i]);
+		else if ((failed = s_wait_settled_failed(h, &h->waits[i])) > 0)
+			s_wait_fail(h, &h->waits[i], failed);
+		else {
+			i++;
+			continue;
+		}
+		s_wait_remove(h, i);
 	}
 }
 
@@ -278,6 +356,8 @@ int
 hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
     struct hub_wait *wt, int64_t start, uint64_t timeout, wsync_err_t *err)
 {
+	size_t failed = 0;
+
 	snprintf(wt->peer, sizeof(wt->peer), "%s", r->peer);
 	if (wt->mode == WSYNC_WAIT_ALL && s_wait_all(h, m, wt, err) < 0)
 		return -1;
@@ -291,8 +371,11 @@ hub_wait_start(wsync_hub_t *h, const struct hub_req *r, const wsync_model_t *m,
 	hub_log(h, "event=wait model=%s version=%" PRIu64 " mode=%s workers=%zu timeout_ms=%"
 	    PRIu64, wt->model, wt->version, wsync_wait_name(wt->mode),
 	    wt->mode == WSYNC_WAIT_COUNT ? (size_t)wt->count : wt->nids, timeout);
-	if (hub_wait_satisfied(h, wt)) {
-		s_wait_answer(h, wt);
+	if (hub_wait_satisfied(h, wt) || (failed = s_wait_settled_failed(h, wt)) > 0) {
+		if (failed > 0)
+			s_wait_fail(h, wt, failed);
+		else
+			s_wait_answer(h, wt);
 		hub_wait_free(wt);
 		return 0;
 	}
@@ -320,7 +403,7 @@ hub_op_wait(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	    hub_wait_parse(h, r, &wt, &timeout, err) < 0)
 		goto fail;
 	if ((m = wsync_store_find(h->store, wt.model)) == NULL) {
-		wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", wt.model);
+		hub_no_model(h, wt.model, err);
 		goto fail;
 	}
 	if (wt.version == 0) {

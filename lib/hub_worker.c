@@ -1,9 +1,12 @@
 /* hub_worker.c - the worker registry: hello, heads, acks and failures, bye, liveness. */
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <unistd.h>
 
 #include "hub_int.h"
 #include "index_int.h"
@@ -194,6 +197,47 @@ s_pattern_check(const char *s)
 	return 0;
 }
 
+/*
+ * 1 when a hello from host and pid names worker w while another process
+ * still runs as w: alive at the hub, and not a restart of it on this host
+ * (whose old pid is gone). The hub would count the two as one worker.
+ */
+static int
+s_twin(const struct hub_worker *w, const char *host, uint64_t pid)
+{
+	char here[WSYNC_MAX_ID + 1] = "";
+
+	if (w == NULL || !hub_worker_alive(w, wsync_now_ms()) || w->pid == 0 || pid == 0 ||
+	    (w->pid == pid && strcmp(w->host, host) == 0))
+		return 0;
+	gethostname(here, sizeof(here) - 1);
+	return strcmp(w->host, here) != 0 || kill((pid_t)w->pid, 0) == 0 || errno != ESRCH;
+}
+
+/*
+ * The models of a hello the store does not have but has one close to (a
+ * typo), as "polcy (the hub has policy); ..." in buf; "" when none.
+ */
+static void
+s_typos(const wsync_hub_t *h, char **models, size_t nmodels, char *buf, size_t size)
+{
+	char close[3 * (WSYNC_MAX_MODEL + 2)];
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < nmodels; i++) {
+		int n;
+		if (wsync_store_find(h->store, models[i]) != NULL ||
+		    hub_models_close(h, models[i], close, sizeof(close)) == 0)
+			continue;
+		n = snprintf(buf + len, size - len, "%s%s (the hub has %s)", len ? "; " : "",
+		    models[i], close);
+		if (n < 0 || (size_t)n >= size - len)
+			break;
+		len += (size_t)n;
+	}
+}
+
 int
 hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
@@ -202,6 +246,7 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	uint64_t proto, pid = 0;
 	size_t nmodels, nselect = 0, i;
 	struct hub_worker *w;
+	char twin[WSYNC_MAX_ID + 32] = "", typos[1024];
 	wsync_enc_t e;
 
 	if (hub_u64(r, "proto", 1, &proto, err) < 0 || hub_str(r, "role", 1, NULL, role,
@@ -224,6 +269,12 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	if (hub_list(wsync_msg_get(&r->msg, "select"), "select", 0, s_pattern_check, &select,
 	    &nselect, err) < 0)
 		goto fail;
+	if (worker[0] != '\0' && s_twin(hub_worker_find(h, worker), host, pid)) {
+		w = hub_worker_find(h, worker);
+		snprintf(twin, sizeof(twin), "host %s pid %" PRIu64, w->host, w->pid);
+		hub_log(h, "event=twin worker=%s host=%s pid=%" PRIu64 " other_host=%s "
+		    "other_pid=%" PRIu64, worker, host[0] ? host : "-", pid, w->host, w->pid);
+	}
 	if (worker[0] != '\0') {
 		if ((w = hub_worker_touch(h, worker, r->conn, err)) == NULL)
 			goto fail;
@@ -246,12 +297,17 @@ hub_op_hello(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	}
 	if (strcmp(role, "relay") == 0)
 		hub_arrive_reader_add(h, r->conn);
+	s_typos(h, models, nmodels, typos, sizeof(typos));
 	hub_log(h, "event=hello role=%s%s%s host=%s pid=%" PRIu64, role, worker[0] ? " worker=" :
 	    "", worker, host[0] ? host : "-", pid);
 	hub_strv_free(models, nmodels);
 	hub_strv_free(select, nselect);
 	/* store and store_id let a client on this host take versions from the files. */
-	hub_ok(&e, r->id, 8);
+	hub_ok(&e, r->id, 8 + (twin[0] != '\0') + (typos[0] != '\0'));
+	if (twin[0] != '\0')
+		wsync_enc_kv_str(&e, "twin", twin);
+	if (typos[0] != '\0')
+		wsync_enc_kv_str(&e, "typos", typos);
 	wsync_enc_kv_str(&e, "hub", h->name);
 	wsync_enc_kv_str(&e, "store", wsync_store_dir(h->store));
 	wsync_enc_kv_str(&e, "store_id", wsync_store_id(h->store));
@@ -432,6 +488,7 @@ hub_op_ack_or_fail(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		wm->failures++;
 		hub_log(h, "event=fail worker=%s model=%s version=%" PRIu64 " reason=\"%s\"", worker,
 		    model, version, wsync_log_quote(reason, quoted, sizeof(quoted)));
+		hub_waits_check(h, model);
 	} else {
 		s_applied_set(wm, version, 1);
 		if (transfer[0] != '\0') {

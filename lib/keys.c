@@ -87,6 +87,16 @@ s_parse(char *text, char *public, char *secret)
 	}
 }
 
+/* Like ssh: a secret others can read is no secret, and using it would hide that. */
+static int
+s_private(const char *path, mode_t mode, wsync_err_t *err)
+{
+	if ((mode & 077) == 0)
+		return 0;
+	return wsync_err_set(err, EX_NOPERM, "%s: the secret key file is open to others (mode "
+	    "%04o): chmod 600 %s", path, (unsigned)(mode & 07777), path);
+}
+
 int
 wsync_key_file_read(const char *path, int secret, char *text, size_t size, wsync_err_t *err)
 {
@@ -101,12 +111,8 @@ wsync_key_file_read(const char *path, int secret, char *text, size_t size, wsync
 		wsync_err_set(err, EX_DATAERR, "%s: not a key file (a regular file)", path);
 		goto out;
 	}
-	/* Like ssh: a secret others can read is no secret, and using it would hide that. */
-	if (secret && (st.st_mode & 077) != 0) {
-		wsync_err_set(err, EX_NOPERM, "%s: the secret key file is open to others (mode "
-		    "%04o): chmod 600 %s", path, (unsigned)(st.st_mode & 07777), path);
+	if (secret && s_private(path, st.st_mode, err) < 0)
 		goto out;
-	}
 	if ((n = read(fd, text, size)) < 0) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot read: %s", path, strerror(errno));
 		goto out;
@@ -126,11 +132,29 @@ int
 wsync_key_read(const char *path, char *public, char *secret, wsync_err_t *err)
 {
 	char text[S_MAX_CERT + 1], sec[WSYNC_Z85_KEY + 1];
+	struct stat st;
 	int rc = -1;
 
-	if (wsync_key_file_read(path, secret != NULL, text, sizeof(text), err) < 0)
+	/* What kind of key the file holds comes first: its mode matters for a secret one. */
+	if (wsync_key_file_read(path, 0, text, sizeof(text), err) < 0)
 		return -1;
 	s_parse(text, public, secret != NULL ? secret : sec);
+	if (secret != NULL && secret[0] == '\0' && public[0] != '\0') {
+		wsync_err_set(err, EX_DATAERR, "%s: a public key file, where a secret one is wanted "
+		    "(wsync-keygen writes that beside it, as %s_secret)", path, path);
+		goto out;
+	}
+	if (secret == NULL && sec[0] != '\0') {
+		wsync_err_set(err, EX_DATAERR, "%s: a secret key file, where the peer's public one "
+		    "is wanted (the file without _secret; the secret stays with its owner)", path);
+		goto out;
+	}
+	if (secret != NULL && stat(path, &st) < 0) {
+		wsync_err_set(err, EX_NOINPUT, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (secret != NULL && s_private(path, st.st_mode, err) < 0)
+		goto out;
 	if (secret != NULL) {
 		if (s_key_check(secret) < 0) {
 			wsync_err_set(err, EX_DATAERR, "%s: no secret-key of 40 Z85 characters in "

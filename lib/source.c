@@ -271,9 +271,13 @@ s_open_pipe(wsync_source_t *src, const char *model, wsync_err_t *err)
 	return 0;
 }
 
-/* Opens path as the document for model; as_tree: never sent as it is, never a pipe. */
+/*
+ * Opens path as the document for model (a checkpoint directory read as ckpt
+ * says); as_tree: never sent as it is, never a pipe.
+ */
 static wsync_source_t *
-s_open(const char *path, const char *model, int as_tree, wsync_err_t *err)
+s_open(const char *path, const char *model, const wsync_ckpt_in_t *ckpt, int as_tree,
+    wsync_err_t *err)
 {
 	int piped = strcmp(path, "-") == 0;
 	wsync_source_t *src = s_alloc(piped ? "stdin" : path, err);
@@ -286,7 +290,7 @@ s_open(const char *path, const char *model, int as_tree, wsync_err_t *err)
 		piped = 0;
 	if (!piped && wsync_is_dir(path)) {
 		wsync_source_destroy(&src);
-		return wsync_ckpt_source(path, model, err);
+		return wsync_ckpt_source(path, model, ckpt, err);
 	}
 	if (piped && as_tree) {
 		wsync_err_set(err, EX_USAGE, "stdin: a signed push reads a file, not a pipe (its "
@@ -333,15 +337,17 @@ fail:
 }
 
 wsync_source_t *
-wsync_source_open(const char *path, const char *model, wsync_err_t *err)
+wsync_source_open(const char *path, const char *model, const wsync_ckpt_in_t *ckpt,
+    wsync_err_t *err)
 {
-	return s_open(path, model, 0, err);
+	return s_open(path, model, ckpt, 0, err);
 }
 
 wsync_source_t *
-wsync_source_open_tree(const char *path, const char *model, wsync_err_t *err)
+wsync_source_open_tree(const char *path, const char *model, const wsync_ckpt_in_t *ckpt,
+    wsync_err_t *err)
 {
-	return s_open(path, model, 1, err);
+	return s_open(path, model, ckpt, 1, err);
 }
 
 wsync_tree_t *

@@ -24,14 +24,15 @@ typedef void (*wsync_source_progress_fn)(void *arg, uint64_t done, uint64_t tota
  * stream (only its header read now), or a .wsync file (sent as it is when it
  * is of model, re-written otherwise). Caller destroys it.
  */
-wsync_source_t *wsync_source_open(const char *path, const char *model, wsync_err_t *err);
+wsync_source_t *wsync_source_open(const char *path, const char *model,
+    const wsync_ckpt_in_t *ckpt, wsync_err_t *err);
 /*
  * As wsync_source_open, but always a tree, for a signed push to sign before
  * it is laid out: a .wsync input of model is re-written too, and a pipe is
  * refused (64: its tensors would be read once, after the signature).
  */
 wsync_source_t *wsync_source_open_tree(const char *path, const char *model,
-    wsync_err_t *err);
+    const wsync_ckpt_in_t *ckpt, wsync_err_t *err);
 /* The source's tree (borrowed): NULL for an input sent as it is. */
 wsync_tree_t *wsync_source_tree(wsync_source_t *src);
 /*
@@ -63,7 +64,8 @@ void wsync_source_hold(wsync_source_t *src, void (*release)(void *arg), void *ar
  * tensors under their own names and the small files beside them, read once
  * from the shards' mappings. Caller destroys it.
  */
-wsync_source_t *wsync_ckpt_source(const char *dir, const char *model, wsync_err_t *err);
+wsync_source_t *wsync_ckpt_source(const char *dir, const char *model,
+    const wsync_ckpt_in_t *in, wsync_err_t *err);
 /* The document's size in bytes; lays it out on first call (0 with err: it cannot be). */
 uint64_t wsync_source_size(wsync_source_t *src, wsync_err_t *err);
 /*

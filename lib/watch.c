@@ -18,6 +18,7 @@
 
 #define S_CALL_MS 3000          /* bound on one request while connected */
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
+#define S_PROBE_MS 5000         /* failed over: between looks at the first hub */
 
 /* What a watcher knows of one model it follows. */
 struct s_model {
@@ -46,6 +47,8 @@ struct s_watch {
 	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
 	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
+	wsync_err_t failure;    /* --once: the first version that could not be applied */
+	int64_t last_probe;     /* failed over: when the first hub was last looked at */
 };
 
 __attribute__((format(printf, 2, 3)))
@@ -108,16 +111,24 @@ s_drop_temps(struct s_watch *w)
 	}
 }
 
-/* Version v of model i could not be applied: never retry it, and tell the hub why. */
+/*
+ * Version v of model i could not be applied: never retry it, and tell the hub
+ * why. With --once, the watcher ends with code: the version it was to apply
+ * will not be.
+ */
 static void
-s_failed(struct s_watch *w, int i, uint64_t v, const char *reason)
+s_failed(struct s_watch *w, int i, uint64_t v, int code, const char *reason)
 {
 	const wsync_report_t r = { .worker = w->o->worker, .model = w->o->models[i],
 	    .version = v, .reason = reason[0] ? reason : "not applied" };
 	wsync_err_t rerr;
 
 	w->m[i].failed = v;
-	s_log(w, "%s version %" PRIu64 " not applied: %s", w->o->models[i], v, reason);
+	if (!w->o->once)
+		s_log(w, "%s version %" PRIu64 " not applied: %s", w->o->models[i], v, reason);
+	else if (w->failure.code == 0)
+		wsync_err_set(&w->failure, code, "%s version %" PRIu64 " not applied: %s",
+		    w->o->models[i], v, r.reason);
 	if (wsync_client_report(w->hub.client, &r, S_CALL_MS, &rerr) < 0)
 		s_log(w, "cannot report %s version %" PRIu64 ": %s", w->o->models[i], v, rerr.msg);
 }
@@ -202,7 +213,7 @@ s_check_signed(struct s_watch *w, wsync_err_t *err)
 		unlink(w->tmp[i]);
 		free(w->tmp[i]);
 		w->tmp[i] = NULL;
-		s_failed(w, i, w->heads[i].version, why[i]);
+		s_failed(w, i, w->heads[i].version, EX_DATAERR, why[i]);
 	}
 	free(why);
 	return 0;
@@ -271,7 +282,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 				return 0;
 			/* Bad bytes, or no room here: that version failed; the hub hears why. */
 			if (err->code == EX_DATAERR || err->code == EX_IOERR) {
-				s_failed(w, i, v, err->msg);
+				s_failed(w, i, v, err->code, err->msg);
 				return 0;
 			}
 			return -1;
@@ -309,7 +320,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 			    strerror(errno));
 			for (int j = 0; j < o->nmodels; j++)
 				if (w->tmp[j] != NULL)
-					s_failed(w, j, w->heads[j].version, why);
+					s_failed(w, j, w->heads[j].version, EX_IOERR, why);
 			s_drop_temps(w);
 			return 0;
 		}
@@ -328,7 +339,7 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		w->tmp[i] = NULL;
 		s_lease(w, i);
 		if (o->apply(o->arg, &u) < 0) {
-			s_failed(w, i, u.version, u.reason);
+			s_failed(w, i, u.version, 1, u.reason);
 			continue;
 		}
 		w->applied[i] = r.version = u.version;
@@ -456,12 +467,68 @@ s_next_endpoint(struct s_watch *w, wsync_err_t *err)
 	return 0;
 }
 
+/* --once -t: the bound passed with a model not applied; says which and why not. */
+static int
+s_once_timed_out(struct s_watch *w, wsync_err_t *err)
+{
+	const wsync_watch_opts_t *o = w->o;
+	int i = 0;
+
+	while (i < o->nmodels - 1 && w->applied[i] > 0)
+		i++;
+	if (w->heads[i].version == 0)
+		return wsync_err_set(err, EX_TEMPFAIL, "%s: no version within %.1f s (the hub "
+		    "at %s has none yet)", o->models[i], o->connect_timeout_ms / 1000.0,
+		    w->hub.endpoint);
+	return wsync_err_set(err, EX_TEMPFAIL, "%s: version %" PRIu64 " not applied within "
+	    "%.1f s", o->models[i], w->heads[i].version, o->connect_timeout_ms / 1000.0);
+}
+
+/*
+ * Failed over to another hub of the list: 1 when the first answers again,
+ * in the same tree, with every model at least at the version applied (going
+ * back to it skips nothing). Looked at once every S_PROBE_MS, as a client
+ * that is no worker, so the first hub counts none until the watcher is back.
+ */
+static int
+s_first_back(struct s_watch *w)
+{
+	const wsync_watch_opts_t *o = w->o;
+	const wsync_heads_ask_t a = { .models = o->models, .n = o->nmodels };
+	char first[sizeof(w->hub.endpoint)];
+	wsync_heads_from_t from;
+	wsync_client_t *c = NULL;
+	wsync_head_t *heads = NULL;
+	wsync_err_t ignored;
+	int back = 0;
+
+	if (o->nendpoints < 2 || w->hub.next == 1 || wsync_now_ms() - w->last_probe < S_PROBE_MS)
+		return 0;
+	w->last_probe = wsync_now_ms();
+	if (wsync_endpoint_resolve(o->endpoints[0], first, sizeof(first), &ignored) < 0 ||
+	    (heads = calloc((size_t)o->nmodels, sizeof(*heads))) == NULL ||
+	    (c = wsync_client_new(&(wsync_client_opts_t){ .endpoint = first, .role = "pull",
+	    .timeout_ms = 500, .key = o->key, .hub_key = o->hub_key }, &ignored)) == NULL ||
+	    wsync_client_heads(c, &a, heads, &from, S_CALL_MS, &ignored) < 0)
+		goto out;
+	back = strcmp(from.origin, w->store) == 0;
+	for (int i = 0; back && i < o->nmodels; i++)
+		back = heads[i].version >= w->applied[i];
+out:
+	wsync_client_destroy(&c);
+	free(heads);
+	return back;
+}
+
 static int
 s_run(struct s_watch *w, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
 	int64_t start = wsync_now_ms();
+	/* --once -t: the bound is on the whole run, not on each silence of the hub. */
+	const int64_t end = o->once && o->connect_timeout_ms ? start + o->connect_timeout_ms : 0;
 	int waiting_said = 0, only = -1;
+	int64_t beat;
 	wsync_head_t announced = { 0 };
 
 	while (!*o->stop) {
@@ -484,6 +551,14 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			s_log(w, "connected to hub %s at %s, announcements from %s",
 			    wsync_client_hub(w->hub.client), wsync_client_endpoint(w->hub.client),
 			    wsync_client_pub(w->hub.client));
+			if (wsync_client_twin(w->hub.client)[0] != '\0')
+				s_log(w, "another watcher with id %s is connected to this hub (%s, this "
+				    "one pid %ld): the hub counts the two as one worker; give each its "
+				    "own id", o->worker, wsync_client_twin(w->hub.client),
+				    (long)getpid());
+			if (wsync_client_typos(w->hub.client)[0] != '\0')
+				s_log(w, "no version yet of %s: waiting for one",
+				    wsync_client_typos(w->hub.client));
 			waiting_said = 0;
 		}
 		/* Announcements never replace the heartbeat round: one is due every beat. */
@@ -500,11 +575,21 @@ s_run(struct s_watch *w, wsync_err_t *err)
 			wsync_follow_disconnect(&w->hub);
 			if (s_next_endpoint(w, err) < 0)
 				return -1;
-			start = wsync_now_ms();
+			if (end == 0)
+				start = wsync_now_ms();
 			only = -1;
 			continue;
 		}
 		only = -1;
+		if (s_first_back(w)) {
+			s_log(w, "the first hub, at %s, is back with the versions applied: going back "
+			    "to it", o->endpoints[0]);
+			wsync_follow_disconnect(&w->hub);
+			w->hub.next = 0;
+			if (s_next_endpoint(w, err) < 0)
+				return -1;
+			continue;
+		}
 		if (o->nverify > 0)
 			s_check_age(w);
 		for (int i = 0; i < o->nmodels; i++) {
@@ -516,13 +601,21 @@ s_run(struct s_watch *w, wsync_err_t *err)
 		}
 		if (o->once) {
 			int all = 1;
+			if (w->failure.code != 0) {
+				*err = w->failure;
+				return -1;
+			}
 			for (int i = 0; i < o->nmodels; i++)
 				all &= w->applied[i] > 0;
 			if (all)
 				return 0;
+			if (end != 0 && wsync_now_ms() >= end)
+				return s_once_timed_out(w, err);
 		}
-		if (s_wait_announcement(w, (int)wsync_client_heartbeat_ms(w->hub.client), &only,
-		    &announced) != 2)
+		beat = wsync_client_heartbeat_ms(w->hub.client);
+		if (end != 0 && end - wsync_now_ms() < beat)
+			beat = end - wsync_now_ms();
+		if (s_wait_announcement(w, (int)beat, &only, &announced) != 2)
 			only = -1;
 	}
 	return 0;

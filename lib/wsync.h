@@ -254,8 +254,8 @@ int wsync_lease_open(const char *path);
 
 /* The subtree of a version that holds the small files beside the weights. */
 #define WSYNC_CKPT_FILES "__files__"
-#define WSYNC_CKPT_MAX_FILE (16 << 20)          /* bytes in one small file */
-#define WSYNC_CKPT_MAX_FILES_BYTES (64 << 20)   /* bytes in all of them */
+#define WSYNC_CKPT_MAX_FILE (16 << 20)          /* bytes in one small file, by default */
+#define WSYNC_CKPT_MAX_FILES_BYTES (64 << 20)   /* bytes in all of them: 4 times that */
 #define WSYNC_CKPT_MAX_FILES 256                /* small files in one directory */
 /* Shard size wsync writes when none is asked for. */
 #define WSYNC_CKPT_SHARD_SIZE (2ULL << 30)
@@ -280,6 +280,21 @@ int wsync_is_dir(const char *path);
  * 65 naming the file and the tensor otherwise. Caller closes.
  */
 wsync_ckpt_t *wsync_ckpt_open(const char *dir, wsync_err_t *err);
+/* How a checkpoint directory is read; zeros: as wsync_ckpt_open does. */
+typedef struct wsync_ckpt_in {
+	const char *const *exclude;     /* fnmatch(3) globs of names to leave out */
+	int nexclude;
+	uint64_t max_file;              /* bytes in one small file (all: 4 times); 0: 16 MiB */
+} wsync_ckpt_in_t;
+/* As wsync_ckpt_open, read as in says (may be NULL); in is borrowed for the call. */
+wsync_ckpt_t *wsync_ckpt_open_in(const char *dir, const wsync_ckpt_in_t *in,
+    wsync_err_t *err);
+/*
+ * What the directory holds that ck leaves out: subdirectories, shards the
+ * index does not name ("sub (a directory: ...), x.safetensors (...)"); ""
+ * when nothing. Borrowed until close.
+ */
+const char *wsync_ckpt_left_out(const wsync_ckpt_t *ck);
 /* Unmaps everything and sets *ck to NULL. */
 void wsync_ckpt_close(wsync_ckpt_t **ck);
 /* Number of tensors, in shard order and each shard's file order. */
@@ -735,6 +750,8 @@ typedef struct wsync_push_item {
 	 * DELTAS), else the version whole.
 	 */
 	const char *base;
+	/* A checkpoint directory at path: how it is read (NULL: as wsync_ckpt_open). */
+	const wsync_ckpt_in_t *ckpt;
 } wsync_push_item_t;
 
 /*
@@ -950,5 +967,100 @@ int wsync_runtime_dir(char *buf, size_t size, wsync_err_t *err);
 int wsync_endpoint_resolve(const char *opt, char *buf, size_t size, wsync_err_t *err);
 /* 1 when no other host reaches endpoint: not tcp://, or tcp:// on a loopback address. */
 int wsync_endpoint_local(const char *endpoint);
+/*
+ * 1 when endpoint is ipc://PATH and nothing is at PATH: no hub listens there
+ * (until one starts); 0 otherwise, tcp:// included.
+ */
+int wsync_endpoint_absent(const char *endpoint);
+
+/* ---- lib/cast.c: weights cast on the way out (wsync-format(5), CASTS) ---- */
+
+/* The meta keys of a cast version: what it is a cast of, and by which rules (JSON texts). */
+#define WSYNC_META_CAST_OF "wsync.cast_of"
+#define WSYNC_META_CAST "wsync.cast"
+
+/* How an f8e4m3 cast scales: a float32 scale per 128x128 block, or one per tensor. */
+typedef enum wsync_scaling {
+	WSYNC_SCALING_NONE, WSYNC_SCALING_BLOCK128, WSYNC_SCALING_TENSOR
+} wsync_scaling_t;
+
+/* One rule of a cast (--cast PATTERN=DTYPE[:SCALING]). */
+typedef struct wsync_cast_rule {
+	char pattern[256];              /* fnmatch(3) glob on tensor names */
+	wsync_dtype_t dtype;            /* bf16, f16, f32 or f8e4m3 */
+	wsync_scaling_t scaling;        /* f8e4m3: block128 or tensor; else none */
+} wsync_cast_rule_t;
+
+/* A cast: the first rule that matches a tensor's name decides; rules borrowed. */
+typedef struct wsync_cast {
+	const wsync_cast_rule_t *rules;
+	int n;
+} wsync_cast_t;
+
+/* Parses PATTERN=DTYPE[:SCALING] into rule; 64 when it is not one (message: "SPEC": why). */
+int wsync_cast_parse(const char *spec, wsync_cast_rule_t *rule, wsync_err_t *err);
+/* 64 when c's rules cannot make one checkpoint (block128 and tensor scaling together). */
+int wsync_cast_check(const wsync_cast_t *c, wsync_err_t *err);
+/* The rule as it is written ("*.weight=f8e4m3:block128") into buf. */
+void wsync_cast_rule_text(const wsync_cast_rule_t *r, char *buf, size_t size);
+
+/* float32 to bf16, rounded to nearest even; every NaN becomes 0x7fc0 (as PyTorch's). */
+uint16_t wsync_bf16_from_f32(float x);
+/* float32 to IEEE half, rounded to nearest even; -1 for a finite x beyond its range. */
+int wsync_f16_from_f32(float x, uint16_t *h);
+/*
+ * float32 to e4m3 (E4M3FN), rounded to nearest even, subnormals included;
+ * NaN and anything rounding beyond 448 become 0x7f (with x's sign), as
+ * PyTorch's conversion does: the FP8 rule clamps first.
+ */
+uint8_t wsync_e4m3_from_f32(float x);
+/* e4m3 to float32, exactly. */
+float wsync_e4m3_to_f32(uint8_t b);
+/*
+ * Converts count elements of a float dtype (f64, f32, f16, bf16) through
+ * float32 to f32, bf16 or f16 into dst; -1 with *bad the element that
+ * overflows f16.
+ */
+int wsync_cast_convert(wsync_dtype_t from, const void *src, uint64_t count, wsync_dtype_t to,
+    void *dst, uint64_t *bad);
+/*
+ * The FP8 rule on an [m, n] tensor x of a float dtype, in float32: each
+ * block x block tile (0: the whole tensor as one), edge tiles as they are,
+ * gets s = max(amax(|tile|) / 448, 1e-12) in scales (row-major over tiles)
+ * and q = e4m3(clamp(x / s, -448, 448)). -1 with *bad the first NaN or
+ * infinite element, nothing meaningful in q.
+ */
+int wsync_fp8_quantize(wsync_dtype_t dtype, const void *x, uint64_t m, uint64_t n,
+    uint64_t block, uint8_t *q, float *scales, uint64_t *bad);
+
+/* Writes tree into anonymous memory and opens it as a file named name; caller closes. */
+wsync_file_t *wsync_tree_image(wsync_tree_t *tree, const char *name, wsync_err_t *err);
+/*
+ * f cast by c, as a new .wsync image in memory (caller closes): only the
+ * tensors select picks (NULL: all) and every small file; X_scale_inv or
+ * X_scale beside each FP8 tensor X; config.json given its quantization_config;
+ * meta saying what it is a cast of. 65 naming the tensor and the rule before
+ * anything is made when a rule cannot apply.
+ */
+wsync_file_t *wsync_cast_file(const wsync_file_t *f, const wsync_cast_t *c,
+    const wsync_ckpt_out_t *select, wsync_err_t *err);
+/* Writes a cast (wsync_cast_file's) to path atomically, as a .wsync file. */
+int wsync_cast_write(const wsync_file_t *cast, const char *path, wsync_err_t *err);
+/*
+ * wsync_ckpt_publish of a cast (wsync_cast_file's, which applied o's
+ * selection) with o's shard size.
+ */
+int wsync_cast_publish(const wsync_file_t *cast, const char *link, uint64_t version,
+    const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size, wsync_err_t *err);
+/*
+ * A worker's output of the version in the .wsync file at path, cast by c:
+ * the cast made (65 naming the tensor and the rule, nothing written, when a
+ * rule cannot apply), then written to out atomically as a .wsync file, or
+ * (dir) published as a checkpoint directory behind the symlink out as
+ * wsync_cast_publish does. real (size bytes) gets what was written.
+ */
+int wsync_cast_output_path(const char *path, const wsync_cast_t *c, const char *out, int dir,
+    uint64_t version, const wsync_ckpt_out_t *o, unsigned keep, char *real, size_t size,
+    wsync_err_t *err);
 
 #endif

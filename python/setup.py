@@ -1,6 +1,8 @@
-"""Installs the wsync package: `pip install ./python` (offline, with Debian's
-setuptools), or `make install`, which copies it where the system's python3
-looks. It needs the wsync programs on PATH and libwsync.so.0 beside them."""
+"""Installs the wsync package with pip (offline, with Debian's setuptools, in a
+virtual environment: setuptools writes build/ and an egg-info beside this
+file); `make install-python VENV=DIR` copies it without either, and `make
+install` where the system's python3 looks. It needs the wsync programs on PATH
+and libwsync.so.0 beside them."""
 from setuptools import setup
 
 setup(

@@ -297,7 +297,35 @@ s.serve_forever()' &
 	wsync-push -m policy v2 >/dev/null
 	wait_until grep -q "^policy 2 " watch.out
 	run -0 cat reloads.log
-	assert_output "{\"model_path\": \"out/policy.v1\", \"version\": 1}
-{\"model_path\": \"out/policy.v2\", \"version\": 2}"
+	assert_output "{\"model_path\":\"out/policy.v1\",\"weight_version\":\"1\"}
+{\"model_path\":\"out/policy.v2\",\"weight_version\":\"2\"}"
 	assert_equal "$(mkckpt dump out/policy.v2 --files)" "$(mkckpt dump v2 --files)"
+}
+
+@test "a push of a directory says what it leaves out: subdirectories and shards the index does not name" {
+	mkckpt make ck
+	mkdir ck/global_step10
+	cp ck/config.json ck/global_step10/
+	cp "$(ls ck/*.safetensors | head -1)" ck/stale.safetensors
+	start_hub
+	run -0 --separate-stderr wsync-push -m policy ck
+	assert_output 1
+	assert_equal "$stderr" "wsync-push: ck: left out: global_step10 (a directory: only the files at the top are read), stale.safetensors (a shard the index does not name)"
+}
+
+@test "a file beside the weights over 16 MiB is refused, and pushed with --exclude or a higher --max-file" {
+	mkckpt make ck
+	head -c $((17 << 20)) /dev/zero >ck/optimizer.pt
+	start_hub
+	run -65 wsync-push -m policy ck
+	assert_output "wsync-push: ck/optimizer.pt: 17825792 bytes, over the bound of 16777216 for a file beside the weights (wsync-format(5), CHECKPOINT DIRECTORIES): leave it out, or raise the bound"
+	run -0 wsync-push --exclude 'optimizer.*' -m policy ck
+	assert_output 1
+	run -0 wsync-pull -m policy -o pulled --format safetensors
+	[ ! -e pulled/optimizer.pt ]
+	assert_equal "$(mkckpt dump pulled --files)" "$(mkckpt dump ck --files | grep -v optimizer.pt)"
+	run -0 wsync-push --max-file $((32 << 20)) -m policy ck
+	assert_output 2
+	run -0 wsync-pull -m policy -o pulled --format safetensors
+	cmp ck/optimizer.pt pulled/optimizer.pt
 }

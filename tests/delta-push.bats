@@ -106,9 +106,12 @@ hub_with_v1() {
 	wsync-convert s1.wsync s1.safetensors
 	wsync-convert -m policy s1.safetensors u1.wsync
 	run -64 wsync-push --transfer socket --base u1.wsync -m policy s2.wsync
-	assert_output "wsync-push: base u1.wsync holds an unnumbered file, not a version of model policy"
+	assert_output "wsync-push: --base u1.wsync holds an unnumbered file, not a version of model policy: give a .wsync file a pull or watcher of policy wrote (a conversion has no number)"
+	# A safetensors base gets the same hint, not one to convert it.
+	run -64 wsync-push --transfer socket --base s1.safetensors -m policy s2.wsync
+	assert_output "wsync-push: --base s1.safetensors holds a safetensors file, not a version of model policy: give a .wsync file a pull or watcher of policy wrote (a conversion has no number)"
 	run -64 wsync-push --transfer socket --base p1.wsync -m other s2.wsync
-	assert_output "wsync-push: base p1.wsync holds model policy, not a version of model other"
+	assert_output "wsync-push: --base p1.wsync holds model policy, not a version of model other"
 	run -64 wsync-push --base p1.wsync -m policy=s1.wsync -m critic=s2.wsync
 	assert_line -n 0 "wsync-push: --base names an older version of the one model pushed"
 	run -66 wsync-push --transfer socket --base nope.wsync -m policy s2.wsync

@@ -376,16 +376,24 @@ EOF
 	assert_output $'./fixtures-dir/a.wsync\n./fixtures-dir/b.safetensors\n./fixtures-dir/sub/'
 }
 
-@test "the README's five-minute tour runs as pasted" {
+@test "the README's five-minute tour runs as pasted, twice, beside a hub on the default endpoint" {
 	sed -n '/^## A five-minute tour$/,/^## /p' "$ROOT/README.md" |
 	    sed -n '/^```sh$/,/^```$/p' | sed '1d;$d' >tour.sh
 	[ -s tour.sh ]
 	# The tour's build directory is this suite's, its default hub private to the test.
 	sed -i "s|\$PWD/build/cc/bin|$WSYNC_BIN|; s|\$PWD/examples|$ROOT/examples|" tour.sh
 	mkdir -m 700 run
+	# A hub left on the default endpoint: the tour keeps to its own.
+	env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" wsync-serve --store "$TMP/left" 2>left.log &
+	PIDS+=($!)
+	wait_until grep -q "event=listen" left.log
 	cd "$ROOT"
 	# Whatever the tour started in the background ends with it, even when a step fails
 	# (and set -e, which holds in the trap too, must not fail it when all ended already).
+	run -0 --separate-stderr with_libwsync env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" \
+	    TMPDIR="$TMP" timeout 60 bash -c 'trap "kill \$(jobs -p) 2>/dev/null || true; wait" EXIT
+	    set -e; . "$1"' tour "$TMP/tour.sh"
+	assert_line --index 0 "1"
 	run -0 --separate-stderr with_libwsync env -u WSYNC_ENDPOINT XDG_RUNTIME_DIR="$TMP/run" \
 	    TMPDIR="$TMP" timeout 60 bash -c 'trap "kill \$(jobs -p) 2>/dev/null || true; wait" EXIT
 	    set -e; . "$1"' tour "$TMP/tour.sh"

@@ -374,3 +374,88 @@ EOF
 	assert_output 'wsync_worker_applied_version{worker="w1",model="policy"} 1'
 	[ ! -e wsync.prom.tmp ]
 }
+
+# start_engine [STATUS [BODY]]: fixtures/fakeengine.py in $TMP answering STATUS
+# with BODY; ENGINE_URL is its reload endpoint.
+start_engine() {
+	"$PY" "$FIXTURES/fakeengine.py" "$TMP" "$@" &
+	PIDS+=("$!")
+	wait_until test -e "$TMP/engine.port"
+	export ENGINE_URL="http://127.0.0.1:$(cat "$TMP/engine.port")/update_weights_from_disk"
+}
+
+# The request SGLang documents for /update_weights_from_disk (its
+# UpdateWeightFromDiskReqInput: model_path, and weight_version a string),
+# as fixtures/sglang-update-weights.json holds it, for a path that needs escaping.
+ENGINE_PATH='/srv/ckpt/policy "v7" \ ü.v7'
+
+@test "the engine hook posts what SGLang's update_weights_from_disk reads, escaped" {
+	start_engine
+	WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=7 run -0 "$EX/engine/reload-hook.sh"
+	assert_output ""
+	run -0 jq -cS . "$TMP/requests.jsonl"
+	assert_output "$(jq -cS . "$FIXTURES/sglang-update-weights.json")"
+}
+
+@test "the engine hook fails with the engine's message when it refuses" {
+	start_engine 400 '{"success": false, "message": "Failed to get weights iterator: no such directory"}'
+	WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=7 run -1 "$EX/engine/reload-hook.sh"
+	assert_output "reload-hook: the engine refused version 7 (HTTP 400): Failed to get weights iterator: no such directory"
+}
+
+@test "the engine hook fails when the engine answers 200 without success" {
+	start_engine 200 '{"success": false, "message": "weights are being updated"}'
+	WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=8 run -1 "$EX/engine/reload-hook.sh"
+	assert_output "reload-hook: the engine refused version 8 (HTTP 200): weights are being updated"
+}
+
+@test "the engine hook fails when no engine answers" {
+	ENGINE_URL="http://127.0.0.1:$(free_port)/update_weights_from_disk" \
+		WSYNC_PATH=$ENGINE_PATH WSYNC_VERSION=9 run -1 "$EX/engine/reload-hook.sh"
+	assert_line --partial "reload-hook: http://127.0.0.1:"
+	assert_line --partial "/update_weights_from_disk: no answer from the engine"
+}
+
+@test "make demo runs on a hub and store of its own beside a hub on the default endpoint" {
+	export XDG_RUNTIME_DIR="$TMP/run"
+	mkdir -m 700 run
+	unset WSYNC_ENDPOINT
+	wsync-serve --store "$TMP/mine" 2>mine.log &
+	PIDS+=($!)
+	wait_until grep -q "event=listen" mine.log
+	local build=${WSYNC_BIN%/bin}
+	run -0 env BUILD="${build#"$ROOT"/}" "$ROOT/scripts/demo"
+	assert_line --regexp "^== hub: wsync-serve on ipc://[^ ]+/hub, store in [^ ]+/store$"
+	assert_line "trainer: step 5 pushed as version 5; all 3 workers applied it"
+	# The hub on the default endpoint saw nothing of it.
+	run -0 bash -c 'wsync-inspect --hub --json | jq -c "[.models, .workers]"'
+	assert_output "[[],[]]"
+}
+
+@test "a PyTorch worker reports the whole reason a version does not load, not its first line" {
+	"$PY" -c 'import torch' 2>/dev/null ||
+	    skip "python3-torch is not installed (scripts/deps install torch, as root)"
+	start_hub
+	LD_PRELOAD=$(libasan_preload) ASAN_OPTIONS=detect_leaks=0:exitcode=99 \
+	    "$PY" "$EX/pytorch/worker.py" --id w1 --dir "$TMP" --ref "$TMP/ref" \
+	    >"$TMP/w1.out" 2>"$TMP/w1.err" &
+	PIDS+=("$!")
+	wait_until hub_has_worker w1
+	run -0 py 'import numpy as np, wsync
+wsync.write("odd.safetensors", {"nope": np.ones(2, np.float32)})'
+	run -65 --separate-stderr wsync-push --wait w1 --timeout 30 -m policy odd.safetensors
+	assert_regex "${stderr_lines[1]}" 'last failure: load_state_dict: Error\(s\) in loading state_dict for [A-Za-z]+: Missing key\(s\) in state_dict: .* Unexpected key\(s\) in state_dict: "nope"\.$'
+}
+
+@test "make demo stops, showing its hub's log and store, when its hub does not start" {
+	mkdir -p fake/bin
+	for p in "$WSYNC_BIN"/wsync-*; do ln -s "$p" fake/bin/; done
+	rm fake/bin/wsync-serve
+	printf '#!/bin/sh\necho "wsync-serve: cannot start" >&2\nexit 69\n' >fake/bin/wsync-serve
+	chmod +x fake/bin/wsync-serve
+	run -1 --separate-stderr env BUILD="$(realpath --relative-to="$ROOT" "$TMP/fake")" \
+	    timeout 30 "$ROOT/scripts/demo"
+	assert_regex "${stderr_lines[0]}" '^demo: the hub did not start \(store /[^ ]+/store\):$'
+	assert_equal "${stderr_lines[1]}" "wsync-serve: cannot start"
+	refute_output --partial "3 workers"
+}

@@ -191,6 +191,22 @@ print(wsync.wsync_size({"w": np.zeros(3, np.float32)}, "policy"), wsync._lib.lib
 	[ -f "$TMP/site/wsync/py.typed" ]
 }
 
+@test "the README's route installs the Python package into a scratch venv offline, writing nothing into the tree" {
+	"$PY" -c 'import ensurepip' 2>/dev/null || skip "python3-venv is not installed"
+	sed -n '/^The Python package alone, into a virtual environment/,/^It copies/p' \
+	    "$ROOT/README.md" | sed -n 's/^    //p' >route.sh
+	assert_equal "$(cat route.sh)" $'python3 -m venv --system-site-packages ~/venv\nmake install-python VENV=~/venv'
+	local before
+	before=$(git -C "$ROOT" status --porcelain --ignored python)
+	# As pasted at the top of the tree, offline, HOME a scratch directory.
+	(cd "$ROOT" && HOME="$TMP" PIP_NO_INDEX=1 PATH="/usr/bin:/bin" sh -e "$TMP/route.sh" >/dev/null)
+	assert_equal "$(git -C "$ROOT" status --porcelain --ignored python)" "$before"
+	PATH="$WSYNC_BIN:$PATH" run -0 with_libwsync "$TMP/venv/bin/python" -c '
+import numpy as np, wsync
+print(wsync.__file__.startswith("'"$TMP"'/venv/lib/"), wsync.wsync_size({"w": np.zeros(3, np.float32)}, "policy"))'
+	assert_output "True 140"
+}
+
 @test "the installed bash completion is found by program name and completes" {
 	s_make install
 	run -0 bash -c "source '$DEST/usr/share/bash-completion/completions/wsync-pull'

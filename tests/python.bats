@@ -44,3 +44,8 @@ s_need() {
 	s_need torch
 	s_pytest test_torch_publish_watch.py 2
 }
+
+@test "the package raises the exit status's class with the program's reason, NotInstalled, and clear errors for meta and keys (test_errors.py)" {
+	s_need pytest
+	s_pytest test_errors.py 7
+}

@@ -83,7 +83,40 @@ head_at() {
 	start_hub
 	start_relay r1
 	run -77 --separate-stderr wsync-push -e "ipc://$TMP/r1" -m policy v1.wsync
-	assert_equal "$stderr" "wsync-push: model policy is mirrored from the upstream $WSYNC_ENDPOINT: push it there"
+	assert_equal "$stderr" "wsync-push: model policy: this relay mirrors every model of the upstream $WSYNC_ENDPOINT, ones it has no version of too: push it there, or start the relay naming the models it mirrors, and push the others here"
+}
+
+@test "a relay told which models to mirror refuses a push of one of them, and takes another" {
+	make_versions 1
+	start_hub
+	start_relay r1 --model policy
+	run -77 --separate-stderr wsync-push -e "ipc://$TMP/r1" -m policy v1.wsync
+	assert_equal "$stderr" "wsync-push: model policy: this relay mirrors it from the upstream $WSYNC_ENDPOINT, as it was told to: push it there"
+	run -0 wsync-push -e "ipc://$TMP/r1" -m local v1.wsync
+	assert_output 1
+}
+
+@test "a watcher failed over to the root goes back to its relay once the relay is back and caught up" {
+	make_versions 2
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	start_relay r1
+	wait_until head_at "ipc://$TMP/r1" policy 1
+	start_watcher w1 -e "ipc://$TMP/r1" -e "$WSYNC_ENDPOINT"
+	wait_until watcher_at w1 1
+	kill "${RPID[r1]}"
+	wait "${RPID[r1]}" || true
+	WAIT_S=20 wait_until grep -q "trying the next hub, at $WSYNC_ENDPOINT" w1.err
+	wsync-push -m policy v2.wsync >/dev/null
+	wait_until watcher_at w1 2
+	start_relay r1
+	WAIT_S=30 wait_until grep -q "is back with the versions applied" w1.err
+	run -0 grep "is back" w1.err
+	assert_output "wsync-watch: the first hub, at ipc://$TMP/r1, is back with the versions applied: going back to it"
+	wait_until bash -c "grep -c 'event=hello role=watch worker=w1' r1.log | grep -qx 2"
+	# Back on the relay, it follows the pushes that reach it.
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w1 3
 }
 
 @test "a relay of a relay of the root: any depth keeps the numbers" {
@@ -189,7 +222,7 @@ root_has() {
 	assert_equal "$(content_of w.wsync)" "$(content_of v1.wsync)"
 	# The relay's key may read and report, not push.
 	run -77 --separate-stderr wsync-push --key relay_secret --hub-key root -m other v1.wsync
-	assert_regex "$stderr" "may only pull: put is for keys on the hub's push list"
+	assert_regex "$stderr" "may only pull: put is for keys on the hub's --allow-push list"
 }
 
 @test "with keys, a relay whose key is on none of the root's lists is refused, saying which key, and mirrors nothing" {
@@ -203,7 +236,7 @@ root_has() {
 	start_hub --secret-key root_secret --allow-push push --allow-pull pull
 	start_relay r1 --key relay_secret --hub-key root --secret-key rhub_secret --allow-pull rpull
 	wait_until grep -q "event=relay-wait" r1.log
-	run -0 grep -F "event=relay-wait upstream=$WSYNC_ENDPOINT error=\"the hub at $WSYNC_ENDPOINT refused this client's key $relay_key (status 400): it is on none of the hub's allow lists\"" r1.log
+	run -0 grep -F "event=relay-wait upstream=$WSYNC_ENDPOINT error=\"the hub at $WSYNC_ENDPOINT refused this client's key $relay_key (status 400): it is on none of the hub's --allow-push or --allow-pull lists\"" r1.log
 	wait_until grep -qF "event=deny key=$relay_key " hub.log
 	wsync-push --key pusher_secret --hub-key root -m policy v1.wsync >/dev/null
 	run -66 --separate-stderr wsync-pull --key worker_secret --hub-key rhub -e "ipc://$TMP/r1" \
@@ -212,7 +245,7 @@ root_has() {
 	# Each hop checks its own lists: a key the root lets push is no key of the relay's.
 	run -77 --separate-stderr wsync-pull --key pusher_secret --hub-key rhub -e "ipc://$TMP/r1" \
 		-m policy -o p.wsync
-	assert_regex "$stderr" "refused this client's key .* it is on none of the hub's allow lists"
+	assert_regex "$stderr" "refused this client's key .* it is on none of the hub's --allow-push or --allow-pull lists"
 }
 
 @test "a root, 2 relays, 6 watchers, 20 versions: --wait all, a relay killed with -9, failover, restart" {

@@ -42,7 +42,7 @@ hub_logged() {
 	start_secure_hub
 	make_versions 1
 	run -77 env -u WSYNC_KEY -u WSYNC_HUB_KEY wsync-pull -m policy -t 5
-	assert_output "wsync-pull: the hub at $WSYNC_ENDPOINT only lets in clients with keys: this client has none (its secret key and the hub's public key, as \$WSYNC_KEY and \$WSYNC_HUB_KEY give them)"
+	assert_output "wsync-pull: the hub at $WSYNC_ENDPOINT only lets in clients with keys: give --key and --hub-key (or \$WSYNC_KEY and \$WSYNC_HUB_KEY)"
 	wait_until hub_logged 'event=deny socket=router'
 	run -0 wsync-push -m policy v1.wsync
 	assert_output 1
@@ -51,7 +51,7 @@ hub_logged() {
 @test "a key on no allow list is refused with 77 and the hub logs the key" {
 	start_secure_hub
 	run -77 wsync-pull --key stranger_secret -m policy -t 5
-	assert_output "wsync-pull: the hub at $WSYNC_ENDPOINT refused this client's key $(public_key stranger) (status 400): it is on none of the hub's allow lists"
+	assert_output "wsync-pull: the hub at $WSYNC_ENDPOINT refused this client's key $(public_key stranger) (status 400): it is on none of the hub's --allow-push or --allow-pull lists"
 	wait_until hub_logged "event=deny key=$(public_key stranger) address=127.0.0.1 error=\"the key is on no allow list\""
 	run -0 wsync-inspect --hub
 }
@@ -59,7 +59,7 @@ hub_logged() {
 @test "a wrong hub key is refused with 77 within the timeout" {
 	start_secure_hub
 	run -77 timeout 10 wsync-watch --hub-key stranger -m policy -o w.wsync
-	assert_output "wsync-watch: the CURVE handshake with the hub at $WSYNC_ENDPOINT failed: is $(public_key stranger) the hub's public key?"
+	assert_output "wsync-watch: the CURVE handshake with the hub at $WSYNC_ENDPOINT failed: is --hub-key ($(public_key stranger)) the hub's public key?"
 	wait_until hub_logged "event=deny socket=router error=\"a client that does not have the hub's public key\""
 }
 
@@ -67,7 +67,7 @@ hub_logged() {
 	start_secure_hub
 	make_versions 1
 	run -77 wsync-push --key puller_secret -m policy v1.wsync
-	assert_output "wsync-push: the key $(public_key puller) may only pull: put is for keys on the hub's push list"
+	assert_output "wsync-push: the key $(public_key puller) may only pull: put is for keys on the hub's --allow-push list"
 	wait_until hub_logged "event=refuse op=put id=2 code=77"
 	run -0 wsync-push -m policy v1.wsync
 	assert_output 1
@@ -80,7 +80,7 @@ hub_logged() {
 	start_secure_hub
 	run -0 env WSYNC_KEY="$TMP/puller_secret" wsync-inspect --hub --json
 	run -64 env -u WSYNC_HUB_KEY wsync-pull -m policy
-	assert_output "wsync-pull: a secret key without the hub's public key (\$WSYNC_HUB_KEY): CURVE needs both this client's secret key and the hub's public key"
+	assert_output "wsync-pull: --key without --hub-key (or \$WSYNC_HUB_KEY): CURVE needs both this client's secret key and the hub's public key"
 }
 
 @test "a watcher with a pull key follows every version over CURVE" {
@@ -131,6 +131,20 @@ hub_logged() {
 	chmod 640 hub_secret
 	run -77 wsync-serve --store "$STORE" --secret-key hub_secret --allow-pull pull
 	assert_output "wsync-serve: hub_secret: the secret key file is open to others (mode 0640): chmod 600 hub_secret"
+}
+
+@test "a public key given as a client's secret one is refused with what it is" {
+	start_secure_hub
+	run -65 timeout 10 wsync-pull --key pusher -m policy -o p.wsync
+	assert_output "wsync-pull: pusher: a public key file, where a secret one is wanted (wsync-keygen writes that beside it, as pusher_secret)"
+	run -65 timeout 10 wsync-serve --store "$TMP/other" --secret-key hub --allow-pull pull
+	assert_output "wsync-serve: hub: a public key file, where a secret one is wanted (wsync-keygen writes that beside it, as hub_secret)"
+}
+
+@test "the hub's secret key given as its public one is refused with what it is" {
+	start_secure_hub
+	run -65 timeout 10 wsync-pull --hub-key hub_secret -m policy -o p.wsync
+	assert_output "wsync-pull: hub_secret: a secret key file, where the peer's public one is wanted (the file without _secret; the secret stays with its owner)"
 }
 
 @test "keys without allow lists, or lists without keys, are usage errors" {

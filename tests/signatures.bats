@@ -270,7 +270,7 @@ actor 2"
 	run -0 cat key.key.seq
 	assert_output "100"
 	run -65 wsync-push -q --sign-key key.key --seq 100 -m policy v2.wsync
-	assert_output "wsync-push: sequence number 100 is not above 100, the last sequence number signed with key.key (kept in key.key.seq): workers refuse a number not above the one they applied"
+	assert_output "wsync-push: --seq 100 is not above 100, the last sequence number signed with key.key (kept in key.key.seq): workers refuse a number not above the one they applied"
 	run -0 wsync-push -q --sign-key key.key -m policy v2.wsync
 	assert_output "2"
 	run -0 wsync-inspect --json "$STORE/policy/2.wsync"
@@ -291,7 +291,7 @@ Try 'wsync-push --help'."
 	EOF
 	assert_output "ok policy 1
 ok policy 2
-error 65 sequence number 7 is not above 7, the last sequence number signed with key.key (kept in key.key.seq): workers refuse a number not above the one they applied"
+error 65 --seq 7 is not above 7, the last sequence number signed with key.key (kept in key.key.seq): workers refuse a number not above the one they applied"
 	run -0 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
 	assert_output "2"
 	run -0 jq .signed.seq < <(wsync-inspect --json p.wsync)

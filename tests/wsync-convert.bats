@@ -30,7 +30,8 @@ tensor() {
 @test "--help prints the usage and the options on stdout" {
 	run -0 --separate-stderr wsync-convert --help
 	assert_output - <<'EOF'
-usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] [--shard-size BYTES] IN OUT
+usage: wsync-convert [-l tree|flat] [-m MODEL] [-t wsync|safetensors|dir] [--shard-size BYTES]
+                     [--cast PATTERN=DTYPE[:SCALING]]... IN OUT
 
 Converts IN, a safetensors or .wsync file (told apart by content) or a checkpoint
 directory (shards, an index, small files), to OUT. IN and OUT may be - for stdin
@@ -46,6 +47,10 @@ and stdout.
                            writes a new checkpoint directory OUT
       --shard-size BYTES   dir output: tensor bytes per shard at most (default
                            2 GiB)
+      --cast PATTERN=DTYPE[:SCALING]
+                           write the tensors whose names match the glob as DTYPE
+                           (bf16, f16, f32, or f8e4m3 with block128 or tensor
+                           scaling); the first matching rule decides (repeatable)
   -h, --help               show this help
   -V, --version            show the version
 
@@ -57,9 +62,12 @@ EOF
 
 @test "the usage line is the man page's SYNOPSIS" {
 	run -0 wsync-convert --help
-	usage=${lines[0]#usage: }
+	# The usage's lines up to the first empty one, and the SYNOPSIS's, each joined.
+	usage=$(sed -n '1,/^$/p' <<<"$output" | sed 's/^usage: //; s/^ *//' | paste -sd ' ' |
+		sed 's/ *$//')
 	synopsis=$(MANWIDTH=200 man -l "$ROOT/man/wsync-convert.1" 2>/dev/null |
-		sed -n '/^SYNOPSIS/{n;p;}' | sed 's/^ *//')
+		sed -n '/^SYNOPSIS/,/^DESCRIPTION/p' | sed '1d;$d; s/^ *//' | paste -sd ' ' |
+		sed 's/ *$//')
 	assert_equal "$synopsis" "$usage"
 }
 

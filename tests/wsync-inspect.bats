@@ -121,10 +121,10 @@ w     f32    [2,2]     16  -"
 	assert_output "wsync-inspect: nope.wsync: cannot open: No such file or directory"
 }
 
-@test "a directory exits 66" {
+@test "a directory that is no checkpoint exits 66, saying what it lacks" {
 	mkdir d
 	run -66 wsync-inspect d
-	assert_output "wsync-inspect: d: is a directory"
+	assert_output "wsync-inspect: d: no shard: neither model.safetensors.index.json nor a *.safetensors file"
 }
 
 @test "an empty file exits 65" {
@@ -207,7 +207,7 @@ Try 'wsync-inspect --help'."
 
 @test "--help prints the usage and exits 0" {
 	run -0 wsync-inspect --help
-	assert_line -n 0 "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|-"
+	assert_line -n 0 "usage: wsync-inspect [--json] [--verify] [--verify-key FILE]... FILE|DIR|-"
 	assert_line -n 1 "       wsync-inspect diff [--json] A B"
 }
 
@@ -234,4 +234,22 @@ Try 'wsync-inspect --help'."
 	run -0 wsync-inspect --json far.wsync
 	run -0 jq -r .signed.at <<<"$output"
 	assert_output "4611686018427387904 s"
+}
+
+@test "a checkpoint directory is shown as the document a push of it makes" {
+	"$PY" "$FIXTURES/mkckpt.py" make ck --layers 1 >/dev/null
+	run -0 wsync-convert ck ck.wsync
+	run -0 bash -c 'diff <(wsync-inspect --json ck | jq "del(.file)") <(wsync-inspect --json ck.wsync | jq "del(.file)")'
+	run -0 --separate-stderr wsync-inspect --verify ck
+	assert_output "ck: OK"
+}
+
+@test "diff reads two checkpoint directories: 0 when the same, 1 naming what differs" {
+	"$PY" "$FIXTURES/mkckpt.py" make a --layers 1 >/dev/null
+	cp -r a b
+	run -0 wsync-inspect diff a b
+	assert_output "= 15 unchanged"
+	"$PY" "$FIXTURES/mkckpt.py" make b --layers 1 --seed 3 >/dev/null
+	run -1 wsync-inspect diff a b
+	assert_line --regexp '^~ lm_head\.weight values max_abs_diff=[0-9.]+$'
 }

@@ -41,6 +41,17 @@ load hub_helper
 	[ ! -e x.wsync ]
 }
 
+@test "a pull of a model the hub lacks names the close ids it has" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync
+	wsync-push -m policy2 v1.wsync
+	run -66 wsync-pull -m Policy -o x.wsync
+	assert_output 'wsync-pull: model "Policy" has no version (the hub has policy, policy2)'
+	run -66 wsync-pull -m polcy -o x.wsync
+	assert_output 'wsync-pull: model "polcy" has no version (the hub has policy, policy2)'
+}
+
 @test "wsync-pull of several models writes each into the directory, or none when one is missing" {
 	make_versions 2
 	start_hub
@@ -219,7 +230,7 @@ inode() { stat -c %i "$1"; }
 	start_hub
 	wsync-push -m policy v1.wsync >/dev/null
 	run -64 wsync-pull -m policy --transfer link -o l.wsync
-	assert_output "wsync-pull: cannot link $STORE/policy/1.wsync to l.wsync: Invalid cross-device link (a copy works across file systems)"
+	assert_output "wsync-pull: --transfer link: cannot link $STORE/policy/1.wsync to l.wsync: Invalid cross-device link (--transfer copy works across file systems)"
 	[ ! -e l.wsync ]
 	run -0 wsync-pull -m policy -o a.wsync
 	cmp a.wsync "$STORE/policy/1.wsync"
@@ -235,9 +246,9 @@ inode() { stat -c %i "$1"; }
 	# A tmpfs over the store: the hub's socket is still there, its files are not.
 	hidden() { unshare -m sh -c 'mount -t tmpfs none "$0" && exec "$@"' "$STORE" "$@"; }
 	run -64 hidden wsync-pull -m policy --transfer link -o x.wsync
-	assert_output "wsync-pull: transfer by link: the hub's store is not visible from here (another host, user or mount namespace); socket or auto works"
+	assert_output "wsync-pull: --transfer link: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
 	run -64 hidden wsync-push -m policy --transfer copy big.safetensors
-	assert_output "wsync-push: transfer by copy: the hub's store is not visible from here (another host, user or mount namespace); socket or auto works"
+	assert_output "wsync-push: --transfer copy: the hub's store is not visible from here (another host, user or mount namespace); use socket or auto"
 	run -0 hidden wsync-pull -m policy -o x.wsync
 	cmp x.wsync "$STORE/policy/1.wsync"
 	run -0 hidden wsync-push -m policy big.safetensors

@@ -34,6 +34,45 @@ load hub_helper
 	assert_equal "${#stderr_lines[@]}" 2
 }
 
+@test "--wait all ends with 65 as soon as every watcher applied or failed, each failure named" {
+	make_versions 1
+	start_hub
+	start_watcher good
+	start_watcher bad -x 'echo no room for it >&2; exit 3'
+	wait_until hub_has_worker good
+	wait_until hub_has_worker bad
+	run -65 --separate-stderr timeout 20 wsync-push --wait all --timeout 30 -m policy v1.wsync
+	assert_output "1"
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 2 workers could not apply it (a failed version is never retried)"
+	assert_regex "${stderr_lines[1]}" '^  bad: has no version, last seen [0-9.]+ s ago, last failure: hook exited with status 3$'
+	assert_equal "${#stderr_lines[@]}" 2
+	wait_until watcher_at good 1
+}
+
+@test "--wait with an id the hub never heard from warns at the start and waits for it all the same" {
+	make_versions 1
+	start_hub
+	run -75 --separate-stderr wsync-push --wait everyone --timeout 1 -m policy v1.wsync
+	assert_output "1"
+	assert_equal "${stderr_lines[0]}" "wsync-push: --wait: the hub has never heard from everyone; waiting for it all the same"
+	# The wait has what is left of the 1 s once the push is done.
+	assert_regex "${stderr_lines[1]}" '^wsync-push: policy version 1: 1 of 1 workers have not applied it after (1\.0|0\.[0-9]) s$'
+	assert_equal "${stderr_lines[2]}" "  everyone: has no version, never seen"
+}
+
+@test "--wait for an id named before its watcher starts is satisfied once it applies" {
+	make_versions 1
+	start_hub
+	wsync-push --wait late --timeout 30 -m policy v1.wsync >push.out 2>push.err &
+	PIDS+=($!)
+	local push=$!
+	wait_until grep -q "never heard from late" push.err
+	start_watcher late
+	wait "$push"
+	assert_equal "$(cat push.out)" "1"
+	assert_equal "$(cat push.err)" "wsync-push: --wait: the hub has never heard from late; waiting for it all the same"
+}
+
 @test "a bad weight file is refused with 65 before anything is sent" {
 	start_hub
 	"$PY" "$FIXTURES/mkhostile.py" unknown-dtype bad.wsync
@@ -288,4 +327,30 @@ Try 'wsync-push --help'."
 	assert_output "error 64 -q is an option of the wsync-push --batch command, not of a request
 error 64 --progress is an option of the wsync-push --batch command, not of a request
 ok policy 1"
+}
+
+@test "Ctrl-C after the commit was sent says the version may be committed and how to see it" {
+	make_versions 1
+	local port
+	port=$(free_port)
+	export WSYNC_ENDPOINT="tcp://127.0.0.2:$port"
+	start_hub
+	# Every byte 500 ms late each way: the hub logs the commit half a second
+	# before its answer reaches the pusher, which is interrupted in between.
+	"$PY" "$FIXTURES/delayproxy.py" 500 127.0.0.2 "$port" >"$TMP/proxy.out" 2>&1 &
+	PIDS+=("$!")
+	wait_until grep -q ready "$TMP/proxy.out"
+	wsync-push -e "tcp://127.0.0.1:$port" --transfer socket -m policy v1.wsync \
+		>push.out 2>push.err &
+	local push=$!
+	PIDS+=("$push")
+	WAIT_S=30 wait_log "event=commit model=policy version=1"
+	kill -INT "$push"
+	local rc=0
+	wait "$push" || rc=$?
+	assert_equal "$rc" 130
+	assert_equal "$(cat push.err)" "wsync-push: interrupted by signal 2 after the commit was sent to tcp://127.0.0.1:$port; the version may still have been committed (see wsync-inspect --hub)"
+	[ ! -s push.out ]
+	run -0 bash -c 'wsync-inspect --hub --json | jq ".models[0].head"'
+	assert_output 1
 }

@@ -450,13 +450,29 @@ $TMP/store/.uploads:"
 	start_hub
 	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w1","host":"h","pid":1,"models":["policy"]}'
 	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w2","host":"h","pid":2,"models":["policy"]}'
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w3","host":"h","pid":3,"models":["policy"]}'
 	run -0 hub push policy=v.wsync
 	run -0 hub req '{"op":"ack","worker":"w1","model":"policy","version":1}'
 	run -0 hub req '{"op":"fail","worker":"w2","model":"policy","version":1,"reason":"hook exited 3"}'
 	run -75 hub req '{"op":"wait","model":"policy","version":1,"mode":"all","timeout_ms":200}'
 	run -0 jq -c '[.code, .error, [.missing[] | [.worker, .version, .failure, (.seen | type)]]]' <<<"$output"
-	assert_output '[75,"policy version 1: 1 of 2 workers have not applied it after 0.2 s",[["w2",0,"hook exited 3","number"]]]'
+	assert_output '[75,"policy version 1: 2 of 3 workers have not applied it after 0.2 s",[["w2",0,"hook exited 3","number"],["w3",0,null,"number"]]]'
 	run -0 grep -c 'event=fail worker=w2 model=policy version=1 reason="hook exited 3"' "$TMP/hub.log"
+}
+
+@test "a wait whose workers all answered, one with a failure, is refused at once with 65" {
+	mkfile
+	start_hub
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w1","host":"h","pid":1,"models":["policy"]}'
+	run -0 hub req '{"op":"hello","proto":1,"role":"watch","worker":"w2","host":"h","pid":2,"models":["policy"]}'
+	run -0 hub push policy=v.wsync
+	run -0 hub req '{"op":"ack","worker":"w1","model":"policy","version":1}'
+	run -0 hub req '{"op":"fail","worker":"w2","model":"policy","version":1,"reason":"hook exited 3"}'
+	# The hour it could wait is not waited: a failed version is never retried.
+	run -65 timeout 20 "$PY" "$FIXTURES/hubclient.py" "ipc://$TMP/hub" req '{"op":"wait","model":"policy","version":1,"mode":"all","timeout_ms":3600000}'
+	run -0 jq -c '[.code, .error, [.missing[] | [.worker, .version, .failure]]]' <<<"$output"
+	assert_output '[65,"policy version 1: 1 of 2 workers could not apply it (a failed version is never retried)",[["w2",0,"hook exited 3"]]]'
+	run -0 grep -c "event=waited model=policy version=1 failed=1 " "$TMP/hub.log"
 }
 
 @test "wait for named ids lists one never seen with a nil seen" {

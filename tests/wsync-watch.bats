@@ -78,7 +78,8 @@ PYEOF
 	start_hub
 	start_watcher hooked -x 'exit 3'
 	WAIT_S=10 wait_until bash -c '[ "$(wsync-inspect --hub --json | jq ".workers | length")" = 1 ]'
-	run -75 --separate-stderr wsync-push --wait all --timeout 2 -m policy v1.wsync
+	run -65 --separate-stderr timeout 20 wsync-push --wait all --timeout 30 -m policy v1.wsync
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 1 workers could not apply it (a failed version is never retried)"
 	assert_regex "${stderr_lines[1]}" '^  hooked: has no version, last seen [0-9.]+ s ago, last failure: hook exited with status 3$'
 	run -0 wsync-inspect --hub --json
 	assert_equal "$(jq -r '.workers[0].failure.reason' <<<"$output")" "hook exited with status 3"
@@ -141,10 +142,12 @@ PYEOF
 @test "a watcher that cannot write its output reports the failure and keeps running" {
 	make_versions 1
 	start_hub
+	mkdir missing
 	wsync-watch --id nowhere -m policy -o "$TMP/missing/p.wsync" >nowhere.out 2>nowhere.err &
 	PIDS+=($!)
 	wait_until hub_has_worker nowhere
-	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
+	rmdir missing
+	run -65 --separate-stderr timeout 20 wsync-push --wait all --timeout 30 -m policy v1.wsync
 	assert_regex "${stderr_lines[1]}" "^  nowhere: has no version, last seen [0-9.]+ s ago, last failure: $TMP/missing/p.wsync: cannot create a temporary file: No such file or directory$"
 	kill -0 "${PIDS[-1]}"
 	run -0 grep -c "event=hello role=watch" hub.log
@@ -167,7 +170,7 @@ PYEOF
 	start_hub
 	start_watcher hung -x 'exec sleep 60' --exec-timeout 1
 	wait_until hub_has_worker hung
-	run -75 --separate-stderr wsync-push --wait all --timeout 4 -m policy v1.wsync
+	run -65 --separate-stderr timeout 20 wsync-push --wait all --timeout 30 -m policy v1.wsync
 	assert_regex "${stderr_lines[1]}" '^  hung: has no version, last seen [0-9.]+ s ago, last failure: hook timed out after 1.0 s$'
 	kill -0 "${WPID[hung]}"
 }
@@ -318,8 +321,8 @@ policy 2 $TMP/r1.wsync"
 	wait_until lines_of r1 1
 	echo 'fail load_state_dict: missing key actor.0.bias' >&8
 	wait_until grep -q "event=fail" hub.log
-	run -75 --separate-stderr wsync-push --wait-for 1 -m policy -w r1, -t 1
-	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 1 workers have not applied it after 1.0 s"
+	run -65 --separate-stderr timeout 20 wsync-push --wait-for 1 -m policy -w r1, -t 30
+	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 1 workers could not apply it (a failed version is never retried)"
 	assert_equal "${stderr_lines[1]%%, last seen*}" "  r1: has no version"
 	assert_equal "${stderr_lines[1]#*s ago, }" "last failure: load_state_dict: missing key actor.0.bias"
 	run -0 grep -c 'event=fail worker=r1 model=policy version=1 reason="load_state_dict: missing key actor.0.bias"' hub.log
@@ -467,3 +470,92 @@ holds_inode() {
 	assert_output ""
 }
 
+
+@test "an output in a directory that does not exist is refused at start with 66" {
+	run -66 timeout 20 wsync-watch --id typo -m policy -o nodir/p.wsync
+	assert_output "wsync-watch: nodir: no such directory for the output nodir/p.wsync"
+}
+
+@test "--once -t ends with 75 within its bound when the hub has no version of the model" {
+	start_hub
+	run -75 timeout 20 wsync-watch -q --once -t 1 --id early -m policy -o p.wsync
+	assert_output "wsync-watch: policy: no version within 1.0 s (the hub at $WSYNC_ENDPOINT has none yet)"
+}
+
+@test "--once -t ends with 69 within its bound when no hub answers" {
+	run -69 timeout 20 wsync-watch -q --once -t 0.5 --id alone -m policy -o p.wsync
+	assert_output "wsync-watch: cannot reach $WSYNC_ENDPOINT after 0.5 s (is wsync-serve running?)"
+}
+
+@test "--once ends with 1 when the hook fails the version, which is reported" {
+	make_versions 1
+	start_hub
+	run -0 wsync-push -m policy v1.wsync
+	run -1 --separate-stderr timeout 20 wsync-watch -q --once -t 30 --id hooked -x 'exit 3' \
+		-m policy -o p.wsync
+	assert_equal "$stderr" "wsync-watch: policy version 1: hook exited with status 3
+wsync-watch: policy version 1 not applied: hook exited with status 3"
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.workers[0].failure.reason' <<<"$output")" "hook exited with status 3"
+}
+
+@test "--once ends with 65 when the copy from the hub is corrupt" {
+	need_test_hooks WSYNC_TEST_FLIP_GET
+	make_versions 1
+	WSYNC_TEST_FLIP_GET=1 start_hub
+	run -0 wsync-push -m policy v1.wsync
+	run -65 timeout 20 wsync-watch -q --once -t 30 --transfer socket --id w -m policy -o p.wsync
+	assert_output "wsync-watch: policy version 1 not applied: policy: tensor actor.0.weight: data does not match its hash"
+	[ ! -e p.wsync ]
+}
+
+@test "--once ends with 74 when the output's disk is full" {
+	[ "$(id -u)" = 0 ] && command -v unshare >/dev/null ||
+	    skip "needs root and unshare to mount a small tmpfs in a mount namespace"
+	make_big 1
+	start_hub
+	run -0 wsync-push -m policy big.safetensors
+	mkdir small
+	run -74 timeout 20 unshare -m sh -c 'mount -t tmpfs -o size=64k none small && exec "$@"' _ \
+		wsync-watch -q --once -t 30 --id full -m policy -o small/p.wsync
+	assert_output --regexp "^wsync-watch: policy version 1 not applied: .*No space left on device\$"
+}
+
+@test "a second watcher with the id of one still connected is warned about, both named, and logged" {
+	start_hub
+	start_watcher twin
+	wait_until hub_has_worker twin
+	wsync-watch --id twin -m policy -o second.wsync >second.out 2>second.err &
+	PIDS+=($!)
+	local second=$!
+	wait_until grep -q "another watcher" second.err
+	run -0 grep "another watcher" second.err
+	assert_output "wsync-watch: another watcher with id twin is connected to this hub (host $(hostname) pid ${WPID[twin]}, this one pid $second): the hub counts the two as one worker; give each its own id"
+	run -0 grep -c "event=twin worker=twin host=$(hostname) pid=$second other_host=$(hostname) other_pid=${WPID[twin]}$" hub.log
+	assert_output 1
+}
+
+@test "a watcher restarted with the same id after the old one exited is not a twin" {
+	start_hub
+	start_watcher again
+	wait_until hub_has_worker again
+	kill -KILL "${WPID[again]}"
+	wait "${WPID[again]}" || true
+	start_watcher again
+	wait_until grep -q "connected to hub" again.err
+	run -1 grep -q "another watcher" again.err
+	run -1 grep -q "event=twin" hub.log
+}
+
+@test "a watcher of a model the hub lacks but has one close to names it, and still waits" {
+	make_versions 1
+	start_hub
+	wsync-push -m policy v1.wsync >/dev/null
+	start_watcher typo -m polcy
+	wait_until grep -q "no version yet" typo.err
+	run -0 grep "no version yet" typo.err
+	assert_output "wsync-watch: no version yet of polcy (the hub has policy): waiting for one"
+	kill -0 "${WPID[typo]}"
+	wsync-push -m polcy v1.wsync >/dev/null
+	wait_until watcher_at typo 1
+}

@@ -41,7 +41,8 @@ def main():
                 try:
                     policy.load_state_dict(update.tensors)
                 except RuntimeError as e:
-                    update.fail(f"load_state_dict: {str(e).splitlines()[0]}")
+                    # The whole reason, on one line: which keys or shapes differ.
+                    update.fail("load_state_dict: " + " ".join(str(e).split()))
                     continue
                 step = update.meta["step"]
                 ref = torch.load(os.path.join(args.ref, f"step-{step}.pt"))

@@ -1,7 +1,9 @@
 #!/bin/bash
 # relay.sh FROM TO MODEL: copies the newest version of MODEL from the hub at
 # FROM to the hub at TO in the flat layout (every state_dict name one key), as
-# one pipeline: nothing touches the disk, and each program checks what it reads.
+# one pipeline in which each program checks what it reads. The pull writes the
+# version to a file in $TMPDIR first (stdout gets nothing until it is verified);
+# the convert and the push stream it.
 # Prints the version TO gave it. Exit status: that of the first program that
 # failed (a failed pull leaves the push empty-handed: it publishes nothing).
 [ $# -eq 3 ] || { echo "usage: relay.sh FROM TO MODEL" >&2; exit 64; }

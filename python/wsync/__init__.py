@@ -27,11 +27,12 @@ Publisher(model, sign_key="trainer.key") signs every publish (wsync-push
 Every dtype of wsync travels, bf16 and fp8 included, without ml_dtypes
 (module wsync.tensors says how). A failure raises a WsyncError whose status
 is the exit status of wsync(7): TimedOut (75), HubUnavailable (69),
-NotFound (66)...
+NotFound (66)..., its message the program's own (what its stderr said);
+NotInstalled (127) when libwsync or a program cannot be found.
 """
 from .errors import (DataError, HubUnavailable, InternalError, NotFound, NothingNewer,
-                     PermissionDenied, ProtocolError, TimedOut, UsageError, WsyncError,
-                     WsyncIOError)
+                     NotInstalled, PermissionDenied, ProtocolError, TimedOut, UsageError,
+                     WsyncError, WsyncIOError)
 from .files import Weights, load, open_version, read, write
 from .programs import pull, push
 from .publisher import Publisher
@@ -42,7 +43,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DataError", "HubUnavailable", "InternalError", "NotFound", "NothingNewer",
-    "PermissionDenied", "ProtocolError", "Publisher", "TimedOut", "Update", "UsageError",
+    "NotInstalled", "PermissionDenied", "ProtocolError", "Publisher", "TimedOut", "Update", "UsageError",
     "Watcher", "Weights", "WsyncError", "WsyncIOError", "load", "open_version", "pull",
     "push", "read", "watch", "write", "write_into", "wsync_size",
 ]

@@ -7,7 +7,7 @@ import shutil
 from typing import Any, Iterator, Mapping, Optional, Tuple
 
 from . import tensors
-from .errors import HubUnavailable, error
+from .errors import NotInstalled, error
 
 MAX_DIMS = 8                    # WSYNC_MAX_DIMS
 
@@ -46,13 +46,15 @@ def path() -> Optional[str]:
 
 
 def lib() -> ctypes.CDLL:
-    """libwsync, loaded once; HubUnavailable (69) when it cannot be found."""
+    """libwsync, loaded once; NotInstalled (127) when it cannot be found."""
     global _lib
     if _lib is not None:
         return _lib
     where = path()
     if not where:
-        raise HubUnavailable(69, "libwsync.so.0 not found: set WSYNC_LIB to its path")
+        raise NotInstalled(127, "libwsync.so.0 not found (beside wsync-push on PATH, nor "
+                           "where the dynamic linker looks): install wsync (make install), "
+                           "or set WSYNC_LIB to its path")
     so, P, E, u64, i = ctypes.CDLL(where), ctypes.c_void_p, ctypes.POINTER(Err), \
         ctypes.c_uint64, ctypes.c_int
     s = ctypes.c_char_p
@@ -102,7 +104,8 @@ class Tree:
                     (ctypes.c_uint64 * a.ndim)(*a.shape), a.__array_interface__["data"][0],
                     a.nbytes, self.err), self.err)
             for k, v in (meta or {}).items():
-                check(self.lib.wsync_tree_set_meta(self.ptr, str(k).encode(), str(v).encode(),
+                check(self.lib.wsync_tree_set_meta(self.ptr, tensors.meta_key(k).encode(),
+                                                   tensors.meta_value(k, v).encode(),
                                                    self.err), self.err)
         except BaseException:
             self.close()

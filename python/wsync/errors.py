@@ -62,10 +62,15 @@ class PermissionDenied(WsyncError):
     """Status 77: authentication or authorization failed."""
 
 
+class NotInstalled(WsyncError):
+    """Status 127 (a shell's "command not found"): libwsync or a wsync program
+    cannot be found; the message says which and where it was looked for."""
+
+
 _BY_STATUS: Dict[int, Type[WsyncError]] = {
     1: NothingNewer, 64: UsageError, 65: DataError, 66: NotFound, 69: HubUnavailable,
     70: InternalError, 74: WsyncIOError, 75: TimedOut, 76: ProtocolError,
-    77: PermissionDenied,
+    77: PermissionDenied, 127: NotInstalled,
 }
 
 

@@ -1,10 +1,13 @@
 """The wsync programs run as subprocesses: push and pull."""
+import collections
 import ctypes
 import signal
 import subprocess
-from typing import Iterable, List, Optional, Sequence, Union
+import sys
+import threading
+from typing import Any, Iterable, List, Optional, Sequence, Union
 
-from .errors import InternalError, error
+from .errors import InternalError, NotInstalled, WsyncError, error
 from .signing import check_seq
 
 Wait = Union[str, int, Sequence[str]]
@@ -22,10 +25,45 @@ def _die_with_parent() -> None:
         pass
 
 
+def _not_installed(program: str) -> NotInstalled:
+    return NotInstalled(127, f"{program} not found on PATH: install wsync (make install), "
+                        "or put its build's bin directory (build/cc/bin) on PATH")
+
+
+def _tee(stream: Any, tail: "collections.deque[str]") -> None:
+    """Passes a coprocess's stderr on to ours, keeping its last lines for an error."""
+    for line in stream:
+        tail.append(line.rstrip("\n"))
+        sys.stderr.write(line)
+        sys.stderr.flush()
+
+
 def coprocess(args: List[str]) -> "subprocess.Popen[str]":
-    """Starts a wsync program talked to through its stdin and stdout, lines of text."""
-    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            preexec_fn=_die_with_parent)
+    """Starts a wsync program talked to through its stdin and stdout, lines of text;
+    its stderr goes on to ours, its last lines kept for stopped()."""
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_die_with_parent)
+    except FileNotFoundError:
+        raise _not_installed(args[0]) from None
+    tail: "collections.deque[str]" = collections.deque(maxlen=8)
+    reader = threading.Thread(target=_tee, args=(proc.stderr, tail), daemon=True)
+    reader.start()
+    proc.stderr_tail, proc.stderr_reader = tail, reader    # type: ignore[attr-defined]
+    return proc
+
+
+def stopped(proc: "subprocess.Popen[str]") -> WsyncError:
+    """The error of a coprocess that ended: the WsyncError of its exit status with
+    what it said last on stderr (why it exited), else InternalError (70)."""
+    status = proc.wait()
+    proc.stderr_reader.join(5)      # type: ignore[attr-defined]
+    tail = proc.stderr_tail         # type: ignore[attr-defined]
+    if status > 0:
+        return error(status, tail[-1] if tail else f"{proc.args[0]} exited with status "
+                     f"{status}")
+    return InternalError(70, f"{proc.args[0]} stopped (status {status})")
 
 
 def client_args(endpoint: Optional[str] = None, key: Optional[str] = None,
@@ -56,7 +94,11 @@ def wait_arg(wait: Wait) -> str:
 
 def run(args: Iterable[str], data: Optional[bytes] = None) -> bytes:
     """Runs a wsync program; returns its stdout, raises the WsyncError of its status."""
-    r = subprocess.run(list(args), input=data, capture_output=True)
+    args = list(args)
+    try:
+        r = subprocess.run(args, input=data, capture_output=True)
+    except FileNotFoundError:
+        raise _not_installed(args[0]) from None
     if r.returncode != 0:
         raise error(r.returncode, r.stderr.decode(errors="replace"))
     return r.stdout
@@ -102,11 +144,11 @@ def pull(model: str, path: str, version: Optional[int] = None, timeout: float = 
 
 
 def send_line(proc: "subprocess.Popen[str]", line: str) -> None:
-    """Writes one line to a coprocess's stdin and flushes it; InternalError (70)
-    naming its status when it has stopped."""
+    """Writes one line to a coprocess's stdin and flushes it; stopped()'s error
+    when it has stopped."""
     assert proc.stdin is not None
     try:
         proc.stdin.write(line + "\n")
         proc.stdin.flush()
     except BrokenPipeError as e:
-        raise InternalError(70, f"{proc.args[0]} stopped (status {proc.wait()})") from e
+        raise stopped(proc) from e

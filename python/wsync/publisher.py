@@ -6,8 +6,8 @@ import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _lib, signing, slots
-from .errors import InternalError, UsageError, WsyncError, error
-from .programs import Wait, client_args, coprocess, send_line, wait_arg
+from .errors import UsageError, WsyncError, error
+from .programs import Wait, client_args, coprocess, send_line, stopped, wait_arg
 
 StateDict = Mapping[str, Any]
 _MODEL_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
@@ -97,7 +97,7 @@ class Publisher:
         if answer[0] == "error":
             raise error(int(answer[1]), " ".join(answer[2:]))
         if answer[0] not in ("ok", "slot"):
-            raise InternalError(70, f"wsync-push --batch stopped (status {self.proc.wait()})")
+            raise stopped(self.proc)
         return answer
 
     def _by_model(self, state_dict: Any) -> Dict[str, StateDict]:
@@ -141,8 +141,10 @@ class Publisher:
         """Publishes a state_dict as the model's next version and returns its number;
         for a publisher of several models, {model: state_dict} committed together,
         returning {model: version}. wait: "all", N, or worker ids: returns once those
-        workers applied it, else raises TimedOut (75) after timeout seconds naming
-        each late worker and its last failure. dtypes: {name: wsync dtype} for raw
+        workers applied it; raises DataError (65) as soon as every one answered and
+        some could not apply it, naming each with its reason (a failed version is
+        never retried); else TimedOut (75) after timeout seconds naming each late
+        worker and its last failure. dtypes: {name: wsync dtype} for raw
         bits ({model: {name: dtype}} for several models). seq: the sequence number
         of a signed publish (see Publisher), 1 or more; it is kept in self.seq."""
         signing.check_seq(seq, self.sign_key is not None)
@@ -183,7 +185,10 @@ class Publisher:
         """Ends the coprocess (which gives back a slot asked for ahead)."""
         assert self.proc.stdin is not None
         if not self.proc.stdin.closed:
-            self.proc.stdin.close()
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:     # it stopped, and said why already
+                pass
         self.proc.wait()
         self._close_key()
         if self.dir is not None:

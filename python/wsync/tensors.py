@@ -130,5 +130,28 @@ def items(state_dict: Mapping[str, Any], dtypes: Optional[Mapping[str, str]] = N
         if name not in state_dict:
             raise UsageError(64, f"dtypes names tensor {name}, which is not in the state_dict")
     for name, value in state_dict.items():
+        if not isinstance(name, str):
+            raise UsageError(64, f"state_dict key {name!r} is a {type(name).__name__}, not a "
+                             "string: tensor names are strings")
         d, a = host_array(name, value, dtypes.get(name))
         yield name, d, a
+
+
+def meta_key(key: Any) -> str:
+    """A meta key as written: a string, else UsageError (64)."""
+    if not isinstance(key, str):
+        raise UsageError(64, f"meta key {key!r} is a {type(key).__name__}, not a string")
+    return key
+
+
+def meta_value(key: str, value: Any) -> str:
+    """A meta value as written (wsync-format(5) keeps meta a map of strings): a
+    string as it is, an int or float in decimal (read back as that string);
+    anything else, UsageError (64): json.dumps a structure first."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise UsageError(64, f"meta {key!r}: a {type(value).__name__} value; meta values are "
+                     "strings, ints or floats (and come back as strings): json.dumps a "
+                     "structure first")

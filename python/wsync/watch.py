@@ -2,8 +2,8 @@
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import files, tensors
-from .errors import InternalError, WsyncError, error
-from .programs import client_args, coprocess, send_line, verify_args
+from .errors import WsyncError
+from .programs import client_args, coprocess, send_line, stopped, verify_args
 
 
 class Update:
@@ -75,11 +75,7 @@ class Watcher:
         send_line(self.proc, line)
 
     def _stopped(self) -> WsyncError:
-        status = self.proc.wait()
-        if status > 0:
-            return error(status, f"wsync-watch exited with status {status} (its stderr says "
-                         "why)")
-        return InternalError(70, f"wsync-watch stopped (status {status})")
+        return stopped(self.proc)
 
     def __iter__(self) -> Iterator[Update]:
         return self
@@ -125,7 +121,8 @@ def watch(model: Union[str, Sequence[str]], path: str, worker: Optional[str] = N
           endpoint: Optional[str] = None, framework: str = "numpy",
           ack_timeout: float = 60, transfer: Optional[str] = None, keep: Optional[int] = None,
           key: Optional[str] = None, hub_key: Optional[str] = None,
-          once: bool = False, verify_key: Union[str, Sequence[str], None] = None) -> Watcher:
+          once: bool = False, verify_key: Union[str, Sequence[str], None] = None,
+          timeout: Optional[float] = None) -> Watcher:
     """Follows model (or several, path then a directory: path/MODEL.wsync): the
     current version at once, then every newer one, each an Update to apply and
     then ack() (or fail(reason)) within ack_timeout seconds, else the hub is
@@ -140,8 +137,13 @@ def watch(model: Union[str, Sequence[str]], path: str, worker: Optional[str] = N
     versions signed with one of them are yielded; any other is refused, and
     the hub told why (wsync-watch --verify-key).
 
+    timeout: HubUnavailable (69) when no hub answers within timeout seconds
+    (wsync-watch -t); with once, a bound on the whole run: TimedOut (75) when a
+    hub answered but no version was applied by then.
+
     Raises the WsyncError of wsync-watch's exit status when it stops on its own
-    (69 no hub within its timeout, 75 too far behind...)."""
+    (69 no hub within timeout, 75 too far behind...), its message what
+    wsync-watch said."""
     tensors.check_framework(framework)
     models = [model] if isinstance(model, str) else list(model)
     args = ["wsync-watch"] + client_args(endpoint, key, hub_key) + \
@@ -155,5 +157,7 @@ def watch(model: Union[str, Sequence[str]], path: str, worker: Optional[str] = N
         args += ["--keep", str(keep)]
     if once:
         args.append("--once")
+    if timeout is not None:
+        args += ["-t", str(timeout)]
     args += verify_args(verify_key)
     return Watcher(args, framework)
