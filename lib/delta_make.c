@@ -446,16 +446,17 @@ s_choose(void *arg, size_t i, unsigned worker)
 		f->enc = WSYNC_DELTA_WHOLE;
 		return 0;
 	}
-	if (bt->hash == t->hash)
-		return 0;
 	/*
 	 * A large tensor is judged by every SAMPLE_EVERY-th chunk of it, scaled:
 	 * the encoding reads all of it anyway, and stops at the limit if the
 	 * sample misjudged. The whole count took half of making a delta at 1%.
+	 * One whose hash is the base's is counted whole: only its bytes may say
+	 * it is unchanged, since two tensors can share an XXH3-64.
 	 */
 	for (uint64_t at = 0, k = 0; at < t->nbytes; at += CHUNK, k++) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (t->nbytes >= SAMPLE_MIN && k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
+		if (bt->hash != t->hash && t->nbytes >= SAMPLE_MIN &&
+		    k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
 			continue;
 		if (s_chunk(m, wk, t, bt, at, n, &h, &b, &wk->err) < 0)
 			return -1;
@@ -464,7 +465,7 @@ s_choose(void *arg, size_t i, unsigned worker)
 	}
 	if (sampled < t->nbytes)
 		changed = (uint64_t)((double)changed * (double)t->nbytes / (double)sampled);
-	/* Only a whole count may say nothing changed: the hashes differ. */
+	/* Only a whole count may say nothing changed. */
 	if (changed == 0 && sampled == t->nbytes)
 		return 0;
 	if (changed == 0)

@@ -125,6 +125,7 @@ struct s_parts {
 	uint64_t *nbytes;
 	size_t nitems;
 	int xxh3;                       /* the items' XXH3-64 is computed too */
+	const wsync_tree_t *tree;       /* where data can be read at offsets (locate); may be NULL */
 	const char **keys, **values;
 	size_t nmeta;
 };
@@ -140,6 +141,7 @@ s_parts_new(struct s_parts *p, size_t nitems, size_t nmeta, wsync_err_t *err)
 	p->values = calloc(nmeta + 1, sizeof(*p->values));
 	p->nitems = nitems;
 	p->nmeta = nmeta;
+	p->tree = NULL;
 	if (p->items != NULL && p->data != NULL && p->nbytes != NULL && p->keys != NULL &&
 	    p->values != NULL)
 		return 0;
@@ -163,7 +165,13 @@ s_share_run(void *arg, size_t i, unsigned worker)
 {
 	struct s_share *sh = arg;
 	const struct s_parts *p = sh->p;
+	uint64_t off;
+	int fd;
 
+	if (p->tree != NULL && p->tree->locate != NULL && p->tree->locate(p->tree->locate_arg,
+	    p->data[i], p->nbytes[i], &fd, &off) == 0)
+		return wsync_read_digest(fd, off, p->nbytes[i], p->items[i].data,
+		    p->xxh3 ? &p->items[i].hash : NULL, &sh->errs[worker]) < 0 ? -1 : 0;
 	return wsync_data_digest(p->data[i], p->nbytes[i], p->items[i].data,
 	    p->xxh3 ? &p->items[i].hash : NULL, &sh->errs[worker]) < 0 ? -1 : 0;
 }
@@ -229,6 +237,7 @@ wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *er
 		p.nbytes[i] = t->nbytes;
 	}
 	p.xxh3 = 1;
+	p.tree = tree;
 	for (size_t i = 0; i < tree->nmeta; i++) {
 		p.keys[i] = tree->meta[i].key;
 		p.values[i] = tree->meta[i].value;
