@@ -479,6 +479,14 @@ main(int argc, char **argv)
 			    "starting with '.')", models[i], WSYNC_MAX_MODEL);
 	if (!safetensors && (nselect > 0 || hook.out.shard_size > 0))
 		cli_usage_error("--select and --shard-size need --format safetensors");
+	/*
+	 * A signature covers every tensor's bytes; over the socket a selection
+	 * brings only its own, so only a whole file (a link or copy) verifies.
+	 */
+	if (nselect > 0 && w.nverify > 0 && w.transfer != WSYNC_TRANSFER_LINK &&
+	    w.transfer != WSYNC_TRANSFER_COPY)
+		cli_usage_error("--select with --verify-key needs --transfer link or copy: a "
+		    "signature covers every tensor, and over the socket only the selected ones come");
 	is_dir = stat(out, &st) == 0 && S_ISDIR(st.st_mode);
 	if (nmodels > 1 && !is_dir)
 		cli_die(EX_NOINPUT, "%s: not a directory (several models need one)", out);

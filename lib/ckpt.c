@@ -31,6 +31,7 @@ struct wsync_ckpt {
 	char *dir;
 	char **shard_names;          /* file names in dir, owned */
 	wsync_file_t **shards;
+	int *fds;                    /* each shard's, for reads at offsets */
 	size_t nshards;
 	struct s_entry *entries;     /* shard order, then each shard's file order */
 	size_t nentries;
@@ -349,10 +350,13 @@ s_open_shards(wsync_ckpt_t *ck, json_t *map, wsync_err_t *err)
 
 	if (index == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	if ((ck->shards = calloc(ck->nshards + 1, sizeof(*ck->shards))) == NULL) {
+	if ((ck->shards = calloc(ck->nshards + 1, sizeof(*ck->shards))) == NULL ||
+	    (ck->fds = malloc((ck->nshards + 1) * sizeof(*ck->fds))) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
+	for (size_t i = 0; i < ck->nshards; i++)
+		ck->fds[i] = -1;
 	for (size_t i = 0; i < ck->nshards; i++) {
 		char *path = s_join(ck->dir, ck->shard_names[i]);
 		struct stat st;
@@ -369,6 +373,10 @@ s_open_shards(wsync_ckpt_t *ck, json_t *map, wsync_err_t *err)
 		ck->shards[i] = wsync_input_open(path, err);
 		if (ck->shards[i] != NULL && wsync_file_kind(ck->shards[i]) != WSYNC_KIND_SAFETENSORS) {
 			wsync_err_set(err, EX_DATAERR, "%s: not a safetensors file", path);
+			wsync_file_close(&ck->shards[i]);
+		}
+		if (ck->shards[i] != NULL && (ck->fds[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+			wsync_err_set(err, EX_NOINPUT, "%s: cannot open: %s", path, strerror(errno));
 			wsync_file_close(&ck->shards[i]);
 		}
 		free(path);
@@ -511,8 +519,11 @@ wsync_ckpt_close(wsync_ckpt_t **ckp)
 	for (size_t i = 0; i < ck->nshards; i++) {
 		if (ck->shards != NULL)
 			wsync_file_close(&ck->shards[i]);
+		if (ck->fds != NULL && ck->fds[i] >= 0)
+			close(ck->fds[i]);
 		free(ck->shard_names[i]);
 	}
+	free(ck->fds);
 	for (size_t i = 0; i < ck->nfiles; i++) {
 		free((char *)ck->files[i].name);
 		if (ck->files[i].data != NULL)
@@ -624,5 +635,11 @@ wsync_ckpt_source(const char *dir, const char *model, const wsync_ckpt_in_t *in,
 		return NULL;
 	}
 	wsync_source_hold(src, s_ckpt_release, ck);
+	for (size_t i = 0; i < ck->nshards; i++)
+		if (wsync_source_read_at(src, wsync_file_bytes(ck->shards[i]),
+		    wsync_file_size(ck->shards[i]), ck->fds[i], err) < 0) {
+			wsync_source_destroy(&src);
+			return NULL;
+		}
 	return src;
 }

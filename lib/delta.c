@@ -18,6 +18,7 @@
  * 64 MiB of RSS for a 1 GiB model of 64 tensors.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <msgpack.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,7 @@
 #include "hash_int.h"
 #include "io_int.h"
 #include "mpcheck_int.h"
+#include "pool_int.h"
 
 static const char *const s_enc_names[WSYNC_DELTA_ENC_COUNT] = {
 	"same", "xor", "sparse", "whole", "raw"
@@ -45,10 +47,32 @@ wsync_delta_enc_name(wsync_delta_enc_t enc)
 
 /* ---- output: a buffered writer that can fill in lengths and take back ---- */
 
+/*
+ * Copies n bytes into a mapped output at off, then lets go of its pages: a
+ * thread writing the file through write(2) holds its inode's lock, so
+ * threads writing their tensors into one file would take turns.
+ */
+static void
+s_out_copy(unsigned char *map, uint64_t off, const void *p, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)(map + off) &
+	    ~(page - 1);
+
+	/* One call maps the pages in, rather than a fault each. */
+	madvise((void *)start, n + ((uintptr_t)(map + off) - start), MADV_POPULATE_WRITE);
+#endif
+	memcpy(map + off, p, n);
+	wsync_pages_release_around(map + off, n);
+}
+
 int
 delta_out_flush(delta_out_t *o, wsync_err_t *err)
 {
-	if (o->n > 0 && wsync_write_all(o->fd, o->buf, o->n) < 0)
+	if (o->n > 0 && o->map != NULL)
+		s_out_copy(o->map, o->flushed, o->buf, o->n);
+	else if (o->n > 0 && (o->positioned ? wsync_write_at(o->fd, o->buf, o->n, o->flushed) :
+	    wsync_write_all(o->fd, o->buf, o->n)) < 0)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", o->name,
 		    strerror(errno));
 	o->flushed += o->n;
@@ -453,18 +477,19 @@ typedef struct s_apply {
 	XXH3_state_t hash;
 	wsync_delta_keep_fn keep;       /* NULL: every tensor is written */
 	void *keep_arg;
+	wsync_err_t err;                /* this thread's, when it applies tensors */
 } s_apply_t;
 
-/* Leaves the next n bytes of the output unwritten: a hole, which reads as zeros. */
+/*
+ * Moves a positioned output to file offset off: what it writes next goes
+ * there. What it leaves unwritten is a hole, which reads as zeros.
+ */
 static int
-s_out_skip(delta_out_t *o, uint64_t n, wsync_err_t *err)
+s_out_seek(delta_out_t *o, uint64_t off, wsync_err_t *err)
 {
 	if (delta_out_flush(o, err) < 0)
 		return -1;
-	if (lseek(o->fd, (off_t)n, SEEK_CUR) < 0)
-		return wsync_err_set(err, EX_IOERR, "%s: cannot seek: %s", o->name, strerror(errno));
-	o->pos += n;
-	o->flushed += n;
+	o->pos = o->flushed = off;
 	return 0;
 }
 
@@ -655,6 +680,8 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 			return -1;
 		b = bt->data;
 	}
+	if (s_out_seek(&a->out, t->off, err) < 0)
+		return -1;
 	a->data.name = a->name;
 	a->data.err = err;
 	s_zin_start(&a->data, d, t->data_len, what);
@@ -687,7 +714,7 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	a->out.hash = NULL;
 	if (t->data_len > 0)
 		wsync_pages_release_around(d, t->data_len);
-	if (rc < 0)
+	if (rc < 0 || delta_out_flush(&a->out, err) < 0)
 		return -1;
 	if (XXH3_64bits_digest(&a->hash) != t->hash)
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: rebuilt data does not "
@@ -737,11 +764,52 @@ out:
 	return rc;
 }
 
+/* Writes the skeleton's bytes where H has them, around its tensors' data. */
 static int
-s_apply(s_apply_t *a, wsync_err_t *err)
+s_apply_skeleton(s_apply_t *a, wsync_err_t *err)
 {
 	const wsync_delta_header_t *h = a->h;
 	uint64_t pos = 0;
+
+	a->skel.name = a->name;
+	a->skel.err = err;
+	s_zin_start(&a->skel, a->delta + h->skeleton_off, h->skeleton_len, "skeleton");
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const wsync_delta_tensor_t *t = &h->tensors[i];
+		if (t->len == 0)
+			continue;
+		if (s_out_seek(&a->out, pos, err) < 0 || s_put_skeleton(a, t->off - pos, err) < 0)
+			return -1;
+		pos = t->off + t->len;
+	}
+	if (s_out_seek(&a->out, pos, err) < 0 || s_put_skeleton(a, h->size - pos, err) < 0 ||
+	    s_zin_end(&a->skel) < 0)
+		return -1;
+	return delta_out_flush(&a->out, err);
+}
+
+/* Writes H's tensor i with the worker's applier; a wsync_pool_fn. */
+static int
+s_apply_item(void *arg, size_t i, unsigned worker)
+{
+	s_apply_t *a = (s_apply_t *)arg + worker;
+	const wsync_delta_tensor_t *t = &a->h->tensors[i];
+
+	/* A tensor left out is a hole. */
+	if (a->keep != NULL && t->len > 0 && !a->keep(a->keep_arg, t->path))
+		return 0;
+	return s_apply_tensor(a, t, &a->err);
+}
+
+/*
+ * Writes H: the skeleton first, on this thread, then the tensors, each
+ * written at its offset by one of nworkers appliers (a[0] is this thread's).
+ */
+static int
+s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
+{
+	const wsync_delta_header_t *h = a->h;
+	unsigned failed = 0;
 
 	if (wsync_file_content_id(a->base) != h->base_content ||
 	    strcmp(wsync_file_model(a->base), h->model) != 0)
@@ -749,24 +817,12 @@ s_apply(s_apply_t *a, wsync_err_t *err)
 		    "(content id %016llx of %s, the delta wants %016llx of %s)", a->name,
 		    (unsigned long long)wsync_file_content_id(a->base), wsync_file_model(a->base),
 		    (unsigned long long)h->base_content, h->model);
-	a->skel.name = a->name;
-	a->skel.err = err;
-	s_zin_start(&a->skel, a->delta + h->skeleton_off, h->skeleton_len, "skeleton");
-	for (size_t i = 0; i < h->ntensors; i++) {
-		const wsync_delta_tensor_t *t = &h->tensors[i];
-		if (t->len > 0 && s_put_skeleton(a, t->off - pos, err) < 0)
-			return -1;
-		if (a->keep != NULL && t->len > 0 && !a->keep(a->keep_arg, t->path)) {
-			if (s_out_skip(&a->out, t->len, err) < 0)
-				return -1;
-		} else if (s_apply_tensor(a, t, err) < 0)
-			return -1;
-		if (t->len > 0)
-			pos = t->off + t->len;
-	}
-	if (s_put_skeleton(a, h->size - pos, err) < 0 || s_zin_end(&a->skel) < 0 ||
-	    delta_out_flush(&a->out, err) < 0)
+	if (s_apply_skeleton(a, err) < 0)
 		return -1;
+	if (wsync_pool_run(h->ntensors, nworkers, s_apply_item, a, &failed) != 0) {
+		*err = a[failed].err;
+		return -1;
+	}
 	/*
 	 * A tensor left out at the end is a hole the file must still reach over;
 	 * an output that held more (a recycled file) ends where the head does.
@@ -775,6 +831,40 @@ s_apply(s_apply_t *a, wsync_err_t *err)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot size the output: %s", a->name,
 		    strerror(errno));
 	return s_apply_check(a, err);
+}
+
+/* An applier's buffers and zstd stream (skel: the skeleton's too); -1 with err. */
+static int
+s_applier_open(s_apply_t *a, int skel, wsync_err_t *err)
+{
+	a->out.buf = malloc(OUT_BUF);
+	a->tmp = malloc(CHUNK);
+	a->group = malloc((size_t)GROUP_MAX * 12);
+	a->data.buf = malloc(CHUNK);
+	a->data.z = ZSTD_createDCtx();
+	if (skel) {
+		a->skel.buf = malloc(CHUNK);
+		a->skel.z = ZSTD_createDCtx();
+	}
+	if (a->out.buf == NULL || a->tmp == NULL || a->group == NULL || a->data.buf == NULL ||
+	    a->data.z == NULL || (skel && (a->skel.buf == NULL || a->skel.z == NULL)))
+		return wsync_err_set(err, EX_OSERR, "%s: out of memory", a->name);
+	ZSTD_DCtx_setParameter(a->data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
+	if (skel)
+		ZSTD_DCtx_setParameter(a->skel.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
+	return 0;
+}
+
+static void
+s_applier_close(s_apply_t *a)
+{
+	ZSTD_freeDCtx(a->skel.z);
+	ZSTD_freeDCtx(a->data.z);
+	free(a->out.buf);
+	free(a->tmp);
+	free(a->group);
+	free(a->skel.buf);
+	free(a->data.buf);
 }
 
 int
@@ -790,12 +880,13 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
     wsync_err_t *err)
 {
-	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err }, .name = name,
-	    .keep = keep, .keep_arg = keep_arg };
+	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err, .positioned = 1 },
+	    .name = name, .keep = keep, .keep_arg = keep_arg }, *ws = NULL;
 	wsync_delta_header_t h = { 0 };
 	wsync_file_t *base = NULL;
 	void *map = MAP_FAILED;
 	unsigned char *doc = NULL;
+	unsigned nworkers = 0, opened = 0;
 	struct stat st, ost;
 	char why[256];
 	size_t end = 0;
@@ -826,20 +917,6 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	a.h = &h;
 	a.delta = map;
 	a.base = base;
-	a.out.buf = malloc(OUT_BUF);
-	a.tmp = malloc(CHUNK);
-	a.group = malloc((size_t)GROUP_MAX * 12);
-	a.skel.buf = malloc(CHUNK);
-	a.data.buf = malloc(CHUNK);
-	a.skel.z = ZSTD_createDCtx();
-	a.data.z = ZSTD_createDCtx();
-	if (a.out.buf == NULL || a.tmp == NULL || a.group == NULL || a.skel.buf == NULL ||
-	    a.data.buf == NULL || a.skel.z == NULL || a.data.z == NULL) {
-		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
-		goto out;
-	}
-	ZSTD_DCtx_setParameter(a.skel.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
-	ZSTD_DCtx_setParameter(a.data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
 	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
 	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
 	    (keep != NULL && ost.st_size != 0)) {
@@ -856,7 +933,36 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		    name, (unsigned long long)h.size, strerror(errno));
 		goto out;
 	}
-	if (s_apply(&a, err) < 0)
+	/*
+	 * Written through a shared mapping, its space reserved first so that no
+	 * page is refused once mapped; where it cannot be (a selection's holes, a
+	 * descriptor not open for reading, a file system without fallocate), with
+	 * pwrite(2).
+	 */
+	if (keep == NULL && ftruncate(out_fd, (off_t)h.size) == 0 &&
+	    fallocate(out_fd, 0, 0, (off_t)h.size) == 0) {
+		a.out.map = mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, out_fd, 0);
+		if (a.out.map == MAP_FAILED)
+			a.out.map = NULL;
+	}
+	/* An applier per thread, a tensor each at a time: each holds a few MiB. */
+	nworkers = wsync_threads();
+	if (nworkers > h.ntensors)
+		nworkers = h.ntensors > 0 ? (unsigned)h.ntensors : 1;
+	if ((ws = calloc(nworkers, sizeof(*ws))) == NULL) {
+		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
+		goto out;
+	}
+	for (; opened < nworkers; opened++) {
+		ws[opened] = a;
+		ws[opened].out.err = &ws[opened].err;
+		if (s_applier_open(&ws[opened], opened == 0, err) < 0) {
+			opened++;
+			goto out;
+		}
+	}
+	ws[0].out.err = err;
+	if (s_apply(ws, nworkers, err) < 0)
 		goto out;
 	if (version != NULL)
 		*version = h.version;
@@ -864,6 +970,11 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		*content = h.content;
 	rc = 0;
 out:
+	for (unsigned k = 0; k < opened; k++)
+		s_applier_close(&ws[k]);
+	free(ws);
+	if (a.out.map != NULL)
+		munmap(a.out.map, (size_t)h.size);
 	if (a.image != NULL)
 		munmap(a.image, (size_t)h.size);
 	wsync_delta_header_free(&h);
@@ -872,12 +983,5 @@ out:
 		munmap(map, (size_t)st.st_size);
 	if (doc != NULL)
 		munmap(doc, (size_t)st.st_size);
-	ZSTD_freeDCtx(a.skel.z);
-	ZSTD_freeDCtx(a.data.z);
-	free(a.out.buf);
-	free(a.tmp);
-	free(a.group);
-	free(a.skel.buf);
-	free(a.data.buf);
 	return rc;
 }

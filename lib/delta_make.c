@@ -18,10 +18,20 @@
  * model on ext4 held 117 to 172 MiB. Read, an input costs its window, whatever
  * the file system does, and no more time (tmpfs, 256 MiB: 0.134 s, 0.139 s
  * mapped).
+ *
+ * The tensors are planned and encoded on all the threads a pass may use
+ * (pool.c), a tensor each at a time: each thread compresses its forms into a
+ * scratch file of its own, and whichever thread finishes the next tensor in
+ * H's order packs it, and those after it that are ready, into the delta. The
+ * delta's bytes are the same whatever the number of threads. A tensor is one
+ * zstd frame (wsync-format(5)), so a large one is made by one thread: splitting
+ * it would take a frame per piece, which the format does not have.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +44,7 @@
 #include "delta_impl_int.h"
 #include "hash_int.h"
 #include "io_int.h"
+#include "pool_int.h"
 
 #define ENTRY_COST 64                   /* a tensor entry's keys and numbers, estimated */
 #define SAMPLE_MIN (16u << 20)          /* a tensor this large is estimated from a sample */
@@ -82,31 +93,51 @@ s_cctx_new(const char *name, wsync_err_t *err)
 
 /* ---- making a delta ---- */
 
-typedef struct s_make {
-	delta_out_t out;                /* the delta */
-	delta_out_t scratch;            /* one encoded form, before it is packed */
-	uint64_t form_limit;            /* the form stops once the scratch holds this many */
-	uint64_t limit;                 /* the delta is not worth it past this many bytes */
-	msgpack_packer pk;              /* writes to out */
+/* What one thread holds: its zstd stream, its windows, its scratch. */
+typedef struct s_worker {
 	ZSTD_CCtx *z;
-	const wsync_file_t *base, *head;
-	int base_fd, head_fd;           /* what B and H are read from */
+	delta_out_t scratch;            /* this thread's encoded forms, one after another */
+	uint64_t form_start;            /* where in the scratch the form being made starts */
+	uint64_t form_limit;            /* the form stops once it holds this many bytes */
 	unsigned char *bwin, *hwin;     /* CHUNK bytes each: the piece of B, of H read */
-	unsigned char *enc;             /* per tensor of H, the encoding planned */
 	unsigned char *tmp;             /* CHUNK bytes */
 	unsigned char *group;           /* a sparse group: 4 gap planes, 8 value planes */
+	wsync_err_t err;
+} s_worker_t;
+
+/* One tensor of H: its encoding, planned then made, and where its form lies. */
+typedef struct s_form {
+	unsigned char enc;
+	unsigned char made;             /* the form is whole in its worker's scratch */
+	unsigned worker;
+	uint64_t off, len;              /* in that worker's scratch */
+	uint64_t cost;                  /* as estimated */
+} s_form_t;
+
+typedef struct s_make {
+	delta_out_t out;                /* the delta */
+	uint64_t limit;                 /* the delta is not worth it past this many bytes */
+	msgpack_packer pk;              /* writes to out */
+	const wsync_file_t *base, *head;
+	int base_fd, head_fd;           /* what B and H are read from */
+	s_form_t *forms;                /* per tensor of H */
+	s_worker_t *workers;
+	unsigned nworkers;
+	pthread_mutex_t lock;           /* held while out is written: */
+	size_t packed;                  /* the tensors packed into out so far */
+	atomic_uint_least64_t encoded;  /* bytes of forms made: past limit, the delta is too */
 	wsync_delta_stats_t *stats;
 } s_make_t;
 
 /*
  * Feeds len bytes to the frame being compressed into the scratch; end
- * finishes the frame. 1 once the scratch holds form_limit bytes: the form
- * costs too much, and the caller stops making it.
+ * finishes the frame. 1 once the form holds form_limit bytes: it costs too
+ * much, and the caller stops making it.
  */
 static int
-s_zput(s_make_t *m, const void *p, size_t len, int end, wsync_err_t *err)
+s_zput(s_worker_t *wk, const void *p, size_t len, int end, wsync_err_t *err)
 {
-	delta_out_t *o = &m->scratch;
+	delta_out_t *o = &wk->scratch;
 	ZSTD_inBuffer in = { p, len, 0 };
 	ZSTD_EndDirective mode = end ? ZSTD_e_end : ZSTD_e_continue;
 	size_t left;
@@ -116,68 +147,78 @@ s_zput(s_make_t *m, const void *p, size_t len, int end, wsync_err_t *err)
 		if (OUT_BUF - o->n < ZSTD_CStreamOutSize() && delta_out_flush(o, err) < 0)
 			return -1;
 		out = (ZSTD_outBuffer){ o->buf + o->n, OUT_BUF - o->n, 0 };
-		left = ZSTD_compressStream2(m->z, &out, &in, mode);
+		left = ZSTD_compressStream2(wk->z, &out, &in, mode);
 		if (ZSTD_isError(left))
 			return wsync_err_set(err, EX_SOFTWARE, "%s: zstd: %s", o->name,
 			    ZSTD_getErrorName(left));
 		o->n += out.pos;
 		o->pos += out.pos;
-		if (o->pos >= m->form_limit)
+		if (o->pos - wk->form_start >= wk->form_limit)
 			return 1;
 	} while (end ? left != 0 : in.pos < in.size);
 	return 0;
 }
 
-/* Starts a zstd frame in an empty scratch, at level, of size bytes when known (else -1). */
+/* Starts a zstd frame at the end of the scratch, at level, of size bytes when known (else -1). */
 static void
-s_zstart(s_make_t *m, int level, long long size, uint64_t form_limit)
+s_zstart(s_worker_t *wk, int level, long long size, uint64_t form_limit)
 {
-	ZSTD_CCtx_reset(m->z, ZSTD_reset_session_only);
-	ZSTD_CCtx_setParameter(m->z, ZSTD_c_compressionLevel, level);
+	ZSTD_CCtx_reset(wk->z, ZSTD_reset_session_only);
+	ZSTD_CCtx_setParameter(wk->z, ZSTD_c_compressionLevel, level);
 	if (size >= 0)
-		ZSTD_CCtx_setPledgedSrcSize(m->z, (unsigned long long)size);
-	m->form_limit = form_limit;
+		ZSTD_CCtx_setPledgedSrcSize(wk->z, (unsigned long long)size);
+	wk->form_start = wk->scratch.pos;
+	wk->form_limit = form_limit;
 }
 
-/* Empties the scratch, giving its file's pages back. */
+/* Takes the form being made back out of the scratch. */
 static int
-s_scratch_reset(s_make_t *m, wsync_err_t *err)
+s_form_drop(s_worker_t *wk, wsync_err_t *err)
 {
-	delta_out_t *o = &m->scratch;
+	delta_out_t *o = &wk->scratch;
 
-	if (o->flushed > 0 && (ftruncate(o->fd, 0) < 0 || lseek(o->fd, 0, SEEK_SET) < 0))
-		return wsync_err_set(err, EX_IOERR, "%s: cannot empty the scratch file: %s",
-		    o->name, strerror(errno));
-	o->pos = o->flushed = o->n = 0;
+	if (wk->form_start >= o->flushed) {
+		o->n = (size_t)(wk->form_start - o->flushed);
+	} else {
+		if (ftruncate(o->fd, (off_t)wk->form_start) < 0 ||
+		    lseek(o->fd, (off_t)wk->form_start, SEEK_SET) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot cut the scratch file: "
+			    "%s", o->name, strerror(errno));
+		o->flushed = wk->form_start;
+		o->n = 0;
+	}
+	o->pos = wk->form_start;
 	return 0;
 }
 
-/* Packs what the scratch holds as one bin, then empties it. */
+/*
+ * Packs len bytes at off of worker src's scratch file as one bin, read a
+ * CHUNK at a time into tmp, then gives the file's pages back.
+ */
 static int
-s_pack_scratch(s_make_t *m, const char *what, wsync_err_t *err)
+s_pack_form(s_make_t *m, const s_worker_t *src, uint64_t off, uint64_t len,
+    unsigned char *tmp, const char *what, wsync_err_t *err)
 {
-	delta_out_t *o = &m->scratch;
+	const delta_out_t *o = &src->scratch;
 
-	if (o->pos > UINT32_MAX)
+	if (len > UINT32_MAX)
 		return wsync_err_set(err, EX_DATAERR, "%s: %s: encoded form reaches 4 GiB, "
 		    "more than a msgpack bin holds", o->name, what);
-	if (msgpack_pack_bin(&m->pk, (size_t)o->pos) < 0)
+	if (msgpack_pack_bin(&m->pk, (size_t)len) < 0)
 		return -1;
-	if (o->flushed > 0) {
-		if (delta_out_flush(o, err) < 0)
+	for (uint64_t at = 0; at < len; at += CHUNK) {
+		size_t n = len - at < CHUNK ? (size_t)(len - at) : CHUNK;
+		if (wsync_read_at(o->fd, tmp, n, off + at) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot read the scratch "
+			    "file: %s", o->name, strerror(errno));
+		if (msgpack_pack_bin_body(&m->pk, tmp, n) < 0)
 			return -1;
-		for (uint64_t at = 0; at < o->flushed; at += CHUNK) {
-			size_t n = o->flushed - at < CHUNK ? (size_t)(o->flushed - at) : CHUNK;
-			if (wsync_read_at(o->fd, m->tmp, n, at) < 0)
-				return wsync_err_set(err, EX_IOERR, "%s: cannot read the scratch "
-				    "file: %s", o->name, strerror(errno));
-			if (msgpack_pack_bin_body(&m->pk, m->tmp, n) < 0)
-				return -1;
-		}
-	} else if (msgpack_pack_bin_body(&m->pk, o->buf, o->n) < 0) {
-		return -1;
 	}
-	return s_scratch_reset(m, err);
+	/* Only memory: a scratch that keeps its pages is as good. */
+	if (len > 0)
+		(void)fallocate(o->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		    (off_t)len);
+	return 0;
 }
 
 /*
@@ -200,12 +241,13 @@ s_read(const s_make_t *m, const wsync_file_t *f, int fd, unsigned char *win, uin
 
 /* Bytes [at, at + n) of H's tensor t in *h and, when bt is set, of B's bt in *b. */
 static int
-s_chunk(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt, uint64_t at,
-    size_t n, const unsigned char **h, const unsigned char **b, wsync_err_t *err)
+s_chunk(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
+    const wsync_tensor_t *bt, uint64_t at, size_t n, const unsigned char **h,
+    const unsigned char **b, wsync_err_t *err)
 {
-	if ((*h = s_read(m, m->head, m->head_fd, m->hwin, t->offset + at, n, err)) == NULL)
+	if ((*h = s_read(m, m->head, m->head_fd, wk->hwin, t->offset + at, n, err)) == NULL)
 		return -1;
-	if (bt != NULL && (*b = s_read(m, m->base, m->base_fd, m->bwin, bt->offset + at, n,
+	if (bt != NULL && (*b = s_read(m, m->base, m->base_fd, wk->bwin, bt->offset + at, n,
 	    err)) == NULL)
 		return -1;
 	return 0;
@@ -242,35 +284,35 @@ s_count_changed(const unsigned char *a, const unsigned char *b, size_t n, unsign
 
 /* Encodes H's tensor t against B's tensor bt as zstd of their xor. */
 static int
-s_encode_xor(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
-    wsync_err_t *err)
+s_encode_xor(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
+    const wsync_tensor_t *bt, wsync_err_t *err)
 {
 	const unsigned char *h, *b;
 	int rc;
 
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, t, bt, at, n, &h, &b, err) < 0)
+		if (s_chunk(m, wk, t, bt, at, n, &h, &b, err) < 0)
 			return -1;
 		for (size_t i = 0; i < n; i++)
-			m->tmp[i] = h[i] ^ b[i];
-		if ((rc = s_zput(m, m->tmp, n, 0, err)) != 0)
+			wk->tmp[i] = h[i] ^ b[i];
+		if ((rc = s_zput(wk, wk->tmp, n, 0, err)) != 0)
 			return rc;
 	}
-	return s_zput(m, NULL, 0, 1, err);
+	return s_zput(wk, NULL, 0, 1, err);
 }
 
 /* Writes one sparse group of c changes: count, 4 gap planes, w value planes. */
 static int
-s_sparse_group(s_make_t *m, uint32_t c, unsigned w, wsync_err_t *err)
+s_sparse_group(s_worker_t *wk, uint32_t c, unsigned w, wsync_err_t *err)
 {
 	unsigned char cb[4] = { c, c >> 8, c >> 16, c >> 24 };
 	int rc;
 
-	if ((rc = s_zput(m, cb, 4, 0, err)) != 0)
+	if ((rc = s_zput(wk, cb, 4, 0, err)) != 0)
 		return rc;
 	for (unsigned plane = 0; plane < 4 + w; plane++)
-		if ((rc = s_zput(m, m->group + (size_t)plane * GROUP_MAX, c, 0, err)) != 0)
+		if ((rc = s_zput(wk, wk->group + (size_t)plane * GROUP_MAX, c, 0, err)) != 0)
 			return rc;
 	return 0;
 }
@@ -282,8 +324,8 @@ s_sparse_group(s_make_t *m, uint32_t c, unsigned w, wsync_err_t *err)
  * byte planes. Byte planes put the high bytes, nearly all zero, together.
  */
 static int
-s_encode_sparse(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
-    unsigned w, wsync_err_t *err)
+s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
+    const wsync_tensor_t *bt, unsigned w, wsync_err_t *err)
 {
 	const unsigned char *h, *b;
 	unsigned char width = (unsigned char)w;
@@ -291,11 +333,11 @@ s_encode_sparse(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
 	uint32_t c = 0;
 	int rc;
 
-	if ((rc = s_zput(m, &width, 1, 0, err)) != 0)
+	if ((rc = s_zput(wk, &width, 1, 0, err)) != 0)
 		return rc;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, t, bt, at, n, &h, &b, err) < 0)
+		if (s_chunk(m, wk, t, bt, at, n, &h, &b, err) < 0)
 			return -1;
 		for (size_t i = 0; i < n; i += w) {
 			uint64_t x = 0, e, gap;
@@ -308,44 +350,44 @@ s_encode_sparse(s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
 			e = (at + i) / w;
 			gap = e - prev - 1;
 			for (unsigned j = 0; j < 4; j++)
-				m->group[(size_t)j * GROUP_MAX + c] = (unsigned char)(gap >> (8 * j));
+				wk->group[(size_t)j * GROUP_MAX + c] = (unsigned char)(gap >> (8 * j));
 			for (unsigned j = 0; j < w; j++) {
 				x = h[i + j] ^ b[i + j];
-				m->group[(size_t)(4 + j) * GROUP_MAX + c] = (unsigned char)x;
+				wk->group[(size_t)(4 + j) * GROUP_MAX + c] = (unsigned char)x;
 			}
 			prev = e;
 			if (++c == GROUP_MAX) {
-				if ((rc = s_sparse_group(m, c, w, err)) != 0)
+				if ((rc = s_sparse_group(wk, c, w, err)) != 0)
 					return rc;
 				c = 0;
 			}
 		}
 	}
-	if (c > 0 && (rc = s_sparse_group(m, c, w, err)) != 0)
+	if (c > 0 && (rc = s_sparse_group(wk, c, w, err)) != 0)
 		return rc;
-	return s_zput(m, NULL, 0, 1, err);
+	return s_zput(wk, NULL, 0, 1, err);
 }
 
 /* Encodes t alone, compressed. */
 static int
-s_encode_whole(s_make_t *m, const wsync_tensor_t *t, wsync_err_t *err)
+s_encode_whole(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t, wsync_err_t *err)
 {
 	const unsigned char *h;
 	int rc;
 
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, t, NULL, at, n, &h, NULL, err) < 0)
+		if (s_chunk(m, wk, t, NULL, at, n, &h, NULL, err) < 0)
 			return -1;
-		if ((rc = s_zput(m, h, n, 0, err)) != 0)
+		if ((rc = s_zput(wk, h, n, 0, err)) != 0)
 			return rc;
 	}
-	return s_zput(m, NULL, 0, 1, err);
+	return s_zput(wk, NULL, 0, 1, err);
 }
 
 /* Packs t's bytes as they are, as one bin. */
 static int
-s_pack_raw(s_make_t *m, const wsync_tensor_t *t, wsync_err_t *err)
+s_pack_raw(s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t, wsync_err_t *err)
 {
 	const unsigned char *h;
 
@@ -353,7 +395,7 @@ s_pack_raw(s_make_t *m, const wsync_tensor_t *t, wsync_err_t *err)
 		return -1;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, t, NULL, at, n, &h, NULL, err) < 0 ||
+		if (s_chunk(m, wk, t, NULL, at, n, &h, NULL, err) < 0 ||
 		    msgpack_pack_bin_body(&m->pk, h, n) < 0)
 			return -1;
 	}
@@ -376,132 +418,106 @@ s_base_of(const wsync_file_t *base, const wsync_tensor_t *t)
 }
 
 /*
- * The encoding to try for t in *enc, judged by a count of changed elements,
- * and what it is estimated to cost in *cost: a changed element's bytes (what
+ * The encoding to try for H's tensor i, judged by a count of changed
+ * elements, and what it is estimated to cost: a changed element's bytes (what
  * zstd makes of the planes and the gaps is about that at 1% and less above),
- * a tensor's bytes when it has no base. -1 with err when an input cannot be read.
+ * a tensor's bytes when it has no base. A wsync_pool_fn: -1 with the
+ * worker's err when an input cannot be read.
  */
 static int
-s_choose(const s_make_t *m, const wsync_tensor_t *t, const wsync_tensor_t *bt,
-    wsync_delta_enc_t *enc, uint64_t *cost, wsync_err_t *err)
+s_choose(void *arg, size_t i, unsigned worker)
 {
+	s_make_t *m = arg;
+	s_worker_t *wk = &m->workers[worker];
+	s_form_t *f = &m->forms[i];
+	const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt = s_base_of(m->base, t);
 	unsigned w = (unsigned)wsync_dtype_size(t->dtype);
 	uint64_t changed = 0, sampled = 0;
 	const unsigned char *h, *b;
 
-	*cost = ENTRY_COST + strlen(t->path);
-	*enc = WSYNC_DELTA_SAME;
+	f->cost = ENTRY_COST + strlen(t->path);
+	f->enc = WSYNC_DELTA_SAME;
 	if (t->nbytes == 0) {
-		*enc = WSYNC_DELTA_RAW;
+		f->enc = WSYNC_DELTA_RAW;
 		return 0;
 	}
 	if (bt == NULL) {
-		*cost += t->nbytes;
-		*enc = WSYNC_DELTA_WHOLE;
+		f->cost += t->nbytes;
+		f->enc = WSYNC_DELTA_WHOLE;
 		return 0;
 	}
-	if (bt->hash == t->hash)
-		return 0;
 	/*
 	 * A large tensor is judged by every SAMPLE_EVERY-th chunk of it, scaled:
 	 * the encoding reads all of it anyway, and stops at the limit if the
 	 * sample misjudged. The whole count took half of making a delta at 1%.
+	 * One whose hash is the base's is counted whole: only its bytes may say
+	 * it is unchanged, since two tensors can share an XXH3-64.
 	 */
 	for (uint64_t at = 0, k = 0; at < t->nbytes; at += CHUNK, k++) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (t->nbytes >= SAMPLE_MIN && k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
+		if (bt->hash != t->hash && t->nbytes >= SAMPLE_MIN &&
+		    k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
 			continue;
-		if (s_chunk(m, t, bt, at, n, &h, &b, err) < 0)
+		if (s_chunk(m, wk, t, bt, at, n, &h, &b, &wk->err) < 0)
 			return -1;
 		sampled += n;
 		changed += s_count_changed(h, b, n, w);
 	}
 	if (sampled < t->nbytes)
 		changed = (uint64_t)((double)changed * (double)t->nbytes / (double)sampled);
-	/* Only a whole count may say nothing changed: the hashes differ. */
+	/* Only a whole count may say nothing changed. */
 	if (changed == 0 && sampled == t->nbytes)
 		return 0;
 	if (changed == 0)
 		changed = 1;
-	*cost += changed * w;
+	f->cost += changed * w;
 	/*
 	 * Sparse stores an element's xor as byte planes, which compress better than
 	 * xor's interleaved bytes at any density for elements of 2 bytes or more
 	 * (wsync-format(5), DELTA, has the numbers). For 1-byte elements the planes
 	 * are the xor itself, and the gaps cost more than they save past about 40%.
 	 */
-	*enc = w > 1 || changed * 5 <= t->nbytes * 2 ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
+	f->enc = w > 1 || changed * 5 <= t->nbytes * 2 ? WSYNC_DELTA_SPARSE : WSYNC_DELTA_XOR;
 	return 0;
 }
 
 /*
- * Plans every tensor's encoding; 1 when the estimate says the delta would
- * pass its limit, before any encoding is done; -1 with err.
+ * Plans every tensor's encoding, the tensors on all threads; 1 when the
+ * estimate says the delta would pass its limit, before any encoding is done;
+ * -1 with err.
  */
 static int
 s_plan(s_make_t *m, wsync_err_t *err)
 {
-	const wsync_file_t *h = m->head;
-	uint64_t estimate = 0, cost;
-	wsync_delta_enc_t enc;
+	uint64_t estimate = 0;
+	unsigned failed = 0;
 
-	for (size_t i = 0; i < wsync_file_count(h); i++) {
-		const wsync_tensor_t *t = wsync_file_tensor(h, i);
-		if (s_choose(m, t, s_base_of(m->base, t), &enc, &cost, err) < 0)
-			return -1;
-		m->enc[i] = (unsigned char)enc;
-		estimate += cost;
+	if (wsync_pool_run(wsync_file_count(m->head), m->nworkers, s_choose, m, &failed) != 0) {
+		*err = m->workers[failed].err;
+		return -1;
 	}
+	for (size_t i = 0; i < wsync_file_count(m->head); i++)
+		estimate += m->forms[i].cost;
 	if (m->stats != NULL)
 		m->stats->estimate = estimate;
 	return estimate > m->limit;
 }
 
 /*
- * Writes one tensor entry; the encoded form falls back to raw when not
- * smaller. 1 when the delta passes its limit.
+ * Packs H's tensor i, its form made, into out: its entry, then its form.
+ * 1 when the delta passes its limit.
  */
 static int
-s_make_tensor(s_make_t *m, size_t i, wsync_err_t *err)
+s_pack_tensor(s_make_t *m, s_worker_t *wk, size_t i, wsync_err_t *err)
 {
 	const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt = s_base_of(m->base, t);
-	wsync_delta_enc_t enc = (wsync_delta_enc_t)m->enc[i];
-	unsigned w = (unsigned)wsync_dtype_size(t->dtype);
-	uint64_t entry = m->out.pos, left = m->limit > entry ? m->limit - entry : 0;
+	const s_form_t *f = &m->forms[i];
+	wsync_delta_enc_t enc = (wsync_delta_enc_t)f->enc;
+	uint64_t entry = m->out.pos;
 	char what[WSYNC_MAX_PATH + 16];
 	int has_base, rc = 0;
 
 	snprintf(what, sizeof(what), "tensor %s", t->path);
-	if (t->nbytes > UINT32_MAX)
-		return wsync_err_set(err, EX_DATAERR, "%s: %s: %llu bytes, more than a msgpack "
-		    "bin holds", m->out.name, what, (unsigned long long)t->nbytes);
-	/* The form stops at H's bytes (raw costs less) or at what the delta has left. */
-	switch (enc) {
-	case WSYNC_DELTA_XOR:
-		s_zstart(m, XOR_LEVEL, (long long)t->nbytes, t->nbytes < left ? t->nbytes : left);
-		rc = s_encode_xor(m, t, bt, err);
-		break;
-	case WSYNC_DELTA_SPARSE:
-		s_zstart(m, LEVEL, -1, t->nbytes < left ? t->nbytes : left);
-		rc = s_encode_sparse(m, t, bt, w, err);
-		break;
-	case WSYNC_DELTA_WHOLE:
-		s_zstart(m, LEVEL, (long long)t->nbytes, t->nbytes < left ? t->nbytes : left);
-		rc = s_encode_whole(m, t, err);
-		break;
-	default:
-		break;
-	}
-	if (rc < 0)
-		return -1;
-	if (rc > 0) {
-		if (s_scratch_reset(m, err) < 0)
-			return -1;
-		if (left <= t->nbytes)
-			return 1;
-		/* Incompressible: the bytes as they are cost less, and always fit a bin. */
-		enc = WSYNC_DELTA_RAW;
-	}
 	has_base = enc == WSYNC_DELTA_SAME || enc == WSYNC_DELTA_XOR || enc == WSYNC_DELTA_SPARSE;
 	if (msgpack_pack_map(&m->pk, 5 + has_base + (enc != WSYNC_DELTA_SAME)) < 0 ||
 	    s_pk_str(&m->pk, "path") < 0 || s_pk_str(&m->pk, t->path) < 0 ||
@@ -512,9 +528,9 @@ s_make_tensor(s_make_t *m, size_t i, wsync_err_t *err)
 	    (enc != WSYNC_DELTA_SAME && s_pk_str(&m->pk, "data") < 0))
 		return -1;
 	if (enc == WSYNC_DELTA_RAW)
-		rc = s_pack_raw(m, t, err);
+		rc = s_pack_raw(m, wk, t, err);
 	else if (enc != WSYNC_DELTA_SAME)
-		rc = s_pack_scratch(m, what, err);
+		rc = s_pack_form(m, &m->workers[f->worker], f->off, f->len, wk->tmp, what, err);
 	if (rc < 0)
 		return -1;
 	if (m->stats != NULL) {
@@ -525,15 +541,93 @@ s_make_tensor(s_make_t *m, size_t i, wsync_err_t *err)
 	return m->out.pos > m->limit;
 }
 
+/* Packs the tensors whose forms are made, in H's order, as far as they go. */
+static int
+s_pack_ready(s_make_t *m, s_worker_t *wk)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&m->lock);
+	m->out.err = &wk->err;
+	while (rc == 0 && m->packed < wsync_file_count(m->head) && m->forms[m->packed].made)
+		rc = s_pack_tensor(m, wk, m->packed++, &wk->err);
+	pthread_mutex_unlock(&m->lock);
+	return rc;
+}
+
+/*
+ * Makes the form of H's tensor i in the worker's scratch, then packs what is
+ * ready. A wsync_pool_fn: 1 when the delta passes its limit, -1 with the
+ * worker's err. The form falls back to raw when not smaller.
+ */
+static int
+s_encode_tensor(void *arg, size_t i, unsigned worker)
+{
+	s_make_t *m = arg;
+	s_worker_t *wk = &m->workers[worker];
+	s_form_t *f = &m->forms[i];
+	const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt = s_base_of(m->base, t);
+	unsigned w = (unsigned)wsync_dtype_size(t->dtype);
+	/* The form stops at H's bytes (raw costs less) or at the delta's limit. */
+	uint64_t stop = t->nbytes < m->limit ? t->nbytes : m->limit, made;
+	int rc = 0;
+
+	if (t->nbytes > UINT32_MAX)
+		return wsync_err_set(&wk->err, EX_DATAERR, "%s: tensor %s: %llu bytes, more "
+		    "than a msgpack bin holds", m->out.name, t->path,
+		    (unsigned long long)t->nbytes);
+	switch (f->enc) {
+	case WSYNC_DELTA_XOR:
+		s_zstart(wk, XOR_LEVEL, (long long)t->nbytes, stop);
+		rc = s_encode_xor(m, wk, t, bt, &wk->err);
+		break;
+	case WSYNC_DELTA_SPARSE:
+		s_zstart(wk, LEVEL, -1, stop);
+		rc = s_encode_sparse(m, wk, t, bt, w, &wk->err);
+		break;
+	case WSYNC_DELTA_WHOLE:
+		s_zstart(wk, LEVEL, (long long)t->nbytes, stop);
+		rc = s_encode_whole(m, wk, t, &wk->err);
+		break;
+	default:
+		wk->form_start = wk->scratch.pos;
+		break;
+	}
+	if (rc < 0)
+		return -1;
+	if (rc > 0) {
+		if (s_form_drop(wk, &wk->err) < 0)
+			return -1;
+		if (m->limit <= t->nbytes)
+			return 1;
+		/* Incompressible: the bytes as they are cost less, and always fit a bin. */
+		f->enc = WSYNC_DELTA_RAW;
+	}
+	/* The packer reads the form from the file, whoever packs it. */
+	if (delta_out_flush(&wk->scratch, &wk->err) < 0)
+		return -1;
+	f->worker = worker;
+	f->off = wk->form_start;
+	f->len = wk->scratch.pos - wk->form_start;
+	made = atomic_fetch_add(&m->encoded, f->enc == WSYNC_DELTA_RAW ? t->nbytes : f->len) +
+	    (f->enc == WSYNC_DELTA_RAW ? t->nbytes : f->len);
+	if (made > m->limit)
+		return 1;
+	pthread_mutex_lock(&m->lock);
+	f->made = 1;
+	pthread_mutex_unlock(&m->lock);
+	return s_pack_ready(m, wk);
+}
+
 /* The skeleton: H's bytes outside every tensor's data, in order, as one zstd frame. */
 static int
-s_make_skeleton(s_make_t *m, wsync_err_t *err)
+s_make_skeleton(s_make_t *m, s_worker_t *wk, wsync_err_t *err)
 {
 	const unsigned char *h;
 	uint64_t at = 0, before = m->out.pos;
 	int rc;
 
-	s_zstart(m, LEVEL, -1, UINT64_MAX);
+	s_zstart(wk, LEVEL, -1, UINT64_MAX);
 	for (size_t i = 0; i <= wsync_file_count(m->head); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(m->head, i);
 		uint64_t end = t == NULL ? wsync_file_size(m->head) : t->offset;
@@ -541,27 +635,35 @@ s_make_skeleton(s_make_t *m, wsync_err_t *err)
 			continue;
 		for (uint64_t p = at; p < end; p += CHUNK) {
 			size_t n = end - p < CHUNK ? (size_t)(end - p) : CHUNK;
-			if ((h = s_read(m, m->head, m->head_fd, m->hwin, p, n, err)) == NULL)
+			if ((h = s_read(m, m->head, m->head_fd, wk->hwin, p, n, err)) == NULL)
 				return -1;
-			if ((rc = s_zput(m, h, n, 0, err)) != 0)
+			if ((rc = s_zput(wk, h, n, 0, err)) != 0)
 				return rc;
 		}
 		if (t != NULL)
 			at = t->offset + t->nbytes;
 	}
-	if ((rc = s_zput(m, NULL, 0, 1, err)) != 0 || s_pack_scratch(m, "skeleton", err) < 0)
+	if ((rc = s_zput(wk, NULL, 0, 1, err)) != 0 ||
+	    delta_out_flush(&wk->scratch, err) < 0 ||
+	    s_pack_form(m, wk, wk->form_start, wk->scratch.pos - wk->form_start, wk->tmp,
+	    "skeleton", err) < 0)
 		return -1;
 	if (m->stats != NULL)
 		m->stats->skeleton_bytes = m->out.pos - before;
 	return 0;
 }
 
-/* 0 when the delta is written, 1 when it is not worth it, -1 on error. */
+/*
+ * 0 when the delta is written, 1 when it is not worth it, -1 on error. The
+ * tensors are encoded on all threads, each form into its thread's scratch,
+ * and packed into out in H's order by whichever thread made the next one.
+ */
 static int
 s_make(s_make_t *m, const char *name, wsync_err_t *err)
 {
 	const wsync_file_t *b = m->base, *h = m->head;
 	msgpack_packer *pk = &m->pk;
+	unsigned failed = 0;
 	int rc;
 
 	if (strcmp(wsync_file_model(b), wsync_file_model(h)) != 0)
@@ -577,46 +679,83 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	    s_pk_kv(pk, "version", wsync_file_version(h)) < 0 ||
 	    s_pk_kv(pk, "content", wsync_file_content_id(h)) < 0 ||
 	    s_pk_kv(pk, "size", wsync_file_size(h)) < 0 ||
-	    s_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, err) < 0 ||
+	    s_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, &m->workers[0], err) < 0 ||
 	    s_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
 		return -1;
-	for (size_t i = 0; i < wsync_file_count(h); i++)
-		if ((rc = s_make_tensor(m, i, err)) != 0)
-			return rc;
+	if ((rc = wsync_pool_run(wsync_file_count(h), m->nworkers, s_encode_tensor, m,
+	    &failed)) != 0) {
+		if (rc < 0)
+			*err = m->workers[failed].err;
+		return rc;
+	}
 	return delta_out_flush(&m->out, err);
+}
+
+/* A worker's zstd stream, buffers and scratch file; -1 with err. */
+static int
+s_worker_open(s_worker_t *wk, const char *name, wsync_err_t *err)
+{
+	wk->scratch = (delta_out_t){ .fd = -1, .name = name, .err = &wk->err };
+	if ((wk->z = s_cctx_new(name, err)) == NULL)
+		return -1;
+	if ((wk->scratch.fd = memfd_create("wsync-delta", MFD_CLOEXEC)) < 0)
+		return wsync_err_set(err, EX_OSERR, "%s: memfd_create: %s", name, strerror(errno));
+	wk->scratch.buf = malloc(OUT_BUF);
+	wk->tmp = malloc(CHUNK);
+	wk->bwin = malloc(CHUNK);
+	wk->hwin = malloc(CHUNK);
+	wk->group = malloc((size_t)GROUP_MAX * 12);
+	if (wk->scratch.buf == NULL || wk->tmp == NULL || wk->bwin == NULL ||
+	    wk->hwin == NULL || wk->group == NULL)
+		return wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
+	return 0;
+}
+
+static void
+s_worker_close(s_worker_t *wk)
+{
+	ZSTD_freeCCtx(wk->z);
+	if (wk->scratch.fd >= 0)
+		close(wk->scratch.fd);
+	free(wk->scratch.buf);
+	free(wk->tmp);
+	free(wk->bwin);
+	free(wk->hwin);
+	free(wk->group);
 }
 
 int
 wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_t limit,
     wsync_delta_stats_t *stats, wsync_err_t *err)
 {
-	s_make_t m = { .out = { .fd = out_fd, .name = name, .err = err },
-		.scratch = { .fd = -1, .name = name, .err = err }, .stats = stats };
+	s_make_t m = { .out = { .fd = out_fd, .name = name, .err = err }, .stats = stats };
 	wsync_file_t *base = NULL, *head = NULL;
+	unsigned opened = 0;
 	int rc = -1;
 
 	if (stats != NULL)
 		memset(stats, 0, sizeof(*stats));
+	pthread_mutex_init(&m.lock, NULL);
+	atomic_init(&m.encoded, 0);
 	if ((base = wsync_file_open_fd(base_fd, "base", err)) == NULL ||
-	    (head = wsync_file_open_fd(head_fd, "head", err)) == NULL ||
-	    (m.z = s_cctx_new(name, err)) == NULL)
+	    (head = wsync_file_open_fd(head_fd, "head", err)) == NULL)
 		goto out;
-	if ((m.scratch.fd = memfd_create("wsync-delta", MFD_CLOEXEC)) < 0) {
-		wsync_err_set(err, EX_OSERR, "%s: memfd_create: %s", name, strerror(errno));
-		goto out;
-	}
+	/* A thread per tensor at most: each holds a few MiB of buffers. */
+	m.nworkers = wsync_threads();
+	if (m.nworkers > wsync_file_count(head))
+		m.nworkers = wsync_file_count(head) > 0 ? (unsigned)wsync_file_count(head) : 1;
 	m.out.buf = malloc(OUT_BUF);
-	m.scratch.buf = malloc(OUT_BUF);
-	m.tmp = malloc(CHUNK);
-	m.bwin = malloc(CHUNK);
-	m.hwin = malloc(CHUNK);
-	m.group = malloc((size_t)GROUP_MAX * 12);
-	m.enc = malloc(wsync_file_count(head) + 1);
-	if (m.out.buf == NULL || m.scratch.buf == NULL || m.tmp == NULL || m.bwin == NULL ||
-	    m.hwin == NULL || m.group == NULL || m.enc == NULL) {
+	m.forms = calloc(wsync_file_count(head) + 1, sizeof(*m.forms));
+	m.workers = calloc(m.nworkers, sizeof(*m.workers));
+	if (m.out.buf == NULL || m.forms == NULL || m.workers == NULL) {
 		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 		goto out;
 	}
+	for (; opened < m.nworkers; opened++)
+		if (s_worker_open(&m.workers[opened], name, err) < 0) {
+			opened++;
+			goto out;
+		}
 	msgpack_packer_init(&m.pk, &m.out, s_pk_write);
 	m.base = base;
 	m.head = head;
@@ -630,16 +769,12 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 		stats->head_bytes = wsync_file_size(head);
 	}
 out:
-	ZSTD_freeCCtx(m.z);
-	if (m.scratch.fd >= 0)
-		close(m.scratch.fd);
+	for (unsigned k = 0; k < opened; k++)
+		s_worker_close(&m.workers[k]);
+	pthread_mutex_destroy(&m.lock);
 	free(m.out.buf);
-	free(m.scratch.buf);
-	free(m.tmp);
-	free(m.bwin);
-	free(m.hwin);
-	free(m.group);
-	free(m.enc);
+	free(m.forms);
+	free(m.workers);
 	wsync_file_close(&base);
 	wsync_file_close(&head);
 	return rc;

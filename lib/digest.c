@@ -13,6 +13,7 @@
  * when libcrypto cannot be loaded. The digests are the same either way.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <unistd.h>
 
 #include "hash_int.h"
 #include "sign_int.h"
@@ -171,6 +173,45 @@ int
 wsync_data_digest(const void *data, size_t n, uint8_t *out, uint64_t *xxh3, wsync_err_t *err)
 {
 	return s_digest(NULL, data, n, out, xxh3, err);
+}
+
+int
+wsync_read_digest(int fd, uint64_t off, uint64_t n, uint8_t *out, uint64_t *xxh3,
+    wsync_err_t *err)
+{
+	unsigned char *buf = malloc(S_CHUNK);
+	XXH3_state_t state;
+	wsync_err_t ended;
+	s_sha_t ctx;
+
+	if (buf == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if (s_sha_start(&ctx, err) < 0) {
+		free(buf);
+		return -1;
+	}
+	XXH3_64bits_reset(&state);
+	for (uint64_t at = 0; at < n;) {
+		size_t c = n - at < S_CHUNK ? (size_t)(n - at) : S_CHUNK;
+		ssize_t got = pread(fd, buf, c, (off_t)(off + at));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0) {
+			wsync_err_set(err, got < 0 ? EX_IOERR : EX_DATAERR, "cannot read a tensor "
+			    "to sign it: %s", got < 0 ? strerror(errno) : "the file is shorter");
+			s_sha_end(&ctx, out, &ended);
+			free(buf);
+			return -1;
+		}
+		s_sha_update(&ctx, buf, (size_t)got);
+		if (xxh3 != NULL)
+			wsync_hash_update(&state, buf, (size_t)got);
+		at += (uint64_t)got;
+	}
+	free(buf);
+	if (xxh3 != NULL)
+		*xxh3 = XXH3_64bits_digest(&state);
+	return s_sha_end(&ctx, out, err);
 }
 
 int

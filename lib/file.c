@@ -14,6 +14,7 @@
 #include "hash_int.h"
 #include "io_int.h"
 #include "mpcheck_int.h"
+#include "pool_int.h"
 #include "stream_hash_int.h"
 
 /* Bytes of a mapped file hashed between mapping pages in and letting them go. */
@@ -842,42 +843,86 @@ s_known(const wsync_known_hash_t *known, size_t nknown, uint64_t at, uint64_t nb
 	    known[lo].done ? &known[lo] : NULL;
 }
 
+/* A verification: the file, what it is read from, each tensor's hash found. */
+typedef struct s_check {
+	const wsync_file_t *f;
+	int fd;
+	const wsync_known_hash_t *known;
+	size_t nknown;
+	uint64_t *hashes;               /* per tensor */
+	XXH3_state_t **states;          /* per thread; NULL: each tensor in one go */
+	unsigned char **bufs;           /* per thread: S_READ_PIECE bytes, or NULL */
+} s_check_t;
+
+/* Hashes tensor i on the worker's state and buffer; a wsync_pool_fn. */
+static int
+s_check_tensor(void *arg, size_t i, unsigned worker)
+{
+	s_check_t *c = arg;
+	const wsync_tensor_t *t = &c->f->tensors[i];
+	const wsync_known_hash_t *k = s_known(c->known, c->nknown, t->offset, t->nbytes);
+	unsigned char *buf = c->bufs[worker];
+
+	if (k != NULL)
+		c->hashes[i] = k->hash;
+	/* A failed read falls back to the mapping, which holds the same bytes. */
+	else if (buf == NULL || s_tensor_hash_read(t, c->fd, buf, c->states[worker],
+	    &c->hashes[i]) < 0)
+		c->hashes[i] = s_tensor_hash(c->f, t, c->states[worker]);
+	return 0;
+}
+
 /*
  * Verifies f; its data read from fd when fd >= 0 and f is that file, mapped;
- * a tensor among the nknown hashed already is not read again.
+ * a tensor among the nknown hashed already is not read again. The tensors
+ * are hashed on all threads (a tensor's XXH3-64 is one stream: one thread
+ * each), then judged in file order.
  */
 static int
 s_verify(const wsync_file_t *f, int fd, const wsync_known_hash_t *known, size_t nknown,
     wsync_bad_tensor_fn bad, void *arg, wsync_err_t *err)
 {
+	s_check_t c = { .f = f, .fd = fd, .known = known, .nknown = nknown };
+	unsigned n = wsync_threads();
 	const wsync_tensor_t *first = NULL;
-	XXH3_state_t *state = XXH3_createState();  /* NULL: each tensor in one go */
-	unsigned char *buf = fd >= 0 && f->mem == WSYNC_MEM_MMAP && state != NULL ?
-	    malloc(S_READ_PIECE) : NULL;
 	size_t nbad = 0;
+	int rc = -1;
 
+	if (n > f->ntensors)
+		n = f->ntensors > 0 ? (unsigned)f->ntensors : 1;
+	c.hashes = malloc((f->ntensors + 1) * sizeof(*c.hashes));
+	c.states = calloc(n, sizeof(*c.states));
+	c.bufs = calloc(n, sizeof(*c.bufs));
+	if (c.hashes == NULL || c.states == NULL || c.bufs == NULL) {
+		wsync_err_set(err, EX_OSERR, "%s: out of memory", f->name);
+		goto out;
+	}
+	for (unsigned k = 0; k < n; k++) {
+		c.states[k] = XXH3_createState();
+		c.bufs[k] = fd >= 0 && f->mem == WSYNC_MEM_MMAP && c.states[k] != NULL ?
+		    malloc(S_READ_PIECE) : NULL;
+	}
+	wsync_pool_run(f->ntensors, n, s_check_tensor, &c, NULL);
 	for (size_t i = 0; i < f->ntensors; i++) {
-		const wsync_tensor_t *t = &f->tensors[i];
-		const wsync_known_hash_t *k = s_known(known, nknown, t->offset, t->nbytes);
-		uint64_t h;
-		if (k != NULL)
-			h = k->hash;
-		/* A failed read falls back to the mapping, which holds the same bytes. */
-		else if (buf == NULL || s_tensor_hash_read(t, fd, buf, state, &h) < 0)
-			h = s_tensor_hash(f, t, state);
-		if (h == t->hash)
+		if (c.hashes[i] == f->tensors[i].hash)
 			continue;
 		if (nbad++ == 0)
-			first = t;
+			first = &f->tensors[i];
 		if (bad != NULL)
-			bad(t, h, arg);
+			bad(&f->tensors[i], c.hashes[i], arg);
 	}
-	free(buf);
-	XXH3_freeState(state);
-	if (nbad == 0)
-		return 0;
-	return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data does not match its hash%s",
-	    f->name, first->path, nbad > 1 ? " (and more tensors)" : "");
+	rc = nbad == 0 ? 0 : wsync_err_set(err, EX_DATAERR, "%s: tensor %s: data does not "
+	    "match its hash%s", f->name, first->path, nbad > 1 ? " (and more tensors)" : "");
+out:
+	for (unsigned k = 0; c.states != NULL && k < n; k++) {
+		XXH3_freeState(c.states[k]);
+		if (c.bufs != NULL)
+			free(c.bufs[k]);
+	}
+	free(c.states);
+	free(c.bufs);
+	free(c.hashes);
+	return rc;
 }
 
 int

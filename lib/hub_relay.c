@@ -145,6 +145,11 @@ hub_relay_stop(wsync_hub_t *h)
 	free(rl->key);
 	free(rl->hub_key);
 	free(rl->have);
+	while (rl->nfetched > 0) {
+		unlink(rl->fetched[rl->nfetched - 1].tmp);
+		free(rl->fetched[--rl->nfetched].tmp);
+	}
+	free(rl->group);
 	free(rl->report);
 	free(rl);
 	h->relay = NULL;
@@ -172,33 +177,58 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 	return 1;
 }
 
-/* Commits version o the thread fetched, with the upstream's number, and announces it. */
+/*
+ * Commits the n versions of group the thread fetched together, as its
+ * upstream committed them, with the upstream's numbers, and announces them
+ * as one group.
+ */
 static int
-s_commit(wsync_hub_t *h, const relay_hand_over_t *o, wsync_err_t *err)
+s_commit(wsync_hub_t *h, const relay_hand_over_t *group, size_t n, wsync_err_t *err)
 {
-	wsync_store_temp_t t = { .fd = -1 };
+	wsync_store_temp_t *t = calloc(n, sizeof(*t));
+	wsync_committed_t *out = calloc(n, sizeof(*out));
+	uint64_t *versions = calloc(n, sizeof(*versions));
 	wsync_commit_info_t info = { .pusher = "", .time = wsync_wall_time(), .trust = 1 };
-	const char *upstream = o->upstream[0] != '\0' ? o->upstream : h->relay->upstreams[0];
-	wsync_committed_t out;
-	uint64_t version = o->version;
+	const char *upstream = group[0].upstream[0] != '\0' ? group[0].upstream :
+	    h->relay->upstreams[0];
+	size_t opened = 0;
+	int rc = -1;
 
-	snprintf(t.model, sizeof(t.model), "%s", o->model);
-	snprintf(t.path, sizeof(t.path), "%s", o->path);
-	/* Verified by the fetch already: hashing it again would double the relay's work. */
-	info.versions = &version;
-	if ((t.fd = open(t.path, O_RDWR | O_CLOEXEC)) < 0)
-		return wsync_err_set(err, EX_IOERR, "%s: %s", t.path, strerror(errno));
-	if (wsync_store_commit(h->store, &t, 1, &info, &out, err) < 0) {
-		close(t.fd);
-		return -1;
+	if (t == NULL || out == NULL || versions == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
 	}
-	s_origin_set(h, o->origin);
-	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
-	    PRIx64 " pusher=- relay=%s", out.model, out.version, out.size, out.content,
-	    upstream);
-	hub_announce(h, &out, &t, 1, NULL, 0);
-	hub_waits_check(h, out.model);
-	return 0;
+	for (; opened < n; opened++) {
+		snprintf(t[opened].model, sizeof(t[opened].model), "%s", group[opened].model);
+		snprintf(t[opened].path, sizeof(t[opened].path), "%s", group[opened].path);
+		versions[opened] = group[opened].version;
+		if ((t[opened].fd = open(t[opened].path, O_RDWR | O_CLOEXEC)) < 0) {
+			wsync_err_set(err, EX_IOERR, "%s: %s", t[opened].path, strerror(errno));
+			goto out;
+		}
+	}
+	/* Verified by the fetch already: hashing it again would double the relay's work. */
+	info.versions = versions;
+	if (wsync_store_commit(h->store, t, n, &info, out, err) < 0)
+		goto out;
+	rc = 0;
+	opened = 0;
+	s_origin_set(h, group[0].origin);
+	for (size_t i = 0; i < n; i++)
+		hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016"
+		    PRIx64 " pusher=- relay=%s", out[i].model, out[i].version, out[i].size,
+		    out[i].content, upstream);
+	for (size_t i = 0; i < n; i++)
+		hub_announce(h, &out[i], t, n, NULL, 0);
+	for (size_t i = 0; i < n; i++)
+		hub_waits_check(h, out[i].model);
+out:
+	for (size_t i = 0; i < opened; i++)
+		close(t[i].fd);
+	free(t);
+	free(out);
+	free(versions);
+	return rc;
 }
 
 /* The thread's word that a version it fetches will not arrive. */
@@ -224,10 +254,14 @@ s_arriving(wsync_hub_t *h, const wsync_msg_t *m)
 	hub_arrive_progress(h, a.upto);
 }
 
-/* Commits a version the thread handed over (m) and answers it. */
+/*
+ * Keeps a version the thread handed over (m); once the last of its group
+ * came, commits them together and answers the thread.
+ */
 static void
 s_hand_over(wsync_hub_t *h, const wsync_msg_t *m)
 {
+	struct hub_relay *rl = h->relay;
 	relay_hand_over_t o;
 	relay_reply_t r = { .ok = 0 };
 	wsync_err_t err = { 0 };
@@ -235,15 +269,25 @@ s_hand_over(wsync_hub_t *h, const wsync_msg_t *m)
 	wsync_enc_t e;
 	int decoded = relay_unpack(m, RELAY_MSG_HAND_OVER, &o) == 0;
 
-	if (!decoded)
+	if (rl->group == NULL && (rl->group = calloc(RELAY_GROUP_MAX, sizeof(*rl->group))) == NULL)
+		decoded = 0;
+	if (decoded && o.index != rl->ngroup)
+		rl->ngroup = 0;
+	if (decoded && o.index == rl->ngroup && rl->ngroup < RELAY_GROUP_MAX)
+		rl->group[rl->ngroup++] = o;
+	if (decoded && o.index + 1 < o.count)
+		return;
+	if (!decoded || rl->ngroup == 0)
 		wsync_err_set(&err, EX_SOFTWARE, "relay: a hand-over that does not decode");
-	r.ok = decoded && s_commit(h, &o, &err) == 0;
+	r.ok = decoded && rl->ngroup > 0 && s_commit(h, rl->group, rl->ngroup, &err) == 0;
 	if (!r.ok)
 		hub_log(h, "event=relay-refuse error=\"%s\"", wsync_log_quote(err.msg,
 		    quoted, sizeof(quoted)));
 	/* Committed, the version is served from the store; refused, nowhere. */
-	if (decoded && hub_arrive_has(h, o.model, o.version))
-		hub_arrive_end(h, r.ok ? 0 : EX_DATAERR, err.msg);
+	for (size_t i = 0; decoded && i < rl->ngroup; i++)
+		if (hub_arrive_has(h, rl->group[i].model, rl->group[i].version))
+			hub_arrive_end(h, r.ok ? 0 : EX_DATAERR, err.msg);
+	rl->ngroup = 0;
 	snprintf(r.error, sizeof(r.error), "%s", err.msg);
 	wsync_enc_init(&e);
 	relay_reply_pack(&e, &r);

@@ -34,6 +34,25 @@ wsync_write_all(int fd, const void *buf, size_t len)
 }
 
 int
+wsync_write_at(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		p += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int
 wsync_read_at(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;

@@ -186,26 +186,43 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 	return 0;
 }
 
-/* Hands a fetched version to the hub's loop and waits for its commit; 0 when committed. */
+/* Forgets fetched version i, unlinking its file. */
+static void
+s_fetched_drop(struct hub_relay *rl, size_t i)
+{
+	unlink(rl->fetched[i].tmp);
+	free(rl->fetched[i].tmp);
+	rl->fetched[i] = rl->fetched[--rl->nfetched];
+}
+
+/*
+ * Hands the n fetched versions in take to the hub's loop, to be committed
+ * together as the upstream committed them, and waits for the commit; 0 when
+ * committed.
+ */
 static int
-s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, const char *path,
-    const char *origin, wsync_err_t *err)
+s_hand_over(struct hub_relay *rl, const size_t *take, size_t n, const char *origin,
+    wsync_err_t *err)
 {
 	zmq_pollitem_t item = { rl->pair, 0, ZMQ_POLLIN, 0 };
-	relay_hand_over_t o = { .version = v->version, .content = v->content };
 	relay_reply_t reply;
-	wsync_enc_t e;
 
-	snprintf(o.model, sizeof(o.model), "%s", model);
-	snprintf(o.path, sizeof(o.path), "%s", path);
-	snprintf(o.origin, sizeof(o.origin), "%s", origin);
-	snprintf(o.upstream, sizeof(o.upstream), "%s", rl->up.endpoint);
-	wsync_enc_init(&e);
-	relay_pack(&e, RELAY_MSG_HAND_OVER, &o);
-	if (relay_send(rl->pair, RELAY_MSG_HAND_OVER, &e, 0) < 0)
-		return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
-		    zmq_strerror(errno));
-	/* The hub answers every hand-over, unless it stops: then so does this thread. */
+	for (size_t i = 0; i < n; i++) {
+		const struct relay_fetched *f = &rl->fetched[take[i]];
+		relay_hand_over_t o = { .version = f->head.version, .content = f->head.content,
+		    .index = i, .count = n };
+		wsync_enc_t e;
+		snprintf(o.model, sizeof(o.model), "%s", f->model);
+		snprintf(o.path, sizeof(o.path), "%s", f->tmp);
+		snprintf(o.origin, sizeof(o.origin), "%s", origin);
+		snprintf(o.upstream, sizeof(o.upstream), "%s", rl->up.endpoint);
+		wsync_enc_init(&e);
+		relay_pack(&e, RELAY_MSG_HAND_OVER, &o);
+		if (relay_send(rl->pair, RELAY_MSG_HAND_OVER, &e, 0) < 0)
+			return wsync_err_set(err, EX_SOFTWARE, "relay: cannot hand over: %s",
+			    zmq_strerror(errno));
+	}
+	/* The hub answers every group handed over, unless it stops: then so does this thread. */
 	while (!rl->stop && !s_pair_read(rl, &reply))
 		zmq_poll(&item, 1, S_SLICE_MS);
 	if (rl->stop)
@@ -216,25 +233,31 @@ s_hand_over(struct hub_relay *rl, const char *model, const wsync_head_t *v, cons
 }
 
 /*
- * Mirrors version head of model unless the relay has it (or it failed here):
- * fetched, verified and handed over, and passed on while it arrives. 0 when
- * done or skipped, -1 with err when the upstream was lost.
+ * Fetches version head of model unless the relay has it, fetched or
+ * committed (or it failed here), passing it on while it arrives; it is kept
+ * in rl->fetched. 0 when done or skipped, -1 with err when the upstream was
+ * lost.
  */
 static int
-s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, const char *origin,
-    wsync_err_t *err)
+s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync_err_t *err)
 {
 	const wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
 	    .known = head, .beside = rl->beside, .window = S_WINDOW, .arriving = 1,
 	    .written = s_written, .written_arg = rl };
 	struct relay_have *have = relay_have(rl, model);
+	struct relay_fetched *to;
 	wsync_fetched_t got;
 	char *tmp = NULL;
-	int rc = 0;
 
 	if (have == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	if (head->version <= have->version || head->version == have->failed)
+		return 0;
+	for (size_t i = 0; i < rl->nfetched; i++)
+		if (strcmp(rl->fetched[i].model, model) == 0 &&
+		    rl->fetched[i].head.version == head->version)
+			return 0;
+	if (rl->nfetched == RELAY_GROUP_MAX)
 		return 0;
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
 	rl->arriving = *head;
@@ -252,14 +275,89 @@ s_mirror(struct hub_relay *rl, const char *model, const wsync_head_t *head, cons
 		}
 		return -1;
 	}
-	if (s_hand_over(rl, model, &got.head, tmp, origin, err) == 0)
-		have->version = got.head.version;
-	else if (err->code == EX_TEMPFAIL)
-		rc = -1;
-	else
-		have->failed = got.head.version;
-	unlink(tmp);
-	free(tmp);
+	to = &rl->fetched[rl->nfetched++];
+	snprintf(to->model, sizeof(to->model), "%s", model);
+	to->head = got.head;
+	to->tmp = tmp;
+	return 0;
+}
+
+/* Whether head is newer than what the relay has of model (and did not fail here). */
+static int
+s_newer(struct hub_relay *rl, const char *model, const wsync_head_t *head)
+{
+	struct relay_have *have = relay_have(rl, model);
+
+	return have != NULL && head->version > have->version && head->version != have->failed;
+}
+
+/* The version the map heads gives model; 0: none. */
+static uint64_t
+s_head_of(const msgpack_object *heads, const char *model)
+{
+	char id[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head = { 0 };
+
+	for (uint32_t k = 0; k < heads->via.map.size; k++)
+		if (wsync_obj_str(&heads->via.map.ptr[k].key, id, sizeof(id)) == 0 &&
+		    strcmp(id, model) == 0 && wsync_head_decode(&heads->via.map.ptr[k].val,
+		    &head) == 0)
+			return head.version;
+	return 0;
+}
+
+/*
+ * Hands over, together, the fetched versions that are the upstream's heads
+ * (the map heads: a push's models all new or all old), and forgets those
+ * the heads passed. With all, only when every newer head was fetched:
+ * nothing else is committed without the others of its push. 0 when done,
+ * -1 with err when the hub stops.
+ */
+static int
+s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, int all, const char *origin,
+    wsync_err_t *err)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	size_t take[RELAY_GROUP_MAX], n = 0;
+	struct relay_have *have;
+	int rc = 0, whole = 1;
+
+	for (uint32_t k = 0; k < heads->via.map.size; k++) {
+		wsync_head_t head;
+		size_t i = 0;
+		if (wsync_obj_str(&heads->via.map.ptr[k].key, model, sizeof(model)) < 0 ||
+		    wsync_head_decode(&heads->via.map.ptr[k].val, &head) < 0 ||
+		    !s_newer(rl, model, &head))
+			continue;
+		while (i < rl->nfetched && (strcmp(rl->fetched[i].model, model) != 0 ||
+		    rl->fetched[i].head.version != head.version))
+			i++;
+		if (i < rl->nfetched && n < RELAY_GROUP_MAX)
+			take[n++] = i;
+		else
+			whole = 0;
+	}
+	if (all && !whole)
+		n = 0;
+	if (n > 0 && s_hand_over(rl, take, n, origin, err) < 0) {
+		if (err->code == EX_TEMPFAIL)
+			rc = -1;
+		for (size_t i = 0; i < n && rc == 0; i++)
+			if ((have = relay_have(rl, rl->fetched[take[i]].model)) != NULL)
+				have->failed = rl->fetched[take[i]].head.version;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			if ((have = relay_have(rl, rl->fetched[take[i]].model)) != NULL)
+				have->version = rl->fetched[take[i]].head.version;
+	}
+	/* From the last index down, so that the ones before keep their places. */
+	for (size_t i = rl->nfetched; i-- > 0;) {
+		have = relay_have(rl, rl->fetched[i].model);
+		if (have == NULL || rl->fetched[i].head.version <= have->version ||
+		    rl->fetched[i].head.version == have->failed ||
+		    rl->fetched[i].head.version < s_head_of(heads, rl->fetched[i].model))
+			s_fetched_drop(rl, i);
+	}
 	return rc;
 }
 
@@ -322,7 +420,7 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	const msgpack_object *heads, *arriving;
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
-	int rc = 0;
+	int rc = 0, others = 0;
 
 	if (s_heads(rl, &m, &p, err) < 0)
 		return -1;
@@ -331,21 +429,35 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 		origin[0] = '\0';
 	heads = wsync_msg_get(&m, "heads");
 	arriving = wsync_msg_get(&m, "arriving");
-	for (uint32_t i = 0; heads != NULL && heads->type == MSGPACK_OBJECT_MAP &&
-	    i < heads->via.map.size && !rl->stop && rc == 0; i++) {
+	if (heads == NULL || heads->type != MSGPACK_OBJECT_MAP)
+		heads = NULL;
+	/*
+	 * A head with a newer version on its way is skipped for that one, taken
+	 * as it arrives, unless another model moved too: then every newer head
+	 * is fetched, so that the models of one push are committed together.
+	 */
+	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && rc == 0; i++) {
 		wsync_head_t head;
-		if ((rc = s_entry(rl, heads, i, model, &head, err)) < 0)
-			break;
-		/* A newer one on its way: that one, as it arrives. */
-		if (s_arriving_of(arriving, model) <= head.version)
-			rc = s_mirror(rl, model, &head, origin, err);
+		if ((rc = s_entry(rl, heads, i, model, &head, err)) == 0 &&
+		    s_newer(rl, model, &head) && s_arriving_of(arriving, model) <= head.version)
+			others++;
+	}
+	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && !rl->stop &&
+	    rc == 0; i++) {
+		wsync_head_t head;
+		if ((rc = s_entry(rl, heads, i, model, &head, err)) == 0 &&
+		    (others > 0 || s_arriving_of(arriving, model) <= head.version))
+			rc = s_fetch(rl, model, &head, err);
 	}
 	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
 	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
 		wsync_head_t head;
 		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
-			rc = s_mirror(rl, model, &head, origin, err);
+			rc = s_fetch(rl, model, &head, err);
 	}
+	/* The heads are what the upstream committed together: so are they here. */
+	if (rc == 0 && heads != NULL && !rl->stop)
+		rc = s_commit_heads(rl, heads, others > 0, origin, err);
 	wsync_client_release(&m, &p);
 	return rc;
 }

@@ -24,6 +24,22 @@ struct relay_have {
 	uint64_t failed;
 };
 
+/* The most versions of one upstream commit handed over together (an upload's files). */
+#define RELAY_GROUP_MAX 64
+
+/*
+ * A version the thread fetched and did not hand over yet: one of a round's,
+ * handed over with the others at its end, or one fetched as it arrived
+ * upstream, kept until the upstream's heads show it committed.
+ */
+struct relay_fetched {
+	char model[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head;
+	char *tmp;
+};
+
+struct relay_hand_over;
+
 /*
  * The relay's state. The thread owns everything here but the hub's end of
  * the pair; the hub reads only the lists, which never change.
@@ -40,6 +56,10 @@ struct hub_relay {
 	char beside[PATH_MAX];          /* STORE/.uploads/relay: fetches go beside it */
 	struct relay_have *have;
 	size_t nhave;
+	struct relay_fetched fetched[RELAY_GROUP_MAX];
+	size_t nfetched;
+	struct relay_hand_over *group;  /* the loop's: hand-overs of one commit received so far */
+	size_t ngroup;
 	volatile sig_atomic_t stop;
 	wsync_follower_t up;            /* the upstream followed */
 	char name[300];                 /* this hub's, as its upstream knows it */
@@ -87,10 +107,15 @@ typedef struct relay_dropped {
 	char error[WSYNC_MAX_REASON];
 } relay_dropped_t;
 
-/* A hand-over: version of model, verified in path, from upstream, whose tree's root is origin. */
+/*
+ * A hand-over: version of model, verified in path, from upstream, whose
+ * tree's root is origin; hand-over index of count (0: alone) that the hub
+ * commits together, as the upstream committed them, once the last came.
+ */
 typedef struct relay_hand_over {
 	char model[WSYNC_MAX_MODEL + 1];
 	uint64_t version, content;
+	uint64_t index, count;
 	char path[PATH_MAX];
 	char origin[64];                /* "": not known */
 	char upstream[512];             /* "": not known */

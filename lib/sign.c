@@ -4,8 +4,6 @@
  * manifest of the whole push (base64) and a minisign signature of it: the
  * text of a .minisig file, so minisign -V checks the manifest's bytes too.
  */
-#include <pthread.h>
-#include <sched.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +12,7 @@
 #include <sysexits.h>
 #include <time.h>
 
+#include "pool_int.h"
 #include "sign_int.h"
 #include "tree_int.h"
 
@@ -126,6 +125,7 @@ struct s_parts {
 	uint64_t *nbytes;
 	size_t nitems;
 	int xxh3;                       /* the items' XXH3-64 is computed too */
+	const wsync_tree_t *tree;       /* where data can be read at offsets (locate); may be NULL */
 	const char **keys, **values;
 	size_t nmeta;
 };
@@ -141,6 +141,7 @@ s_parts_new(struct s_parts *p, size_t nitems, size_t nmeta, wsync_err_t *err)
 	p->values = calloc(nmeta + 1, sizeof(*p->values));
 	p->nitems = nitems;
 	p->nmeta = nmeta;
+	p->tree = NULL;
 	if (p->items != NULL && p->data != NULL && p->nbytes != NULL && p->keys != NULL &&
 	    p->values != NULL)
 		return 0;
@@ -152,66 +153,56 @@ s_parts_new(struct s_parts *p, size_t nitems, size_t nmeta, wsync_err_t *err)
 	return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 }
 
-/* Items [from, to) of parts, digested by one thread. */
+/* What the threads digesting parts share: the parts, and an error per thread. */
 struct s_share {
 	const struct s_parts *p;
-	size_t from, to;
-	int rc;
-	wsync_err_t err;
+	wsync_err_t *errs;
 };
 
-static void *
-s_share_run(void *arg)
+/* Digests item i of the parts; a wsync_pool_fn. */
+static int
+s_share_run(void *arg, size_t i, unsigned worker)
 {
 	struct s_share *sh = arg;
 	const struct s_parts *p = sh->p;
+	uint64_t off;
+	int fd;
 
-	for (size_t i = sh->from; i < sh->to && sh->rc == 0; i++)
-		sh->rc = wsync_data_digest(p->data[i], p->nbytes[i], p->items[i].data,
-		    p->xxh3 ? &p->items[i].hash : NULL, &sh->err);
-	return NULL;
+	if (p->tree != NULL && p->tree->locate != NULL && p->tree->locate(p->tree->locate_arg,
+	    p->data[i], p->nbytes[i], &fd, &off) == 0)
+		return wsync_read_digest(fd, off, p->nbytes[i], p->items[i].data,
+		    p->xxh3 ? &p->items[i].hash : NULL, &sh->errs[worker]) < 0 ? -1 : 0;
+	return wsync_data_digest(p->data[i], p->nbytes[i], p->items[i].data,
+	    p->xxh3 ? &p->items[i].hash : NULL, &sh->errs[worker]) < 0 ? -1 : 0;
 }
 
 /*
- * Every item's data digest: on two CPUs, from S_TWO_MIN bytes and two
- * tensors, the tensors split in two halves of about the same bytes, one on a
- * thread of its own (a 256 KiB push signed: 0.25 ms of its 5).
+ * Every item's data digest, the items on all threads from S_THREADS_MIN
+ * bytes and two tensors (a 256 KiB push signed: 0.25 ms of its 5); below,
+ * on this one, which starts no thread.
  */
-#define S_TWO_MIN (64u << 10)
+#define S_THREADS_MIN (64u << 10)
 static int
 s_parts_digest(const struct s_parts *p, wsync_err_t *err)
 {
-	struct s_share mine = { p, 0, p->nitems, 0, { 0 } }, other = mine;
-	uint64_t total = 0, half = 0;
-	pthread_t thread;
-	cpu_set_t cpus;
-	int two = 0;
+	struct s_share sh = { p, NULL };
+	uint64_t total = 0;
+	unsigned n = 1, failed = 0;
+	int rc;
 
 	for (size_t i = 0; i < p->nitems; i++)
 		total += p->nbytes[i];
 	wsync_digest_expect(total);
-	if (p->nitems >= 2 && total >= S_TWO_MIN &&
-	    sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) >= 2) {
-		while (mine.to > 1 && half < total / 2)
-			half += p->nbytes[--mine.to];
-		other.from = mine.to;
-		two = other.from < p->nitems && pthread_create(&thread, NULL, s_share_run,
-		    &other) == 0;
-		if (!two)
-			mine.to = p->nitems;
-	}
-	s_share_run(&mine);
-	if (two)
-		pthread_join(thread, NULL);
-	if (mine.rc != 0) {
-		*err = mine.err;
-		return -1;
-	}
-	if (two && other.rc != 0) {
-		*err = other.err;
-		return -1;
-	}
-	return 0;
+	if (p->nitems >= 2 && total >= S_THREADS_MIN)
+		n = wsync_threads();
+	if (n > p->nitems)
+		n = p->nitems > 0 ? (unsigned)p->nitems : 1;
+	if ((sh.errs = calloc(n, sizeof(*sh.errs))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	if ((rc = wsync_pool_run(p->nitems, n, s_share_run, &sh, &failed)) != 0)
+		*err = sh.errs[failed];
+	free(sh.errs);
+	return rc != 0 ? -1 : 0;
 }
 
 /* The model and meta digests of the parts into out (when ok), and frees them. */
@@ -246,6 +237,7 @@ wsync_tree_digest(wsync_tree_t *tree, wsync_signed_model_t *out, wsync_err_t *er
 		p.nbytes[i] = t->nbytes;
 	}
 	p.xxh3 = 1;
+	p.tree = tree;
 	for (size_t i = 0; i < tree->nmeta; i++) {
 		p.keys[i] = tree->meta[i].key;
 		p.values[i] = tree->meta[i].value;

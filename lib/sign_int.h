@@ -22,6 +22,12 @@ void wsync_digest_expect(uint64_t bytes);
 int wsync_data_digest(const void *data, size_t n, uint8_t *out, uint64_t *xxh3,
     wsync_err_t *err);
 /*
+ * As wsync_data_digest, of the n bytes of fd at off, read (pread) a chunk at
+ * a time, so that the holes of a sparse file are never filled.
+ */
+int wsync_read_digest(int fd, uint64_t off, uint64_t n, uint8_t *out, uint64_t *xxh3,
+    wsync_err_t *err);
+/*
  * Copies n bytes from src to dst (not overlapping), puts their SHA-256 into
  * out and their XXH3-64 into *xxh3: one pass over src, chunk by chunk while
  * each is in the cache. What a receiver that verifies uses instead of

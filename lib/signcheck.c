@@ -109,6 +109,17 @@ wsync_verify_fetched(const char *tmp, const char *model, uint64_t version,
 	snprintf(name, sizeof(name), "%s version %" PRIu64, model, version);
 	if ((f = wsync_file_open(tmp, err)) == NULL)
 		return -1;
+	/*
+	 * A signature vouches for a file as a version of the model it names; the
+	 * manifest's entry that counts is the one of the model fetched.
+	 */
+	if (strcmp(wsync_file_model(f), model) != 0) {
+		wsync_err_set(err, EX_NOPERM, "refused (%s): %s: the file is a version of model "
+		    "%s, not of %s", wsync_verify_reason(WSYNC_VERIFY_NOT_LISTED), name,
+		    wsync_file_model(f), model);
+		wsync_file_close(&f);
+		return WSYNC_VERIFY_NOT_LISTED;
+	}
 	rc = wsync_verify_update(f, keys, nkeys, last, manifest, &why);
 	wsync_file_close(&f);
 	if (rc > 0) {

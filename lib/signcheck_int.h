@@ -6,7 +6,9 @@
 
 /*
  * Checks the fetched file tmp, version of model, as wsync_verify_update
- * against what the output holds (last; NULL: nothing). 0 with *manifest
+ * against what the output holds (last; NULL: nothing), after checking that
+ * the file names model (else not-listed: the signature vouches for it as a
+ * version of the model it names, nothing else). 0 with *manifest
  * filled (may be NULL; wsync_manifest_free it); a WSYNC_VERIFY_* reason with
  * err (77): "refused (REASON): MODEL version N: why"; -1 with err when the
  * file cannot be read.

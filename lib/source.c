@@ -28,6 +28,13 @@
 /* The longest safetensors header read from a pipe (the parser's limit too). */
 #define S_MAX_HEAD (100u << 20)
 
+/* Data of the tree in [base, base + size), read from fd at its offset there. */
+struct s_region {
+	const unsigned char *base;
+	uint64_t size;
+	int fd;
+};
+
 struct wsync_source {
 	char *name;                     /* the input, for errors */
 	wsync_file_t *in;               /* a mapped or buffered input, or a pipe's header */
@@ -38,6 +45,8 @@ struct wsync_source {
 	wsync_tree_t *tree;             /* otherwise, the document's tree */
 	int shared;                     /* the input's data is in shared file mappings */
 	int fd;                         /* the input file, read at offsets; -1: memory */
+	struct s_region *regions;       /* else where the tree's data is read at offsets */
+	size_t nregions;
 	unsigned char *buf;             /* S_PIECE bytes */
 	uint64_t size;                  /* the document's, once laid out */
 	int doc;                        /* for reads: a file of the skeleton with hashes, or all */
@@ -122,6 +131,38 @@ wsync_source_of_tree(wsync_tree_t *tree, int shared, wsync_err_t *err)
 	for (size_t i = 0; i < tree->n; i++)
 		tree->t[i].tag = (uint64_t)(uintptr_t)tree->t[i].data;
 	return src;
+}
+
+/* Where [data, data + nbytes) of src's tree is read at offsets (the tree's locate). */
+static int
+s_locate(void *arg, const void *data, uint64_t nbytes, int *fd, uint64_t *off)
+{
+	const wsync_source_t *src = arg;
+	const unsigned char *p = data;
+
+	for (size_t i = 0; i < src->nregions; i++)
+		if (p >= src->regions[i].base && p + nbytes <= src->regions[i].base +
+		    src->regions[i].size) {
+			*fd = src->regions[i].fd;
+			*off = (uint64_t)(p - src->regions[i].base);
+			return 0;
+		}
+	return -1;
+}
+
+int
+wsync_source_read_at(wsync_source_t *src, const void *base, uint64_t size, int fd,
+    wsync_err_t *err)
+{
+	struct s_region *r = realloc(src->regions, (src->nregions + 1) * sizeof(*r));
+
+	if (r == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	src->regions = r;
+	r[src->nregions++] = (struct s_region){ base, size, fd };
+	src->tree->locate = s_locate;
+	src->tree->locate_arg = src;
+	return 0;
 }
 
 void
@@ -376,6 +417,7 @@ wsync_source_destroy(wsync_source_t **srcp)
 	if (src->fd >= 0)
 		close(src->fd);
 	free(src->buf);
+	free(src->regions);
 	wsync_tree_destroy(&src->tree);
 	wsync_file_close(&src->in);
 	free(src->head);
@@ -455,12 +497,17 @@ s_piece(wsync_source_t *src, const struct wsync_tree_tensor *t, uint64_t off, vo
     size_t n, wsync_err_t *err)
 {
 	const unsigned char *p = (const unsigned char *)t->data + off;
+	uint64_t at;
+	int fd;
 
 	if (src->pipe)
 		return s_pipe_read(src, buf, n, NULL, err);
 	if (src->fd >= 0)
 		return s_pread(src, src->fd, buf, n, (uint64_t)(p -
 		    (const unsigned char *)wsync_file_bytes(src->in)), err);
+	/* Read, not touched through the mapping: a hole read there is filled (tmpfs). */
+	if (s_locate(src, p, n, &fd, &at) == 0)
+		return s_pread(src, fd, buf, n, at, err);
 	memcpy(buf, p, n);
 	s_input_release(src, p, n);
 	return 0;

@@ -57,6 +57,14 @@ int wsync_source_add(wsync_source_t *src, const char *path, wsync_dtype_t dtype,
  * read once, in the order of their addresses. shared as for wsync_source_new.
  */
 wsync_source_t *wsync_source_of_tree(wsync_tree_t *tree, int shared, wsync_err_t *err);
+/*
+ * Has src read the data of its tree that lies in [base, base + size) from fd
+ * at its offset there (borrowed until src is destroyed), not through the
+ * mapping: a hole of a sparse file then reads as zeros without being filled
+ * (through a mapping, tmpfs allocates every page read). -1 with err.
+ */
+int wsync_source_read_at(wsync_source_t *src, const void *base, uint64_t size, int fd,
+    wsync_err_t *err);
 /* Gives src what its data is borrowed from: release(arg) runs when src is destroyed. */
 void wsync_source_hold(wsync_source_t *src, void (*release)(void *arg), void *arg);
 /*

@@ -403,6 +403,11 @@ s_load_version(wsync_store_t *s, wsync_model_t *m, uint64_t number)
 		    "name", wsync_file_version(f));
 		goto skip;
 	}
+	if (!wsync_store_model_fits(f, m->id)) {
+		snprintf(err.msg, sizeof(err.msg), "a version of model \"%s\" under the name of "
+		    "model \"%s\": served no more", wsync_file_model(f), m->id);
+		goto skip;
+	}
 	/* Every byte, against its hash: what was committed is served, or nothing. */
 	if (wsync_file_verify(f, NULL, NULL, &err) < 0)
 		goto skip;

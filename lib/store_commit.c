@@ -58,7 +58,18 @@ wsync_store_temp_remove(wsync_store_temp_t *t)
 	t->path[0] = '\0';
 }
 
-/* Checks an uploaded file the way a commit needs: parses, verifies, can be stamped. */
+int
+wsync_store_model_fits(const wsync_file_t *f, const char *model)
+{
+#ifdef WSYNC_TEST_HOOKS
+	/* The test-only fault of wsync-serve(1): a compromised hub's store. */
+	if (getenv("WSYNC_TEST_FOREIGN_MODEL") != NULL)
+		return 1;
+#endif
+	return strcmp(wsync_file_model(f), model) == 0;
+}
+
+/* Checks an uploaded file the way a commit needs: parses, verifies, names its model, can be stamped. */
 static int
 s_check(const wsync_store_temp_t *t, int trust, struct wsync_staged *st, wsync_err_t *err)
 {
@@ -71,6 +82,11 @@ s_check(const wsync_store_temp_t *t, int trust, struct wsync_staged *st, wsync_e
 		return -1;
 	if (!trust && wsync_file_verify_fd(f, t->fd, NULL, 0, err) < 0)
 		goto done;
+	if (!wsync_store_model_fits(f, t->model)) {
+		wsync_err_set(err, EX_DATAERR, "%s: the file is a version of model \"%s\": a "
+		    "version is pushed under its own model's name", name, wsync_file_model(f));
+		goto done;
+	}
 	if (wsync_file_version_offset(f) == 0) {
 		wsync_err_set(err, EX_DATAERR, "%s: not written with a fixed-width version field "
 		    "(rewrite it with wsync-convert)", name);

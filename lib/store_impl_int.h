@@ -91,7 +91,13 @@ int wsync_journal_write(wsync_store_t *s, const wsync_store_temp_t *files, size_
 /* Reads STORE/.journal's numbers and finishes the renames of the commit it records. */
 int wsync_journal_recover(wsync_store_t *s, wsync_err_t *err);
 
-/* ---- store_commit.c: the test-only crash hook ---- */
+/* ---- store_commit.c: a file's model, the test-only crash hook ---- */
+
+/*
+ * Whether f is a version of model (its file names it): a version is served
+ * only under its own model's name, since a signature vouches for it as that.
+ */
+int wsync_store_model_fits(const wsync_file_t *f, const char *model);
 
 #ifdef WSYNC_TEST_HOOKS
 /* Counts one step of a commit that writes to disk; dies at WSYNC_TEST_CRASH_AT's. */

@@ -35,6 +35,13 @@ struct wsync_tree {
 	 * its pages are let go a stride at a time (wsync_pages_release).
 	 */
 	int release_sources;
+	/*
+	 * Where a tensor's data can be read at offsets instead of through its
+	 * address: 0 with *fd and *off when it can (NULL: nowhere). A source of
+	 * sparse files sets it, so that nothing fills their holes.
+	 */
+	int (*locate)(void *arg, const void *data, uint64_t nbytes, int *fd, uint64_t *off);
+	void *locate_arg;
 };
 
 /*

@@ -253,6 +253,80 @@ PYEOF
 	assert_output '["model.layers.1.*","lm_head.*"]'
 }
 
+# sparse_ckpt: $CK, a checkpoint directory on tmpfs of two 512 MiB shards
+# whose every tensor's data is a hole; $BEFORE, its du in KiB.
+sparse_ckpt() {
+	[ -w /dev/shm ] || skip "no writable /dev/shm (tmpfs)"
+	CK=$(mktemp -d /dev/shm/wsync-sparse.XXXXXX)
+	CLEANUP+=("$CK")
+	"$PY" - "$CK" <<'PYEOF'
+import json, struct, sys
+for s in (1, 2):
+    head, off = {}, 0
+    for i in range(4):
+        head[f"model.layers.{s}.{i}.weight"] = {"dtype": "BF16", "shape": [64 << 20],
+                                                "data_offsets": [off, off + (128 << 20)]}
+        off += 128 << 20
+    h = json.dumps(head).encode()
+    h += b" " * (-len(h) % 8)
+    with open(f"{sys.argv[1]}/model-0000{s}-of-00002.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+PYEOF
+	BEFORE=$(du -k "$CK" | cut -f1)
+}
+
+@test "a sparse 1 GiB checkpoint directory on tmpfs is pushed in bounded memory and stays sparse" {
+	sparse_ckpt
+	start_hub
+	run -0 /usr/bin/time -f "%M" -o rss wsync-push -q -m big "$CK"
+	assert_output 1
+	# Peak RSS in KiB: under 64 MiB (the pages of the holes were never filled).
+	(( $(cat rss) < 65536 ))
+	assert_equal "$(du -k "$CK" | cut -f1)" "$BEFORE"
+}
+
+@test "a signed push of a sparse 1 GiB checkpoint directory digests it in bounded memory, leaves it sparse, and verifies" {
+	sparse_ckpt
+	wsync-keygen --sign key >/dev/null
+	start_hub
+	run -0 /usr/bin/time -f "%M" -o rss wsync-push -q --sign-key key.key -m big "$CK"
+	assert_output 1
+	(( $(cat rss) < 65536 ))
+	assert_equal "$(du -k "$CK" | cut -f1)" "$BEFORE"
+	run -0 wsync-pull -q --verify-key key.pub -m big -o big.wsync
+	assert_output 1
+}
+
+@test "--select with --verify-key over the socket is refused at start, naming both options" {
+	wsync-keygen --sign key >/dev/null
+	run -64 timeout 10 wsync-watch -m policy -o sel --format safetensors --select 'a.*' \
+		--verify-key key.pub
+	assert_output "wsync-watch: --select with --verify-key needs --transfer link or copy: a signature covers every tensor, and over the socket only the selected ones come
+Try 'wsync-watch --help'."
+}
+
+@test "--select with --verify-key and a copy transfer applies a signed version and refuses an unsigned one" {
+	mkckpt make ck --layers 2
+	wsync-keygen --sign key >/dev/null
+	start_hub
+	wsync-push -q --sign-key key.key -m policy ck >/dev/null
+	run -0 --separate-stderr wsync-watch --once --transfer copy -m policy -o sel \
+		--format safetensors --select 'model.layers.1.*' --verify-key key.pub
+	assert_output "policy 1 sel.v1"
+	assert_equal "$(mkckpt dump sel --files)" \
+		"$(mkckpt dump ck --files | grep -e '^model.layers.1\.' -e '^file ')"
+	# The same tensors, unsigned, as a hub could serve them: refused.
+	wsync-push -q -m policy ck >/dev/null
+	wsync-watch --id w1 --transfer copy -m policy -o sel --format safetensors \
+		--select 'model.layers.1.*' --verify-key key.pub >w1.out 2>w1.err &
+	PIDS+=("$!")
+	wait_until has_failure w1
+	run -0 hub_failure w1
+	assert_output "2 refused (unsigned): policy version 2: not signed (no wsync.signature in its meta)"
+	assert_equal "$(readlink sel)" sel.v1
+}
+
 @test "--select without --format safetensors is a usage error" {
 	run -64 wsync-watch -m policy -o x.wsync --select 'a.*'
 	assert_output "wsync-watch: --select and --shard-size need --format safetensors

@@ -307,6 +307,48 @@ held_v1() {
 	run -1 grep "state=ready" hub.log
 }
 
+# collide: c1.safetensors and c2.safetensors, a float32 tensor "big" with one
+# element changed between them, and a 16-byte tensor "w" whose bytes differ
+# but whose XXH3-64 is the same: at 9 to 16 bytes XXH3-64 folds the product
+# of the input's two halves, each xored with the default secret's words; a
+# low half of 1 makes the sum twice the high half, so a high half and the
+# same with its top bit flipped collide.
+collide() {
+	"$PY" - <<'PYEOF'
+import json, struct
+secret = bytes.fromhex("7240a4a4b7b3671fcb79e64eccc0e578825ad07dccff7221b8084674f743248e")
+word = lambda o: struct.unpack_from("<Q", secret, o)[0]
+lo = 1 ^ word(0) ^ word(8)
+for name, hi, big0 in (("c1", 0, 0.0), ("c2", 1 << 63, 1.0)):
+    w = struct.pack("<QQ", lo, hi ^ word(16) ^ word(24))
+    big = struct.pack("<f", big0) + bytes(4 * 65535)
+    head = json.dumps({"big": {"dtype": "F32", "shape": [65536], "data_offsets": [0, len(big)]},
+                       "w": {"dtype": "U8", "shape": [16],
+                             "data_offsets": [len(big), len(big) + 16]}}).encode()
+    head += b" " * (-len(head) % 8)
+    open(name + ".safetensors", "wb").write(struct.pack("<Q", len(head)) + head + big + w)
+PYEOF
+}
+
+@test "two tensors with one XXH3-64 but other bytes reach a watcher through a delta byte for byte" {
+	collide
+	# The collision is real: the same hash for other bytes.
+	run -0 wsync-inspect --json c1.safetensors
+	h1=$(jq -r '.tree[] | select(.path == "w") | .hash' <<<"$output")
+	run -0 wsync-inspect --json c2.safetensors
+	assert_equal "$(jq -r '.tree[] | select(.path == "w") | .hash' <<<"$output")" "$h1"
+	run -1 cmp -s c1.safetensors c2.safetensors
+	start_hub
+	run -0 wsync-push -q -m policy c1.safetensors
+	start_watcher w1 --transfer socket
+	wait_until watcher_at w1 1
+	run -0 wsync-push -q -m policy c2.safetensors
+	wait_until watcher_at w1 2
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready" hub.log
+	assert_output 1
+	cmp w1.wsync "$STORE/policy/2.wsync"
+}
+
 @test "pull takes a delta from the file it replaces, or from --base; --no-delta fetches whole" {
 	steps bf16 0.01 262144 3
 	start_hub

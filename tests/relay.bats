@@ -385,3 +385,65 @@ gated_chain() {
 	EOF
 	assert_line -n 1 --partial '"arriving":{}'
 }
+
+# pairs_through ENDPOINT: 20 signed pushes of actor and critic together to the
+# root; behind ENDPOINT a watcher with a hook and a verifying watcher take
+# every pair whole: the hook sees the actor and critic of one push, never a
+# new one beside an old one, and the verifying watcher refuses nothing.
+pairs_through() {
+	wsync-keygen --sign key >/dev/null
+	cat >hook <<-'EOF2'
+	#!/bin/sh
+	a=$(wsync-inspect --json "$OUT/actor.wsync" | jq -r '.tree[0].hash')
+	c=$(wsync-inspect --json "$OUT/critic.wsync" | jq -r '.tree[0].hash')
+	echo "$a $c" >>"$OUT/../seen"
+	EOF2
+	chmod +x hook
+	mkdir hooked verifying
+	for n in $(seq 1 20); do
+		"$PY" "$FIXTURES/mkmodel.py" "a$n.safetensors" w=float32:2:$n,1
+		"$PY" "$FIXTURES/mkmodel.py" "c$n.safetensors" w=float32:2:$n,2
+		wsync-convert -m actor "a$n.safetensors" "a$n.wsync"
+		wsync-convert -m critic "c$n.safetensors" "c$n.wsync"
+	done
+	OUT="$TMP/hooked" wsync-watch --id hooked -e "$1" -m actor,critic -o hooked -x ./hook \
+		>hooked.out 2>hooked.err &
+	PIDS+=("$!")
+	wsync-watch --id verifying -e "$1" --verify-key key.pub -m actor,critic -o verifying \
+		>verifying.out 2>verifying.err &
+	PIDS+=("$!")
+	for n in $(seq 1 20); do
+		wsync-push -q --sign-key key.key -m actor="a$n.wsync" -m critic="c$n.wsync" >/dev/null
+	done
+	wait_until grep -q "^critic 20 " hooked.out
+	wait_until grep -q "^critic 20 " verifying.out
+	# Each line the hook wrote: the actor and critic of one push (their first
+	# elements are the push's number, so their hashes go in pairs).
+	"$PY" - seen <<-'PYEOF'
+	import json, subprocess, sys
+	def first_hash(f):
+	    out = subprocess.run(["wsync-inspect", "--json", f], capture_output=True,
+	                         text=True, check=True).stdout
+	    return json.loads(out)["tree"][0]["hash"]
+	pairs = {(first_hash(f"a{n}.wsync"), first_hash(f"c{n}.wsync")) for n in range(1, 21)}
+	seen = [tuple(l.split()) for l in open(sys.argv[1]) if l.strip()]
+	bad = [s for s in seen if s not in pairs]
+	assert seen and not bad, f"torn pairs seen by the hook: {bad}"
+	PYEOF
+	run -1 grep "refused" verifying.err
+	cmp verifying/actor.wsync hooked/actor.wsync
+	cmp verifying/critic.wsync hooked/critic.wsync
+}
+
+@test "20 two-model pushes reach a hooked and a verifying watcher behind a relay together" {
+	start_hub
+	start_relay r1
+	pairs_through "ipc://$TMP/r1"
+}
+
+@test "20 two-model pushes reach a hooked and a verifying watcher behind two relays together" {
+	start_hub
+	start_relay r1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	pairs_through "ipc://$TMP/r2"
+}

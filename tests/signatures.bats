@@ -168,6 +168,54 @@ nothing_applied() {
 	cmp p.wsync "$STORE/policy/1.wsync"
 }
 
+@test "a signed policy file served as actor is refused by watch and pull as not-listed, and nothing is written" {
+	need_test_hooks WSYNC_TEST_FOREIGN_MODEL
+	make_versions 1
+	# A compromised hub: it serves a file under any model's name.
+	WSYNC_TEST_FOREIGN_MODEL=1 start_hub
+	run -0 wsync-push -q --sign-key key.key -m policy v1.wsync
+	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" push actor="$STORE/policy/1.wsync"
+	wsync-watch --id w1 --verify-key key.pub -m actor -o a.wsync >w1.out 2>w1.err &
+	PIDS+=("$!")
+	wait_until has_failure w1
+	run -0 hub_failure w1
+	assert_output "1 refused (not-listed): actor version 1: the file is a version of model policy, not of actor"
+	run -77 wsync-pull -q --verify-key key.pub -m actor -o p.wsync
+	assert_output "wsync-pull: refused (not-listed): actor version 1: the file is a version of model policy, not of actor"
+	[ ! -e a.wsync ]
+	[ ! -e p.wsync ]
+	run -0 cat w1.out
+	assert_output ""
+	run -1 compgen -G "$TMP/*.tmp.*"
+}
+
+@test "the hub refuses a push whose file names another model" {
+	make_versions 1
+	start_hub
+	run -0 wsync-push -q -m policy v1.wsync
+	run -65 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" push actor="$STORE/policy/1.wsync"
+	run -0 jq -r .error <<<"$output"
+	assert_output 'model "actor": the file is a version of model "policy": a version is pushed under its own model'"'"'s name'
+	run -66 wsync-pull -q -m actor -o a.wsync
+}
+
+@test "a hub whose store holds a file under another model's name says so at start and serves it no more" {
+	make_versions 1
+	start_hub
+	run -0 wsync-push -q --sign-key key.key -m policy v1.wsync
+	stop_hub
+	mkdir "$STORE/actor"
+	cp "$STORE/policy/1.wsync" "$STORE/actor/1.wsync"
+	start_hub
+	why='error="a version of model \"policy\" under the name of model \"actor\": served no more"'
+	run -0 grep -cF "event=skip path=\"$STORE/actor/1.wsync\" $why" hub.log
+	assert_output "1"
+	run -66 wsync-pull -q -m actor -o a.wsync
+	[ ! -e a.wsync ]
+	run -0 wsync-pull -q --verify-key key.pub -m policy -o p.wsync
+	assert_output "1"
+}
+
 # Two versions each of an actor (a1, a2) and a critic (c1, c2), a hub, out/.
 actor_critic_hub() {
 	"$PY" "$FIXTURES/mkmodel.py" a1.safetensors w=float32:4:1,2,3,4

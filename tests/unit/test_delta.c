@@ -648,6 +648,40 @@ test_inputs_from_pipes_make_the_same_delta(void)
 	    err.msg);
 }
 
+/*
+ * The delta made and the file rebuilt are the same byte for byte on 1, 2 and
+ * 7 threads (WSYNC_THREADS): tensors are encoded and applied on all of them.
+ */
+static void
+test_thread_counts_make_the_same_bytes(void)
+{
+	static const struct { const char *dtype, *fraction; } cases[] = {
+		{ "bf16", "0.01" }, { "f32", "0.3" }, { "bf16", "1" },
+	};
+	static const char *const threads[] = { "1", "2", "7" };
+	wsync_err_t err = { 0 };
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int made = s_mkstep(cases[c].dtype, cases[c].fraction, 1u << 22) == 0, same = made;
+		for (size_t k = 0; made && k < sizeof(threads) / sizeof(threads[0]); k++) {
+			setenv("WSYNC_THREADS", threads[k], 1);
+			made = s_make(s_path("base.wsync"), s_path("head.wsync"),
+			    s_path(k == 0 ? "t1.wdelta" : "tn.wdelta"), NULL, &err) == 0 &&
+			    s_apply(s_path("base.wsync"), s_path(k == 0 ? "t1.wdelta" :
+			    "tn.wdelta"), s_path("out.wsync"), &err) == 0;
+			same = made && s_same_files(s_path("out.wsync"), s_path("head.wsync")) &&
+			    (k == 0 || s_same_files(s_path("t1.wdelta"), s_path("tn.wdelta")));
+			if (!same)
+				printf("# %s %s: %s threads differ (%s)\n", cases[c].dtype,
+				    cases[c].fraction, threads[k], err.msg);
+			made = made && same;
+		}
+		unsetenv("WSYNC_THREADS");
+		ok(made && same, "%s %s: 1, 2 and 7 threads make the same delta and rebuild the "
+		    "head byte for byte", cases[c].dtype, cases[c].fraction);
+	}
+}
+
 static void
 s_clean(void)
 {
@@ -673,6 +707,7 @@ main(void)
 	test_lying_entries_are_refused();
 	test_large_files_parse_from_an_image();
 	test_inputs_from_pipes_make_the_same_delta();
+	test_thread_counts_make_the_same_bytes();
 	s_clean();
 	return tap_done();
 }

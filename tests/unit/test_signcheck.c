@@ -157,6 +157,25 @@ test_round(void)
 	    "a partner refused takes the other model of its push down with it");
 }
 
+static void
+test_foreign(void)
+{
+	const char *models[] = { "actor", "critic" };
+	wsync_manifest_t m;
+	wsync_err_t err;
+
+	s_push(models, (int[]){ 0, 2 }, 2, 7, ".7");
+	ok(wsync_verify_fetched(s_path("critic.7"), "actor", 3, &s_pub, 1, NULL, NULL, &err) ==
+	    WSYNC_VERIFY_NOT_LISTED && err.code == EX_NOPERM &&
+	    strcmp(err.msg, "refused (not-listed): actor version 3: the file is a version of model "
+	    "critic, not of actor") == 0,
+	    "a signed critic fetched as actor is not-listed, though its manifest lists actor: %s",
+	    err.msg);
+	ok(wsync_verify_fetched(s_path("actor.7"), "actor", 3, &s_pub, 1, NULL, &m, &err) == 0 &&
+	    m.seq == 7, "the actor of the same push, fetched as actor, is taken");
+	wsync_manifest_free(&m);
+}
+
 int
 main(void)
 {
@@ -180,6 +199,7 @@ main(void)
 	test_counter();
 	test_rollback();
 	test_round();
+	test_foreign();
 	wsync_signkey_destroy(&s_key);
 	status = tap_done();
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", s_dir);

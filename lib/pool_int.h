@@ -1,0 +1,32 @@
+/*
+ * pool_int.h - a pass's work split over threads: items handed out in order to
+ * whichever thread is free, each thread with buffers of its own.
+ */
+#ifndef WSYNC_POOL_INT_H
+#define WSYNC_POOL_INT_H
+
+#include <stddef.h>
+
+#define WSYNC_THREADS_MAX 256
+
+/*
+ * The threads a pass may use: WSYNC_THREADS when it is a number from 1 to
+ * WSYNC_THREADS_MAX, else the CPUs this process may run on.
+ */
+unsigned wsync_threads(void);
+
+/* One item of a pass, run by the thread numbered worker (0 .. threads - 1): 0, or nonzero to stop. */
+typedef int (*wsync_pool_fn)(void *arg, size_t item, unsigned worker);
+
+/*
+ * Runs fn(arg, item, worker) for every item in [0, n), on this thread (worker
+ * 0) and up to threads - 1 others, which it ends before returning. Items are
+ * handed out in increasing order; a worker whose item returns nonzero takes
+ * no more, and none is handed out after it. Returns 0, or the nonzero value
+ * of the lowest item that failed, with *failed (may be NULL) the worker that
+ * ran it: every item below it ran, so which one that is does not depend on
+ * the threads' timing.
+ */
+int wsync_pool_run(size_t n, unsigned threads, wsync_pool_fn fn, void *arg, unsigned *failed);
+
+#endif

@@ -1,0 +1,104 @@
+/*
+ * test_pool.c - a pass split over threads: WSYNC_THREADS read, every item run
+ * once, and a failure reported as the lowest item that failed, whatever the
+ * number of threads.
+ */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "pool_int.h"
+#include "tap.h"
+
+#define ITEMS 1000
+
+typedef struct s_count {
+	atomic_int runs[ITEMS];
+	size_t fail_from;               /* items from here on fail with their number */
+	unsigned threads;
+	atomic_int bad_worker;          /* a worker number out of range was given */
+} s_count_t;
+
+static int
+s_count_run(void *arg, size_t item, unsigned worker)
+{
+	s_count_t *c = arg;
+
+	if (worker >= c->threads)
+		atomic_store(&c->bad_worker, 1);
+	atomic_fetch_add(&c->runs[item], 1);
+	return item >= c->fail_from && item % 3 == 0 ? (int)item : 0;
+}
+
+static void
+test_threads_come_from_the_environment(void)
+{
+	cpu_set_t cpus;
+	unsigned n;
+
+	setenv("WSYNC_THREADS", "7", 1);
+	ok(wsync_threads() == 7, "WSYNC_THREADS=7: 7 threads");
+	setenv("WSYNC_THREADS", "1", 1);
+	ok(wsync_threads() == 1, "WSYNC_THREADS=1: 1 thread");
+	unsetenv("WSYNC_THREADS");
+	n = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? (unsigned)CPU_COUNT(&cpus) : 1;
+	ok(wsync_threads() == n, "unset: the %u CPUs the process may use", n);
+	setenv("WSYNC_THREADS", "0", 1);
+	ok(wsync_threads() == n, "WSYNC_THREADS=0: the CPUs, as unset");
+	setenv("WSYNC_THREADS", "2x", 1);
+	ok(wsync_threads() == n, "WSYNC_THREADS=2x: the CPUs, as unset");
+	setenv("WSYNC_THREADS", "-2", 1);
+	ok(wsync_threads() == n, "WSYNC_THREADS=-2: the CPUs, as unset");
+	unsetenv("WSYNC_THREADS");
+}
+
+static void
+test_every_item_runs_once(void)
+{
+	static const unsigned threads[] = { 1, 2, 7, 64 };
+
+	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+		s_count_t *c = calloc(1, sizeof(*c));
+		int once = 1, rc;
+		c->fail_from = ITEMS;
+		c->threads = threads[k];
+		rc = wsync_pool_run(ITEMS, threads[k], s_count_run, c, NULL);
+		for (size_t i = 0; i < ITEMS; i++)
+			once = once && atomic_load(&c->runs[i]) == 1;
+		ok(rc == 0 && once && !atomic_load(&c->bad_worker), "%u threads: each of %d "
+		    "items runs once, on workers numbered below %u", threads[k], ITEMS,
+		    threads[k]);
+		free(c);
+	}
+}
+
+static void
+test_the_lowest_failure_is_reported(void)
+{
+	static const unsigned threads[] = { 1, 2, 7 };
+
+	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+		s_count_t *c = calloc(1, sizeof(*c));
+		unsigned failed = 99;
+		int below = 1, rc;
+		c->fail_from = 500;
+		c->threads = threads[k];
+		rc = wsync_pool_run(ITEMS, threads[k], s_count_run, c, &failed);
+		for (size_t i = 0; i < 501; i++)
+			below = below && atomic_load(&c->runs[i]) == 1;
+		ok(rc == 501 && failed < threads[k] && below, "%u threads: items 500 on fail "
+		    "where divisible by 3; 501 is reported (%d), every item up to it ran",
+		    threads[k], rc);
+		free(c);
+	}
+	ok(wsync_pool_run(0, 4, s_count_run, NULL, NULL) == 0, "no items: nothing runs");
+}
+
+int
+main(void)
+{
+	test_threads_come_from_the_environment();
+	test_every_item_runs_once();
+	test_the_lowest_failure_is_reported();
+	return tap_done();
+}
