@@ -2,7 +2,7 @@
  * passes - each pass of a delta update on 1 thread and on 2 (WSYNC_THREADS),
  * against a memcpy of the model and the simplest program doing the same work:
  *
- *   passes [MIB [DIR [RUNS]]]
+ *   passes [MIB [DIR [RUNS [THREADS]]]]
  *
  * Writes a bf16 model of MIB MiB (default 2048) in 16 tensors and its step,
  * 1% of the elements changed in their low mantissa bits, into DIR (default
@@ -260,6 +260,9 @@ main(int argc, char **argv)
 	uint64_t mib = argc > 1 ? strtoull(argv[1], NULL, 10) : 2048, bytes = mib << 20;
 	const char *dir = argc > 2 ? argv[2] : "/dev/shm";
 	int runs = argc > 3 ? atoi(argv[3]) : 3;
+	/* The second column's threads (2 here; more where a machine has the cores). */
+	int many = argc > 4 ? atoi(argv[4]) : 2;
+	char many_s[16], many_h[24];
 	char path[4096];
 	double best[P_COUNT][2], copy = 1e9, load[3] = { 0 };
 	s_model_t m = { 0 };
@@ -268,8 +271,9 @@ main(int argc, char **argv)
 	unsigned char *dst;
 	wsync_err_t err;
 
-	if (mib == 0 || mib % 16 != 0 || runs < 1) {
-		fputs("usage: passes [MIB [DIR [RUNS]]] (MIB a multiple of 16)\n", stderr);
+	if (mib == 0 || mib % 16 != 0 || runs < 1 || many < 2 || many > 256) {
+		fputs("usage: passes [MIB [DIR [RUNS [THREADS]]]] (MIB a multiple of 16, "
+		    "THREADS 2 to 256)\n", stderr);
 		return 64;
 	}
 	s_warm(dir, 2 * bytes);
@@ -305,12 +309,13 @@ main(int argc, char **argv)
 	for (int p = 0; p < P_COUNT; p++)
 		for (unsigned k = 0; k < 2; k++) {
 			best[p][k] = 1e9;
-			setenv("WSYNC_THREADS", k == 0 ? "1" : "2", 1);
+			snprintf(many_s, sizeof(many_s), "%d", many);
+			setenv("WSYNC_THREADS", k == 0 ? "1" : many_s, 1);
 			/* A rebuild needs the delta the diff before it wrote. */
 			if (p == P_HUB_REBUILD || p == P_WATCH_REBUILD)
-				s_pass(P_HUB_DIFF, dir, &fl, k + 1);
+				s_pass(P_HUB_DIFF, dir, &fl, k == 0 ? 1 : (unsigned)many);
 			for (int r = 0; r < runs; r++) {
-				double s = s_pass(p, dir, &fl, k + 1);
+				double s = s_pass(p, dir, &fl, k == 0 ? 1 : (unsigned)many);
 				best[p][k] = s < best[p][k] ? s : best[p][k];
 			}
 		}
@@ -321,8 +326,9 @@ main(int argc, char **argv)
 	printf("%llu MiB of bf16 in %d tensors, 1%% of elements changed, files in %s, best of "
 	    "%d; load average %.2f %.2f %.2f\n", (unsigned long long)mib, NTENSORS, dir, runs,
 	    load[0], load[1], load[2]);
-	printf("%-24s %10s %10s %8s %12s\n", "pass", "1 thread", "2 threads", "speedup",
-	    "2t / memcpy");
+	snprintf(many_h, sizeof(many_h), "%d threads", many);
+	printf("%-24s %10s %10s %8s %12s\n", "pass", "1 thread", many_h, "speedup",
+	    "many / memcpy");
 	for (int p = 0; p < P_COUNT; p++)
 		printf("%-24s %9.3fs %9.3fs %7.2fx %11.1fx\n", s_names[p], best[p][0], best[p][1],
 		    best[p][0] / best[p][1], best[p][1] / copy);
