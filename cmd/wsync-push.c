@@ -15,6 +15,8 @@ static const char s_usage[] =
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
     "                  [--base FILE] [--exclude GLOB]... [--max-file BYTES]\n"
     "                  -m MODEL FILE|DIR|-\n"
+    "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-q|--progress]\n"
+    "                  --part R/N --group KEY -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
     "                  [--exclude GLOB]... [--max-file BYTES] -m MODEL=FILE...\n"
@@ -55,6 +57,11 @@ s_help(void)
 	    "                           match GLOB (repeatable), such as optimizer.pt\n"
 	    "      --max-file BYTES     a checkpoint directory: the bound on a file beside the\n"
 	    "                           weights (default 16 MiB; all of them: 4 times it)\n"
+	    "      --part R/N           push part R (from 0) of a version in N parts, each\n"
+	    "                           pushed by its own process: the hub commits one\n"
+	    "                           version once all N are in (with --group)\n"
+	    "      --group KEY          the version the parts build together: a number above\n"
+	    "                           the last group of the model (the trainer's step)\n"
 	    "      --no-delta           with --batch: send each version whole (else, over the\n"
 	    "                           socket, as a delta from the one pushed before it)\n"
 	    "      --batch              stay connected: read one push a line on stdin (its\n"
@@ -82,7 +89,36 @@ struct s_conn {
 	const char *key, *hub_key;
 	const char *sign_key;           /* NULL: pushes are not signed */
 	int transfer;
+	const char *part;               /* --part R/N; NULL: a whole version */
+	const char *group;              /* --group KEY */
+	unsigned rank, parts;           /* R and N of --part */
+	uint64_t group_key;             /* KEY of --group */
 };
+
+/* --part and --group go together, with one model and nothing a part cannot do. */
+static void
+s_part_check(struct s_conn *conn, const wsync_push_req_t *r)
+{
+	char end;
+
+	if (conn->part == NULL && conn->group == NULL)
+		return;
+	if (conn->part == NULL || conn->group == NULL)
+		cli_usage_error("--part and --group go together: a part names the version it "
+		    "belongs to");
+	if (sscanf(conn->part, "%u/%u%c", &conn->rank, &conn->parts, &end) != 2 ||
+	    conn->parts == 0 || conn->parts > 256 || conn->rank >= conn->parts ||
+	    strchr(conn->part, '-') != NULL)
+		cli_usage_error("--part %s: not R/N, a part R from 0 to N-1 of 1 to 256",
+		    conn->part);
+	conn->group_key = cli_number("--group", conn->group);
+	if (r->n != 1 || r->with_files != 0 || r->wait_for != 0)
+		cli_usage_error("--part pushes one file of one model: -m MODEL FILE");
+	if (r->targets != NULL || r->base != NULL || conn->sign_key != NULL ||
+	    conn->transfer == WSYNC_TRANSFER_COPY || conn->transfer == WSYNC_TRANSFER_LINK)
+		cli_usage_error("--part goes over the socket to every worker, unsigned and whole: "
+		    "not with -W, --base, --sign-key or --transfer copy|link");
+}
 
 /* Connects for the models of r (none for --batch), abandoning on *stop; dies on failure. */
 static wsync_client_t *
@@ -224,7 +260,7 @@ main(int argc, char **argv)
 {
 	enum {
 		OPT_TRANSFER = 256, OPT_BATCH, OPT_PROGRESS, OPT_SIGN_KEY, OPT_NO_DELTA, OPT_EXCLUDE,
-		OPT_MAX_FILE
+		OPT_MAX_FILE, OPT_PART, OPT_GROUP
 	};
 	static const struct option opts[] = {
 		{ "abort", required_argument, NULL, WSYNC_PUSH_OPT_ABORT },
@@ -233,12 +269,14 @@ main(int argc, char **argv)
 		{ "commit", required_argument, NULL, WSYNC_PUSH_OPT_COMMIT },
 		{ "endpoint", required_argument, NULL, 'e' },
 		CLI_KEY_OPTIONS,
+		{ "group", required_argument, NULL, OPT_GROUP },
 		{ "help", no_argument, NULL, 'h' },
 		{ "model", required_argument, NULL, WSYNC_PUSH_OPT_MODEL },
 		{ "next-slot", no_argument, NULL, WSYNC_PUSH_OPT_NEXT_SLOT },
 		{ "exclude", required_argument, NULL, OPT_EXCLUDE },
 		{ "max-file", required_argument, NULL, OPT_MAX_FILE },
 		{ "no-delta", no_argument, NULL, OPT_NO_DELTA },
+		{ "part", required_argument, NULL, OPT_PART },
 		{ "progress", no_argument, NULL, OPT_PROGRESS },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "seq", required_argument, NULL, WSYNC_PUSH_OPT_SEQ },
@@ -260,6 +298,7 @@ main(int argc, char **argv)
 	wsync_client_t *client;
 	char why[600], **exclude = NULL;
 	wsync_ckpt_in_t ckpt = { 0 };
+	wsync_err_t err;
 	int c, no_delta = 0;
 
 	cli_init("wsync-push");
@@ -281,6 +320,8 @@ main(int argc, char **argv)
 		case OPT_BATCH: verb = S_VERB_BATCH; break;
 		case OPT_SIGN_KEY: conn.sign_key = optarg; break;
 		case OPT_NO_DELTA: no_delta = 1; break;
+		case OPT_PART: conn.part = optarg; break;
+		case OPT_GROUP: conn.group = optarg; break;
 		case OPT_EXCLUDE:
 			if ((exclude = realloc(exclude, (size_t)(ckpt.nexclude + 1) *
 			    sizeof(*exclude))) == NULL)
@@ -321,8 +362,12 @@ main(int argc, char **argv)
 		if (no_delta)
 			cli_usage_error("--no-delta goes with --batch: a single push sends a delta "
 			    "only with --base");
+		s_part_check(&conn, &r);
 		s_read_dirs(&r, &ckpt);
 		client = s_connect(&conn, &r, cli_catch_signals(0));
+		if (conn.part != NULL && wsync_client_push_part(client, conn.rank, conn.parts,
+		    conn.group_key, &err) < 0)
+			cli_die_err(&err);
 		s_push(client, &r);
 		break;
 	case S_VERB_BATCH:
@@ -332,7 +377,7 @@ main(int argc, char **argv)
 			cli_usage_error("%s", why);
 		if (r.n != 0 || optind != argc || r.waits || r.targets != NULL ||
 		    r.wait_for != 0 || r.seq != 0 || r.base != NULL || ckpt.nexclude > 0 ||
-		    ckpt.max_file > 0)
+		    ckpt.max_file > 0 || conn.part != NULL || conn.group != NULL)
 			cli_usage_error("--batch takes its pushes on stdin, not on the command line "
 			    "(only -e, -t, -q, --progress, --transfer, --sign-key, --no-delta and the "
 			    "keys go with it)");

@@ -217,7 +217,7 @@ _wsync_optarg() {
 	wsync-push:--wait-for | wsync-pull:-v | wsync-pull:--pull-version | \
 		wsync-pull:--if-newer) _wsync_list versions ;;
 	wsync-serve:--keep | wsync-serve:--recycle | wsync-watch:--id | wsync-watch:--max-lag | wsync-watch:--keep | wsync-watch:--exec-timeout | wsync-watch:--ack-timeout | *:-t | *:--timeout | \
-		wsync-push:--seq | *:--max-age) ;;
+		wsync-push:--seq | wsync-push:--part | wsync-push:--group | *:--max-age) ;;
 	*) return 1 ;;
 	esac
 	return 0
@@ -247,7 +247,7 @@ _wsync() {
 		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --no-delta
-		--exclude --max-file --key --hub-key
+		--exclude --max-file --part --group --key --hub-key
 		-h --help -V --version" ;;
 	wsync-pull) opts="-e --endpoint -m --model -o --output -v --pull-version
 		--if-newer --transfer --base --no-delta -t --timeout -q --quiet --progress --verify-key
@@ -291,7 +291,7 @@ _wsync() {
 			*:-v | *:--pull-version | *:--if-newer | *:--id | *:-x | *:--exec | \
 			*:--exec-timeout | *:--ack | *:--ack-timeout | *:--max-lag | *:--store | *:--keep | *:--recycle | *:--transfer | *:--base | \
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
-			*:--allow-pull | *:--sign-key | *:--seq | *:--verify-key | *:--max-age | \
+			*:--allow-pull | *:--sign-key | *:--seq | *:--part | *:--group | *:--verify-key | *:--max-age | \
 			*:--format | *:--shard-size | *:--select | *:--select-from | *:--cast | \
 			*:--upstream) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;

@@ -153,6 +153,8 @@ complete -c wsync-push -l base -r -F -d 'Send the delta from the older version t
 complete -c wsync-push -l no-delta -d 'With --batch: send each version whole'
 complete -c wsync-push -l exclude -x -d 'A checkpoint directory: leave out the files matching this glob'
 complete -c wsync-push -l max-file -x -d 'A checkpoint directory: the bound on a file beside the weights'
+complete -c wsync-push -l part -x -d 'Push part R of a version in N parts (R/N)'
+complete -c wsync-push -l group -x -d 'The version the parts build together, above the last'
 complete -c wsync-push -n 'not string match -q -- "-*" (commandline -ct)' -a '(__wsync_files)'
 
 # wsync-pull

@@ -183,6 +183,64 @@ wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files,
 	}
 }
 
+int
+wsync_client_push_part(wsync_client_t *c, unsigned part, unsigned parts, uint64_t group,
+    wsync_err_t *err)
+{
+	struct wsync_push_session *ps;
+
+	if (parts > 256 || (parts != 0 && part >= parts))
+		return wsync_err_set(err, EX_USAGE, "part %u of %u: a version has 1 to 256 parts, "
+		    "numbered from 0", part, parts);
+	if ((ps = wsync_push_session(c, err)) == NULL)
+		return -1;
+	ps->part = part;
+	ps->parts = parts;
+	ps->group = group;
+	return 0;
+}
+
+/* The fields a part's begin or put carries (wsync(7)); how many, packed when e. */
+static size_t
+s_pack_part(const wsync_client_t *c, wsync_enc_t *e, int timeout_ms)
+{
+	const struct wsync_push_session *ps = wsync_push_find(c);
+
+	if (ps == NULL || ps->parts == 0)
+		return 0;
+	if (e != NULL) {
+		wsync_enc_kv_u64(e, "group", ps->group);
+		wsync_enc_kv_u64(e, "part", ps->part);
+		wsync_enc_kv_u64(e, "parts", ps->parts);
+		wsync_enc_kv_u64(e, "timeout_ms", (uint64_t)timeout_ms);
+	}
+	return 4;
+}
+
+/* A part's commit is answered once the whole group is in, or when the hub's bound on it ran out. */
+static int
+s_part_grace(const wsync_client_t *c)
+{
+	return s_pack_part(c, NULL, 0) != 0 ? 2000 : 0;
+}
+
+#ifdef WSYNC_TEST_HOOKS
+/*
+ * The test-only pause of wsync-push(1) (WSYNC_TEST_PUSH_GATE=PATH): after its
+ * begin, a push waits until PATH exists (at most 60 s) before it sends a byte,
+ * so that a test holds a part mid-upload.
+ */
+static void
+s_gate(void)
+{
+	const char *gate = getenv("WSYNC_TEST_PUSH_GATE");
+	int64_t until = wsync_now_ms() + 60000;
+
+	while (gate != NULL && access(gate, F_OK) < 0 && wsync_now_ms() < until)
+		zmq_poll(NULL, 0, 20);
+}
+#endif
+
 /* A push that fits in one chunk: one put request carries the files and commits them. */
 static int
 s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
@@ -205,11 +263,15 @@ s_put(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 		}
 		data += files->sizes[i];
 	}
-	id = wsync_client_request(c, &e, "put", files->workers != NULL ? 3 : 2);
+	id = wsync_client_request(c, &e, "put", (files->workers != NULL ? 3 : 2) +
+	    s_pack_part(c, NULL, 0));
 	wsync_client_pack_files(&e, files, NULL);
-	rc = wsync_client_call(c, &e, id, joined, total, timeout_ms, "put", &m, &p, err);
+	s_pack_part(c, &e, timeout_ms);
+	rc = wsync_client_call(c, &e, id, joined, total, timeout_ms + s_part_grace(c), "put", &m,
+	    &p, err);
 	free(joined);
-	if (rc < 0 && err->code == EX_TEMPFAIL)
+	/* A part's 75 is the hub's word on the parts missing, kept as it is. */
+	if (rc < 0 && err->code == EX_TEMPFAIL && s_part_grace(c) == 0)
 		wsync_err_set(err, EX_TEMPFAIL, "put: no answer from %s within the timeout"
 		    WSYNC_MAYBE_COMMITTED, c->endpoint);
 	if (rc < 0) {
@@ -295,8 +357,10 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (int i = 0; i < files->n; i++)
 		sizes[i] = send != NULL && send[i].base != 0 ? send[i].bytes : files->sizes[i];
-	id = wsync_client_request(c, &e, "begin", (files->workers != NULL ? 3 : 2) + hand_over);
+	id = wsync_client_request(c, &e, "begin", (files->workers != NULL ? 3 : 2) + hand_over +
+	    s_pack_part(c, NULL, 0));
 	wsync_client_pack_files(&e, files, send);
+	s_pack_part(c, &e, wsync_ms_left(deadline));
 	/* A hand-over fills a slot: a begin with local (wsync(7)). */
 	if (hand_over)
 		wsync_enc_kv_bool(&e, "local", 1);
@@ -313,6 +377,9 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 			wsync_client_abort_quietly(c, upload);
 		goto out;
 	}
+#ifdef WSYNC_TEST_HOOKS
+	s_gate();
+#endif
 	if (!hand_over && (rc = s_upload(c, upload, src, send, sizes, files->n, deadline,
 	    err)) < 0) {
 		wsync_client_abort_quietly(c, upload);
@@ -320,7 +387,8 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	}
 	/* Handed over, every hash was computed from the very bytes written: the hub trusts them. */
 	rc = wsync_client_commit(c, &(wsync_commit_t){ .upload = upload, .items = items,
-	    .n = files->n, .trust = hand_over }, wsync_ms_left(deadline), NULL, err);
+	    .n = files->n, .trust = hand_over }, wsync_ms_left(deadline) + s_part_grace(c), NULL,
+	    err);
 out:
 	free(sizes);
 	return rc;
@@ -369,7 +437,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		goto out;
 	}
 	/* One message is as cheap as handing files over; auto only hands over larger pushes. */
-	hand_over = c->store_here && (c->transfer == WSYNC_TRANSFER_LINK ||
+	hand_over = s_pack_part(c, NULL, 0) == 0 && c->store_here && (c->transfer == WSYNC_TRANSFER_LINK ||
 	    c->transfer == WSYNC_TRANSFER_COPY ||
 	    (c->transfer == WSYNC_TRANSFER_AUTO && total > c->chunk));
 	if (total <= c->chunk && !hand_over) {

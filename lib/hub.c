@@ -158,6 +158,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	hub_arrive_end(h, EX_TEMPFAIL, "the hub stops");
 	for (int i = 0; i < HUB_UPLOADS; i++)
 		hub_upload_end(&h->uploads[i]);
+	hub_groups_stop(h);
 	for (size_t i = 0; i < h->nwaits; i++)
 		hub_wait_free(&h->waits[i]);
 	free(h->waits);

@@ -1,7 +1,7 @@
 /*
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
- * hub_worker.c, hub_wait.c, hub_upload.c, hub_read.c, hub_relay.c, hub_arrive.c,
+ * hub_worker.c, hub_wait.c, hub_upload.c, hub_group.c, hub_read.c, hub_relay.c, hub_arrive.c,
  * hub_subtree.c,
  * hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
@@ -44,6 +44,9 @@
 #define HUB_DELTAS 64                   /* deltas kept, being made or waiting to be */
 #define HUB_ARRIVE_GETS 64              /* gets waiting for an arriving version's bytes */
 #define HUB_ARRIVE_WAIT_MS 2000         /* the longest one waits: under a relay's 3 s on silence */
+#define HUB_GROUPS 4                    /* groups (versions in parts) open at once */
+#define HUB_GROUP_PARTS 256             /* parts in one group */
+#define HUB_PART_LIVE_MS 3000           /* a part's attempt silent this long may be replaced */
 #define HUB_ARRIVE_TOPIC ".arriving"    /* announcements of arriving versions: no model id starts so */
 
 /* ---- the hub's state ---- */
@@ -218,6 +221,7 @@ struct wsync_hub {
 	struct hub_worker **workers;    /* sorted by id */
 	size_t nworkers;
 	struct hub_upload uploads[HUB_UPLOADS];
+	struct hub_groups *groups;      /* versions in parts (hub_group.c); NULL before the first */
 	uint64_t last_upload;
 	struct hub_wait *waits;
 	size_t nwaits, waits_cap;
@@ -415,6 +419,31 @@ int hub_op_chunk(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_commit(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_put(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 int hub_op_abort(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_group.c: versions in parts (a group's parts, committed as one version) ---- */
+
+/*
+ * A begin with "group": reads part, parts, group and timeout_ms, checks them
+ * against the group (made when new) and sets *up to the part's entry, for
+ * the begin to fill as any upload's. *up NULL when r is no part's begin.
+ */
+int hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up,
+    wsync_err_t *err);
+/* The upload id of a part still being sent; NULL when none. */
+struct hub_upload *hub_group_upload(wsync_hub_t *h, uint64_t id);
+/*
+ * The commit of upload u, whole: 1 when u is no part's. Else verifies the
+ * part and keeps it with r's reply deferred (0), the group committed and
+ * every part answered once the last is in; -1 with err when refused.
+ */
+int hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u,
+    wsync_err_t *err);
+/* Groups open: each counts as one upload against HUB_UPLOADS. */
+size_t hub_groups_open(const wsync_hub_t *h);
+/* Answers the parts whose pusher's bound ran out at now; drops groups past every bound. */
+void hub_groups_expire(wsync_hub_t *h, int64_t now);
+/* Drops every group as the hub stops, its parts refused (69). */
+void hub_groups_stop(wsync_hub_t *h);
 
 /* ---- hub_read.c: reads (stat, get) ---- */
 

@@ -28,6 +28,8 @@ hub_pack_versions(wsync_enc_t *e, const wsync_committed_t *c, size_t n)
 static struct hub_upload *
 s_upload_find(wsync_hub_t *h, const struct hub_req *r, uint64_t id, wsync_err_t *err)
 {
+	struct hub_upload *u;
+
 	for (int i = 0; i < HUB_UPLOADS; i++) {
 		if (id == 0 || h->uploads[i].id != id)
 			continue;
@@ -36,6 +38,12 @@ s_upload_find(wsync_hub_t *h, const struct hub_req *r, uint64_t id, wsync_err_t 
 			return NULL;
 		}
 		return &h->uploads[i];
+	}
+	if ((u = hub_group_upload(h, id)) != NULL) {
+		if (strcmp(u->peer, r->peer) == 0)
+			return u;
+		wsync_err_set(err, EX_NOPERM, "upload %" PRIu64 " is another client's", id);
+		return NULL;
 	}
 	wsync_err_set(err, EX_NOINPUT, "upload %" PRIu64 " does not exist (it expired, was "
 	    "aborted or committed)", id);
@@ -88,6 +96,7 @@ hub_uploads_expire(wsync_hub_t *h, int64_t now)
 			hub_upload_end(&h->uploads[i]);
 		}
 	}
+	hub_groups_expire(h, now);
 }
 
 void
@@ -99,6 +108,7 @@ hub_uploads_stop(wsync_hub_t *h)
 			    h->uploads[i].id);
 			hub_upload_end(&h->uploads[i]);
 		}
+	hub_groups_stop(h);
 }
 
 /* Reads begin's files: [{model, size}] into u. */
@@ -152,23 +162,29 @@ s_upload_open(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_e
 {
 	struct hub_upload *u = NULL;
 	char list[512] = "", deltas[512] = "";
-	size_t n = 0, m = 0, mine = 0;
+	size_t n = 0, m = 0, mine = 0, busy = hub_groups_open(h);
+	int part;
 	uint64_t pending = 0, room = 0;
 
+	/* A part of a group has its entry in the group, which counts as one upload. */
+	if (hub_group_begin(h, r, &u, err) < 0)
+		return -1;
+	part = u != NULL;
 	for (int i = 0; i < HUB_UPLOADS; i++) {
 		const struct hub_upload *o = &h->uploads[i];
 		if (o->id == 0 && u == NULL)
 			u = &h->uploads[i];
 		if (o->id != 0 && strcmp(o->peer, r->peer) == 0)
 			mine++;
+		busy += o->id != 0;
 		for (size_t j = 0; o->id != 0 && j < o->nfiles; j++)
 			pending += o->files[j].size - o->files[j].filled;
 	}
-	if (u == NULL)
+	if (u == NULL || (!part && busy >= HUB_UPLOADS))
 		return wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d uploads in flight "
 		    "already; try again later", HUB_UPLOADS);
 	/* One peer cannot take every upload: others still get to push. */
-	if (mine >= WSYNC_PEER_UPLOADS)
+	if (mine >= WSYNC_PEER_UPLOADS && !part)
 		return wsync_err_set(err, EX_UNAVAILABLE, "this client has %d uploads in flight "
 		    "already (the most one may have); try again later", WSYNC_PEER_UPLOADS);
 	/* A begin with "local": true asks for a slot. */
@@ -370,6 +386,10 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 			    "has %" PRIu64 " of its %" PRIu64 " bytes", id, i, u->temps[i].model,
 			    u->files[i].filled, u->files[i].size);
 	}
+	/* A part waits for the rest of its group, committed with the last one. */
+	if ((rc = hub_group_commit(h, r, u, err)) != 1)
+		return rc;
+	rc = 0;
 	/* A delta that does not apply ends the upload: the pusher sends the version whole. */
 	for (size_t i = 0; i < u->nfiles; i++)
 		if (u->files[i].base != 0 && hub_pushdelta_apply(h, u, i, err) < 0) {

@@ -47,6 +47,9 @@ struct wsync_push_session {
 	char sign_path[PATH_MAX];       /* the key's file; its counter is beside it */
 	uint64_t sign_seq;              /* the next push's sequence number; 0: the counter's */
 	char delta_note[WSYNC_MAX_REASON]; /* why the last push with a base went whole */
+	/* A push is part part of parts (0: a whole version) of the version named group. */
+	uint32_t part, parts;
+	uint64_t group;
 };
 
 /* c's push session, made and hooked to the connection on first use; NULL with err (70). */

@@ -761,6 +761,14 @@ typedef struct wsync_push_item {
  */
 int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);
+/*
+ * Makes every later push of client part part (from 0) of parts of the version
+ * named group (wsync(7), SHARDED TRAINERS): sent over the socket, committed
+ * by the hub with the other parts once all are in. parts 0: whole versions
+ * again. 64 when part is not below parts or parts above 256.
+ */
+int wsync_client_push_part(wsync_client_t *client, unsigned part, unsigned parts,
+    uint64_t group, wsync_err_t *err);
 /* Drops an upload (a slot) that will not be committed. */
 int wsync_client_abort(wsync_client_t *client, uint64_t upload, int timeout_ms,
     wsync_err_t *err);

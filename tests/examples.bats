@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # examples.bats - what examples/ shows works as shown: the Python package
-# (python/wsync, the helper's successor), the PyTorch trainer and workers, the shell pipeline, the cron line and the
+# (python/wsync, the helper's successor), the PyTorch trainer and workers, the shell pipeline, a
+# sharded trainer's ranks pushing one version in parts, the cron line and the
 # systemd unit, each against real hubs.
 
 load test_helper
@@ -238,6 +239,24 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	run -66 --separate-stderr "$EX/shell/relay.sh" "$WSYNC_ENDPOINT" "ipc://$TMP/hub2" nothing
 	assert_output ""
 	assert_equal "${stderr%%$'\n'*}" 'wsync-pull: model "nothing" has no version'
+}
+
+@test "push-ranks.sh pushes three shards as one version, each rank printing it" {
+	"$PY" "$FIXTURES/mkparts.py" m 3
+	start_hub
+	run -0 "$EX/sharded/push-ranks.sh" policy 100 m.0.safetensors m.1.safetensors m.2.safetensors
+	assert_output "1
+1
+1"
+	run -0 wsync-pull -m policy -o pulled.safetensors
+	run -0 wsync-inspect diff pulled.safetensors m.safetensors
+}
+
+@test "push-ranks.sh exits 65 when two shards hold one tensor, and nothing is committed" {
+	"$PY" "$FIXTURES/mkparts.py" m 2
+	start_hub
+	run -65 "$EX/sharded/push-ranks.sh" policy 100 m.0.safetensors m.0.safetensors
+	run -66 wsync-pull -m policy -o pulled.safetensors
 }
 
 @test "the systemd unit verifies clean and its ExecStart keeps the store in the state directory" {

@@ -23,6 +23,11 @@ s_need() {
 	s_pytest test_files.py 10
 }
 
+@test "sharded ranks publish one version together with Publisher(part=...) (test_parts.py)" {
+	s_need pytest
+	s_pytest test_parts.py 4
+}
+
 @test "the package writes and reads torch state_dicts without a copy (test_torch_files.py)" {
 	s_need pytest
 	s_need torch

@@ -2,12 +2,13 @@
 import os
 import re
 import shutil
+import subprocess
 import tempfile
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib, signing, slots
 from .errors import UsageError, WsyncError, error
-from .programs import Wait, client_args, coprocess, send_line, stopped, wait_arg
+from .programs import Wait, client_args, coprocess, run, send_line, stopped, wait_arg
 
 StateDict = Mapping[str, Any]
 _MODEL_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
@@ -43,13 +44,27 @@ class Publisher:
     publish's seq (such as the trainer's step), which must be above the last
     one signed with the key, else DataError (65); or the counter's next, kept
     in NAME.key.seq beside the key.
+
+    With part=(rank, world), the publisher is one rank of a sharded trainer:
+    its state_dict holds this rank's tensors only, and publish(state_dict,
+    group=step) pushes them as part rank of world of the version named step
+    (wsync-push --part, wsync(7) SHARDED TRAINERS). Every rank's publish
+    returns the same version once all world parts are in; a part missing when
+    timeout runs out raises TimedOut (75) naming it. Parts are pushed whole and
+    unsigned, one model a publisher, announced to every worker.
     """
 
     def __init__(self, model: Union[str, Sequence[str]], endpoint: Optional[str] = None,
                  directory: Optional[str] = None, workers: Optional[Sequence[str]] = None,
                  key: Optional[str] = None, hub_key: Optional[str] = None,
-                 sign_key: Optional[str] = None) -> None:
+                 sign_key: Optional[str] = None,
+                 part: Optional[Tuple[int, int]] = None) -> None:
         self.models: List[str] = [model] if isinstance(model, str) else list(model)
+        self.part = part
+        if part is not None and (len(part) != 2 or not 0 <= part[0] < part[1] <= 256 or
+                                 len(self.models) != 1 or workers or sign_key is not None):
+            raise UsageError(64, "part=(rank, world) wants 0 <= rank < world <= 256, one "
+                             "model, no workers and no sign_key")
         if not self.models or len(set(self.models)) != len(self.models):
             raise UsageError(64, "Publisher wants one model id or several different ones")
         for m in self.models:
@@ -57,12 +72,15 @@ class Publisher:
                 raise UsageError(64, f"bad model id \"{m}\": use 1 to 64 of A-Z a-z 0-9 . _ - "
                                  "(not starting with '.')")
         self.workers = f" -W {','.join(workers)}" if workers else ""
-        self.args = ["wsync-push", "--batch"] + client_args(endpoint, key, hub_key)
+        self.client = client_args(endpoint, key, hub_key)
+        self.args = ["wsync-push", "--batch"] + self.client
         # Signed here, not by the coprocess: the trees are written into slots.
         self.sign_key = signing.SignKey(sign_key) if sign_key is not None else None
         self.seq: Optional[int] = None      # of the last signed publish
+        self.proc: Optional["subprocess.Popen[str]"] = None
         try:
-            self._start()
+            if part is None:
+                self._start()
         except BaseException:
             self._close_key()
             raise
@@ -77,7 +95,7 @@ class Publisher:
 
     def _restart(self) -> None:
         """A new coprocess; the old one aborts its slots when its input ends."""
-        assert self.proc.stdin is not None
+        assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait()
         self._start()
@@ -86,7 +104,7 @@ class Publisher:
         send_line(self.proc, line)
 
     def _answer(self) -> List[str]:
-        assert self.proc.stdout is not None
+        assert self.proc is not None and self.proc.stdout is not None
         try:
             line = self.proc.stdout.readline()
         except BaseException:
@@ -137,7 +155,8 @@ class Publisher:
 
     def publish(self, state_dict: Any, meta: Optional[Mapping[str, Any]] = None,
                 wait: Optional[Wait] = None, timeout: float = 30,
-                dtypes: Optional[Mapping[str, Any]] = None, seq: Optional[int] = None) -> Any:
+                dtypes: Optional[Mapping[str, Any]] = None, seq: Optional[int] = None,
+                group: Optional[int] = None) -> Any:
         """Publishes a state_dict as the model's next version and returns its number;
         for a publisher of several models, {model: state_dict} committed together,
         returning {model: version}. wait: "all", N, or worker ids: returns once those
@@ -146,7 +165,13 @@ class Publisher:
         never retried); else TimedOut (75) after timeout seconds naming each late
         worker and its last failure. dtypes: {name: wsync dtype} for raw
         bits ({model: {name: dtype}} for several models). seq: the sequence number
-        of a signed publish (see Publisher), 1 or more; it is kept in self.seq."""
+        of a signed publish (see Publisher), 1 or more; it is kept in self.seq.
+        group: with part (see Publisher), the version the ranks build together,
+        above the last group of the model (the trainer's step)."""
+        if (group is None) != (self.part is None):
+            raise UsageError(64, "group goes with a publisher made with part=(rank, world)")
+        if group is not None:
+            return self._publish_part(state_dict, meta, wait, timeout, dtypes, group)
         signing.check_seq(seq, self.sign_key is not None)
         parts = self._by_model(state_dict)
         many = len(self.models) > 1
@@ -181,15 +206,35 @@ class Publisher:
         versions = {answer[i]: int(answer[i + 1]) for i in range(0, len(answer), 2)}
         return versions if many else versions[self.models[0]]
 
+    def _publish_part(self, state_dict: Any, meta: Optional[Mapping[str, Any]],
+                      wait: Optional[Wait], timeout: float,
+                      dtypes: Optional[Mapping[str, Any]], group: int) -> int:
+        """This rank's part of version group, written here and pushed by wsync-push --part."""
+        assert self.part is not None
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="wsync-publisher.", dir=self.parent)
+        path = os.path.join(self.dir, self.models[0] + ".wsync")
+        tree = _lib.Tree(state_dict, self.models[0], meta, dtypes)
+        try:
+            tree.write_file(path)
+        finally:
+            tree.close()
+        args = ["wsync-push", "-q"] + self.client + ["-t", str(timeout), "--part",
+                                                     f"{self.part[0]}/{self.part[1]}",
+                                                     "--group", str(group)]
+        if wait is not None:
+            args += ["-w", wait_arg(wait)]
+        return int(run(args + ["-m", self.models[0], path]))
+
     def close(self) -> None:
         """Ends the coprocess (which gives back a slot asked for ahead)."""
-        assert self.proc.stdin is not None
-        if not self.proc.stdin.closed:
-            try:
-                self.proc.stdin.close()
-            except BrokenPipeError:     # it stopped, and said why already
-                pass
-        self.proc.wait()
+        if self.proc is not None and self.proc.stdin is not None:
+            if not self.proc.stdin.closed:
+                try:
+                    self.proc.stdin.close()
+                except BrokenPipeError:     # it stopped, and said why already
+                    pass
+            self.proc.wait()
         self._close_key()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,517 @@
+/*
+ * hub_group.c - versions in parts: the parts of one group held until all N
+ * are whole and verified, then copied into one version and committed once.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+#include <unistd.h>
+
+#include "file_int.h"
+#include "hub_int.h"
+
+#define HUB_GROUP_MODELS 256            /* models whose last committed group key is kept */
+
+/* One part of a group: its attempt (an upload), then, whole, its file and the commit to answer. */
+struct hub_part {
+	struct hub_upload up;           /* id 0: no attempt */
+	int whole;                      /* committed whole and verified: waiting for the others */
+	wsync_file_t *file;             /* whole: its tensors and meta, mapped */
+	unsigned char ident[256];       /* whole: the commit to answer; identlen 0: answered */
+	size_t identlen;
+	void *router;
+	uint64_t req;
+	int64_t begun, deadline;        /* its begin, and its pusher's bound from there */
+};
+
+/* A group: a version of model in nparts parts, named by key (0: a free entry). */
+struct hub_group {
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t key;
+	uint32_t nparts;
+	struct hub_part *parts;
+	int64_t deadline;               /* the longest bound of its pushers */
+	int code;                       /* refused: every part of it is refused with why */
+	char why[WSYNC_MAX_REASON];
+};
+
+struct hub_groups {
+	struct hub_group groups[HUB_GROUPS];
+	struct {
+		char model[WSYNC_MAX_MODEL + 1];
+		uint64_t key;
+	} last[HUB_GROUP_MODELS];       /* the last group key committed of each model */
+	size_t nlast;
+};
+
+/* The last group key committed of model since the hub started; 0: none. */
+static uint64_t *
+s_last(struct hub_groups *gs, const char *model, int make)
+{
+	for (size_t i = 0; i < gs->nlast; i++)
+		if (strcmp(gs->last[i].model, model) == 0)
+			return &gs->last[i].key;
+	if (!make)
+		return NULL;
+	/* The oldest entry makes room: a model not pushed in parts for long forgets its key. */
+	if (gs->nlast == HUB_GROUP_MODELS) {
+		memmove(&gs->last[0], &gs->last[1], (HUB_GROUP_MODELS - 1) * sizeof(gs->last[0]));
+		gs->nlast--;
+	}
+	snprintf(gs->last[gs->nlast].model, sizeof(gs->last[0].model), "%s", model);
+	gs->last[gs->nlast].key = 0;
+	return &gs->last[gs->nlast++].key;
+}
+
+size_t
+hub_groups_open(const wsync_hub_t *h)
+{
+	size_t n = 0;
+
+	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++)
+		n += h->groups->groups[i].key != 0;
+	return n;
+}
+
+/* Answers part p's commit with e (freed), once. */
+static void
+s_answer(wsync_hub_t *h, struct hub_part *p, wsync_enc_t *e)
+{
+	if (p->identlen == 0) {
+		wsync_enc_free(e);
+		return;
+	}
+	hub_send(h, p->router, p->ident, p->identlen, e);
+	p->identlen = 0;
+}
+
+/* Refuses part p's commit with code and why. */
+static void
+s_refuse(wsync_hub_t *h, struct hub_part *p, int code, const char *why)
+{
+	wsync_err_t err;
+	wsync_enc_t e;
+
+	wsync_err_set(&err, code, "%s", why);
+	hub_refusal(&e, p->req, &err, 0);
+	s_answer(h, p, &e);
+}
+
+/* Ends part p's attempt: its upload's files removed, its file closed. */
+static void
+s_part_clear(struct hub_part *p)
+{
+	wsync_file_close(&p->file);
+	hub_upload_end(&p->up);
+	p->whole = 0;
+	p->identlen = 0;
+}
+
+/* Frees group g's entry, every part refused with why first (code 0: answered already). */
+static void
+s_group_end(wsync_hub_t *h, struct hub_group *g, int code, const char *why)
+{
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		if (code != 0)
+			s_refuse(h, &g->parts[i], code, why);
+		s_part_clear(&g->parts[i]);
+	}
+	free(g->parts);
+	memset(g, 0, sizeof(*g));
+}
+
+/*
+ * Refuses group g for good (code, why): the parts waiting are answered, every
+ * attempt ends, and later parts of it are refused the same until its deadline.
+ */
+static void
+s_group_fail(wsync_hub_t *h, struct hub_group *g, int code, const char *why)
+{
+	char quoted[4 * WSYNC_MAX_REASON + 8];
+
+	hub_log(h, "event=refuse model=%s group=%" PRIu64 " reason=\"%s\"", g->model, g->key,
+	    wsync_log_quote(why, quoted, sizeof(quoted)));
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		s_refuse(h, &g->parts[i], code, why);
+		s_part_clear(&g->parts[i]);
+	}
+	g->code = code;
+	snprintf(g->why, sizeof(g->why), "%s", why);
+}
+
+/* The parts of g not whole, "1,3", into buf; how many. */
+static size_t
+s_missing(const struct hub_group *g, char *buf, size_t size)
+{
+	size_t n = 0, at = 0;
+
+	buf[0] = '\0';
+	for (uint32_t i = 0; i < g->nparts; i++)
+		if (!g->parts[i].whole) {
+			at += (size_t)snprintf(buf + at, at < size ? size - at : 0, "%s%" PRIu32,
+			    n ? "," : "", i);
+			n++;
+		}
+	return n;
+}
+
+/* The group of model named key, made when new (NULL with err when the hub has no room). */
+static struct hub_group *
+s_group_get(wsync_hub_t *h, const char *model, uint64_t key, uint32_t nparts, wsync_err_t *err)
+{
+	struct hub_groups *gs = h->groups;
+	struct hub_group *g = NULL;
+	size_t busy = hub_groups_open(h);
+
+	for (int i = 0; i < HUB_GROUPS; i++) {
+		struct hub_group *o = &gs->groups[i];
+		if (o->key == key && strcmp(o->model, model) == 0)
+			return o;
+		if (o->key == 0 && g == NULL)
+			g = o;
+	}
+	for (int i = 0; i < HUB_UPLOADS; i++)
+		busy += h->uploads[i].id != 0;
+	/* A group counts as one upload, whatever its number of parts. */
+	if (g == NULL || busy >= HUB_UPLOADS) {
+		wsync_err_set(err, EX_UNAVAILABLE, "the hub has %d uploads and groups in flight "
+		    "already; try again later", HUB_UPLOADS);
+		return NULL;
+	}
+	if ((g->parts = calloc(nparts, sizeof(*g->parts))) == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		return NULL;
+	}
+	snprintf(g->model, sizeof(g->model), "%s", model);
+	g->key = key;
+	g->nparts = nparts;
+	return g;
+}
+
+/* The part's own checks on a begin: one file, whole, sent, announced to everyone. */
+static int
+s_begin_check(const struct hub_req *r, char *model, wsync_err_t *err)
+{
+	const msgpack_object *files = wsync_msg_get(&r->msg, "files");
+	int local;
+
+	if (files == NULL)
+		return hub_missing("files", err);
+	if (files->type != MSGPACK_OBJECT_ARRAY || files->via.array.size != 1 ||
+	    wsync_obj_str(wsync_obj_get(&files->via.array.ptr[0], "model"), model,
+	    WSYNC_MAX_MODEL + 1) < 0 || wsync_model_id_check(model) < 0)
+		return wsync_err_set(err, EX_USAGE, "a part is one file of one model "
+		    "(field \"files\": [{model, size}])");
+	if (wsync_obj_get(&files->via.array.ptr[0], "base") != NULL)
+		return wsync_err_set(err, EX_USAGE, "model %s: a part is sent whole, not as a "
+		    "delta", model);
+	if (hub_bool(r, "local", &local, err) < 0)
+		return -1;
+	if (local || wsync_msg_get(&r->msg, "workers") != NULL)
+		return wsync_err_set(err, EX_USAGE, "model %s: a part is sent over the socket and "
+		    "announced to every worker (no \"local\", no \"workers\")", model);
+	return 0;
+}
+
+int
+hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_err_t *err)
+{
+	char model[WSYNC_MAX_MODEL + 1];
+	uint64_t key, part, nparts, timeout = HUB_UPLOAD_IDLE_MS, *last;
+	int64_t now = wsync_now_ms();
+	struct hub_group *g;
+	struct hub_part *p;
+
+	*up = NULL;
+	if (wsync_msg_get(&r->msg, "group") == NULL)
+		return 0;
+	if (hub_u64(r, "group", 1, &key, err) < 0 || hub_u64(r, "part", 1, &part, err) < 0 ||
+	    hub_u64(r, "parts", 1, &nparts, err) < 0 ||
+	    hub_u64(r, "timeout_ms", 0, &timeout, err) < 0 || s_begin_check(r, model, err) < 0)
+		return -1;
+	if (nparts == 0 || nparts > HUB_GROUP_PARTS || part >= nparts)
+		return wsync_err_set(err, EX_USAGE, "model %s group %" PRIu64 ": part %" PRIu64 " of "
+		    "%" PRIu64 ": a group has 1 to %d parts, numbered from 0", model, key, part,
+		    nparts, HUB_GROUP_PARTS);
+	if (timeout > HUB_MAX_WAIT_MS)
+		timeout = HUB_MAX_WAIT_MS;
+	if (h->groups == NULL && (h->groups = calloc(1, sizeof(*h->groups))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	last = s_last(h->groups, model, 0);
+	if (last != NULL && key <= *last)
+		return wsync_err_set(err, EX_DATAERR, "model %s group %" PRIu64 " (part %" PRIu64
+		    " of %" PRIu64 ") is not above the last group committed, %" PRIu64, model, key,
+		    part, nparts, *last);
+	if (key == 0)
+		return wsync_err_set(err, EX_DATAERR, "model %s group 0 (part %" PRIu64 " of %"
+		    PRIu64 "): a group key is 1 or more", model, part, nparts);
+	if ((g = s_group_get(h, model, key, (uint32_t)nparts, err)) == NULL)
+		return -1;
+	if (g->code != 0)
+		return wsync_err_set(err, g->code, "%s", g->why);
+	if (g->nparts != nparts) {
+		uint32_t other = 0;
+		while (other + 1 < g->nparts && g->parts[other].up.id == 0 && !g->parts[other].whole)
+			other++;
+		return wsync_err_set(err, EX_USAGE, "model %s group %" PRIu64 ": part %" PRIu64
+		    " says %" PRIu64 " parts, part %" PRIu32 " said %" PRIu32, model, key, part,
+		    nparts, other, g->nparts);
+	}
+	p = &g->parts[part];
+	/* A live attempt is refused; one gone silent (its pusher lost) is replaced. */
+	if (p->up.id != 0 && !p->whole && now - p->up.touched < HUB_PART_LIVE_MS)
+		return wsync_err_set(err, EX_TEMPFAIL, "model %s group %" PRIu64 ": part %" PRIu64
+		    " is being pushed already (upload %" PRIu64 ", heard from %" PRId64 " ms ago); "
+		    "a part silent for %d ms may be pushed again", model, key, part, p->up.id,
+		    now - p->up.touched, HUB_PART_LIVE_MS);
+	if (p->up.id != 0) {
+		hub_log(h, "event=replace model=%s group=%" PRIu64 " part=%" PRIu64 " upload=%"
+		    PRIu64, model, key, part, p->up.id);
+		s_refuse(h, p, EX_TEMPFAIL, "this part was pushed again: the later push replaces it");
+		s_part_clear(p);
+	}
+	p->begun = now;
+	p->deadline = now + (int64_t)timeout;
+	if (p->deadline > g->deadline)
+		g->deadline = p->deadline;
+	*up = &p->up;
+	return 0;
+}
+
+/* The group and part whose attempt is u; NULL when u is no part's. */
+static struct hub_group *
+s_group_of(wsync_hub_t *h, const struct hub_upload *u, struct hub_part **part)
+{
+	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++) {
+		struct hub_group *g = &h->groups->groups[i];
+		for (uint32_t j = 0; g->key != 0 && j < g->nparts; j++)
+			if (&g->parts[j].up == u) {
+				*part = &g->parts[j];
+				return g;
+			}
+	}
+	return NULL;
+}
+
+struct hub_upload *
+hub_group_upload(wsync_hub_t *h, uint64_t id)
+{
+	for (int i = 0; id != 0 && h->groups != NULL && i < HUB_GROUPS; i++) {
+		struct hub_group *g = &h->groups->groups[i];
+		for (uint32_t j = 0; g->key != 0 && j < g->nparts; j++)
+			if (g->parts[j].up.id == id && !g->parts[j].whole)
+				return &g->parts[j].up;
+	}
+	return NULL;
+}
+
+/*
+ * Part r (file f) against the whole parts of g: no tensor in two parts, no
+ * meta key with two values. 0, or -1 with why.
+ */
+static int
+s_part_fits(const struct hub_group *g, uint32_t r, const wsync_file_t *f, char *why,
+    size_t size)
+{
+	for (uint32_t q = 0; q < g->nparts; q++) {
+		const wsync_file_t *o = g->parts[q].file;
+		if (q == r || o == NULL)
+			continue;
+		for (size_t i = 0; i < wsync_file_count(f); i++) {
+			const char *path = wsync_file_tensor(f, i)->path;
+			if (wsync_file_find(o, path) != NULL) {
+				snprintf(why, size, "model %s group %" PRIu64 ": parts %" PRIu32 " and %"
+				    PRIu32 " both hold tensor \"%s\"; nothing committed", g->model,
+				    g->key, q < r ? q : r, q < r ? r : q, path);
+				return -1;
+			}
+		}
+		for (size_t i = 0; i < wsync_file_meta_count(f); i++) {
+			const wsync_meta_t *m = wsync_file_meta(f, i);
+			for (size_t j = 0; j < wsync_file_meta_count(o); j++) {
+				const wsync_meta_t *n = wsync_file_meta(o, j);
+				if (strcmp(m->key, n->key) != 0 || strcmp(m->value, n->value) == 0)
+					continue;
+				snprintf(why, size, "model %s group %" PRIu64 ": parts %" PRIu32 " and %"
+				    PRIu32 " give meta \"%s\" two values; nothing committed", g->model,
+				    g->key, q < r ? q : r, q < r ? r : q, m->key);
+				return -1;
+			}
+		}
+	}
+	return 0;
+}
+
+/* One tensor of a part into the union, split as a pushed file's is (source.c). */
+static int
+s_union_add(wsync_tree_t *tree, const wsync_tensor_t *t, wsync_err_t *err)
+{
+	if (wsync_tree_add_split(tree, t->path, ".", t->dtype, t->ndim, t->shape, t->data,
+	    t->nbytes, err) == 0)
+		return 0;
+	return wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim, t->shape, t->data,
+	    t->nbytes, err);
+}
+
+/*
+ * Writes the union of g's whole parts into a new upload file t: every tensor
+ * copied and hashed once (wsync_tree_write_map), the meta of every part.
+ */
+static int
+s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
+    wsync_err_t *err)
+{
+	wsync_tree_t *tree = wsync_tree_new(g->model, err);
+	uint64_t size;
+	int rc = -1;
+
+	if (tree == NULL)
+		return -1;
+	for (uint32_t q = 0; q < g->nparts; q++) {
+		const wsync_file_t *f = g->parts[q].file;
+		for (size_t i = 0; i < wsync_file_count(f); i++)
+			if (s_union_add(tree, wsync_file_tensor(f, i), err) < 0)
+				goto done;
+		for (size_t i = 0; i < wsync_file_meta_count(f); i++)
+			if (wsync_tree_set_meta(tree, wsync_file_meta(f, i)->key,
+			    wsync_file_meta(f, i)->value, err) < 0)
+				goto done;
+	}
+	if (wsync_tree_size(tree, &size, err) < 0 ||
+	    wsync_store_temp_open(h->store, g->model, t, err) < 0)
+		goto done;
+	if (ftruncate(t->fd, (off_t)size) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot size the union of group %" PRIu64 ": %s",
+		    t->path, g->key, strerror(errno));
+		goto done;
+	}
+	if (wsync_tree_write_map(tree, t->fd, err) < 0)
+		goto done;
+	/* Hashed from the very bytes copied, out of parts each verified: the commit trusts them. */
+	t->verified = 1;
+	rc = 0;
+done:
+	wsync_tree_destroy(&tree);
+	return rc;
+}
+
+/* Every part of g is whole: commits their union as one version and answers every part. */
+static void
+s_group_commit(wsync_hub_t *h, struct hub_group *g)
+{
+	wsync_store_temp_t t = { .fd = -1 };
+	wsync_committed_t out;
+	wsync_commit_info_t info = { .pusher = g->parts[0].up.pusher, .time = wsync_wall_time() };
+	wsync_err_t err;
+	int64_t start = wsync_now_ms();
+
+	if (s_union_write(h, g, &t, &err) < 0 ||
+	    wsync_store_commit(h->store, &t, 1, &info, &out, &err) < 0) {
+		wsync_store_temp_remove(&t);
+		s_group_fail(h, g, err.code, err.msg);
+		return;
+	}
+	h->counts.commits++;
+	*s_last(h->groups, g->model, 1) = g->key;
+	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
+	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union_ms=%" PRId64, out.model,
+	    out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-", g->key,
+	    g->nparts, wsync_now_ms() - start);
+	hub_announce(h, &out, &t, 1, NULL, 0);
+	hub_waits_check(h, out.model);
+	for (uint32_t i = 0; i < g->nparts; i++) {
+		wsync_enc_t e;
+		hub_ok(&e, g->parts[i].req, 1);
+		hub_pack_versions(&e, &out, 1);
+		s_answer(h, &g->parts[i], &e);
+	}
+	s_group_end(h, g, 0, NULL);
+}
+
+int
+hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_err_t *err)
+{
+	char name[WSYNC_MAX_MODEL + 64], why[WSYNC_MAX_REASON], missing[256];
+	struct hub_part *p;
+	struct hub_group *g = s_group_of(h, u, &p);
+	uint32_t rank;
+	wsync_file_t *f;
+
+	if (g == NULL)
+		return 1;
+	rank = (uint32_t)(p - g->parts);
+	if (wsync_msg_get(&r->msg, "mode") != NULL || wsync_msg_get(&r->msg, "trust") != NULL)
+		return wsync_err_set(err, EX_USAGE, "model %s group %" PRIu64 ": the commit of a part "
+		    "neither waits nor trusts (wait for the version once the group committed)",
+		    g->model, g->key);
+	snprintf(name, sizeof(name), "model \"%s\" group %" PRIu64 " part %" PRIu32, g->model,
+	    g->key, rank);
+	/* A part that does not verify ends its attempt only: its rank may push it again. */
+	if ((f = wsync_file_open_fd(u->temps[0].fd, name, err)) == NULL ||
+	    wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0) {
+		wsync_file_close(&f);
+		hub_upload_end(u);
+		return -1;
+	}
+	if (s_part_fits(g, rank, f, why, sizeof(why)) < 0) {
+		wsync_file_close(&f);
+		s_group_fail(h, g, EX_DATAERR, why);
+		return wsync_err_set(err, EX_DATAERR, "%s", why);
+	}
+	p->file = f;
+	p->whole = 1;
+	p->router = h->router;
+	memcpy(p->ident, r->ident, r->identlen);
+	p->identlen = r->identlen;
+	p->req = r->id;
+	s_missing(g, missing, sizeof(missing));
+	hub_log(h, "event=part model=%s group=%" PRIu64 " part=%" PRIu32 "/%" PRIu32 " upload=%"
+	    PRIu64 " missing=%s", g->model, g->key, rank, g->nparts, u->id,
+	    missing[0] ? missing : "-");
+	if (missing[0] == '\0')
+		s_group_commit(h, g);
+	return 0;
+}
+
+void
+hub_groups_expire(wsync_hub_t *h, int64_t now)
+{
+	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++) {
+		struct hub_group *g = &h->groups->groups[i];
+		char missing[256], why[WSYNC_MAX_REASON];
+		size_t n;
+		if (g->key == 0)
+			continue;
+		n = s_missing(g, missing, sizeof(missing));
+		/* Each pusher hears of the parts missing when its own bound runs out. */
+		for (uint32_t j = 0; g->code == 0 && j < g->nparts; j++) {
+			struct hub_part *p = &g->parts[j];
+			if (!p->whole || p->identlen == 0 || now < p->deadline)
+				continue;
+			snprintf(why, sizeof(why), "model %s group %" PRIu64 ": part%s %s of %" PRIu32
+			    " missing after %.1f s; nothing committed", g->model, g->key,
+			    n > 1 ? "s" : "", missing, g->nparts,
+			    (double)(p->deadline - p->begun) / 1000.0);
+			s_refuse(h, p, EX_TEMPFAIL, why);
+		}
+		if (now < g->deadline)
+			continue;
+		if (g->code == 0)
+			hub_log(h, "event=drop model=%s group=%" PRIu64 " parts=%" PRIu32 " missing=%s "
+			    "reason=\"timeout\"", g->model, g->key, g->nparts, missing);
+		s_group_end(h, g, 0, NULL);
+	}
+}
+
+void
+hub_groups_stop(wsync_hub_t *h)
+{
+	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++)
+		if (h->groups->groups[i].key != 0)
+			s_group_end(h, &h->groups->groups[i], EX_UNAVAILABLE, "the hub is stopping");
+	free(h->groups);
+	h->groups = NULL;
+}

@@ -1,0 +1,235 @@
+#!/usr/bin/env bats
+# parts.bats - a version in parts (wsync-push --part R/N --group KEY, wsync(7)
+# SHARDED TRAINERS): each rank of a sharded trainer pushes its own tensors, the
+# hub commits one version, the union, once every part is in; before that
+# nobody sees any of it, and a group that cannot be whole commits nothing.
+
+load test_helper
+load hub_helper
+
+# parts N [TENSORS [BYTES]]: $TMP/m.safetensors, the whole checkpoint of model
+# "policy", and $TMP/m.R.safetensors, its N parts (tensor I in part I % N).
+parts() {
+	"$PY" "$FIXTURES/mkparts.py" "$TMP/m" "$@"
+}
+
+# push_part R/N KEY [options...]: rank R's push in the background, its stdout
+# in $TMP/rR.out, stderr in $TMP/rR.err, its status in $TMP/rR.rc; RPID[R].
+declare -gA RPID
+push_part() {
+	local r=${1%/*} n=${1#*/} key=$2
+	shift 2
+	(
+		rc=0
+		wsync-push -q "$@" --part "$r/$n" --group "$key" -m policy "$TMP/m.$r.safetensors" \
+			>"$TMP/r$r.out" 2>"$TMP/r$r.err" || rc=$?
+		echo "$rc" >"$TMP/r$r.rc"
+	) &
+	RPID[$r]=$!
+	PIDS+=("$!")
+}
+
+# ended R: rank R's push has exited.
+ended() {
+	[ -s "$TMP/r$1.rc" ]
+}
+
+# both_refused KEY MESSAGE: with a hub started, rank 0 of two pushes its part of
+# group KEY and waits; rank 1's part is refused 65 with MESSAGE, so is rank 0's,
+# and nothing is committed.
+both_refused() {
+	push_part 0/2 "$1"
+	wait_log "event=part model=policy group=$1 part=0/2"
+	run -65 wsync-push -q --part 1/2 --group "$1" -m policy "$TMP/m.1.safetensors"
+	assert_output "$2"
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc") $(cat "$TMP/r0.err")" "65 $2"
+	no_version
+}
+
+# no_version: the hub holds no version of policy.
+no_version() {
+	[ ! -e "$STORE/policy/1.wsync" ]
+}
+
+@test "two parts pushed at once make one version with the tensors of the whole checkpoint" {
+	parts 2 8 3000000
+	start_hub
+	push_part 0/2 7
+	run wsync-push -q --part 1/2 --group 7 -m policy "$TMP/m.1.safetensors"
+	assert_success
+	assert_output "1"
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc") $(cat "$TMP/r0.out")" "0 1"
+	wsync-push -q -m policy "$TMP/m.safetensors"
+	wsync-inspect "$STORE/policy/1.wsync" | tail -n +5 >"$TMP/parts.txt"
+	wsync-inspect "$STORE/policy/2.wsync" | tail -n +5 >"$TMP/whole.txt"
+	run diff "$TMP/parts.txt" "$TMP/whole.txt"
+	assert_success
+	cmp <(tail -c +64 "$STORE/policy/1.wsync") <(tail -c +64 "$STORE/policy/2.wsync")
+}
+
+@test "a watcher sees one ordinary version, once every part is in" {
+	parts 2
+	start_hub
+	start_watcher w1
+	wait_until hub_has_worker w1
+	push_part 0/2 3 -w all
+	wait_log "event=part model=policy group=3 part=0/2"
+	no_version
+	run wsync-push -q -w all --part 1/2 --group 3 -m policy "$TMP/m.1.safetensors"
+	assert_success
+	assert_output "1"
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc")" "0"
+	wait_until watcher_at w1 1
+	wsync-convert "$TMP/w1.wsync" "$TMP/w1.safetensors"
+	run "$PY" "$FIXTURES/mksafetensors.py" dump "$TMP/w1.safetensors"
+	expected=$("$PY" "$FIXTURES/mksafetensors.py" dump "$TMP/m.safetensors")
+	assert_output "$expected"
+}
+
+@test "two parts holding one tensor are refused, naming both, and nothing is committed" {
+	parts 2
+	cp "$TMP/m.0.safetensors" "$TMP/m.1.safetensors"
+	start_hub
+	both_refused 1 'wsync-push: model policy group 1: parts 0 and 1 both hold tensor "layers.0.weight"; nothing committed'
+}
+
+@test "parts that disagree on the number of parts are refused, naming them" {
+	parts 2
+	start_hub
+	push_part 0/2 1 -t 2
+	wait_log "event=begin"
+	run -64 wsync-push -q --part 1/3 --group 1 -m policy "$TMP/m.1.safetensors"
+	assert_output "wsync-push: model policy group 1: part 1 says 3 parts, part 0 said 2"
+}
+
+@test "a group key not above the last committed one is refused" {
+	parts 1
+	start_hub
+	wsync-push -q --part 0/1 --group 5 -m policy "$TMP/m.0.safetensors"
+	run -65 wsync-push -q --part 0/1 --group 5 -m policy "$TMP/m.0.safetensors"
+	assert_output "wsync-push: model policy group 5 (part 0 of 1) is not above the last group committed, 5"
+	run wsync-push -q --part 0/1 --group 6 -m policy "$TMP/m.0.safetensors"
+	assert_success
+	assert_output "2"
+}
+
+@test "a second live push of one part is refused while the first is mid-upload" {
+	need_test_hooks WSYNC_TEST_PUSH_GATE
+	parts 2 2 6000000
+	start_hub
+	WSYNC_TEST_PUSH_GATE="$TMP/gate" push_part 0/2 1
+	wait_log "event=begin upload=1"
+	run -75 wsync-push -q --part 0/2 --group 1 -m policy "$TMP/m.0.safetensors"
+	assert_output --regexp '^wsync-push: model policy group 1: part 0 is being pushed already \(upload 1, heard from [0-9]+ ms ago\); a part silent for 3000 ms may be pushed again$'
+	touch "$TMP/gate"
+	run wsync-push -q --part 1/2 --group 1 -m policy "$TMP/m.1.safetensors"
+	assert_success
+	assert_output "1"
+}
+
+@test "a rank killed mid-part leaves the head unchanged and the others exit 75 naming it" {
+	need_test_hooks WSYNC_TEST_PUSH_GATE
+	parts 3 3 6000000
+	start_hub
+	wsync-push -q -m policy "$TMP/m.safetensors"
+	# Rank 1 in a subshell of its own, whose stderr takes the shell's word of its death.
+	(
+		WSYNC_TEST_PUSH_GATE="$TMP/gate" bash -c 'echo $$ >"$0"; exec wsync-push -q -t 3 \
+			--part 1/3 --group 1 -m policy "$1"' "$TMP/r1.pid" "$TMP/m.1.safetensors" || true
+	) 2>/dev/null &
+	PIDS+=("$!")
+	wait_log "event=begin upload=2"
+	killed=$(cat "$TMP/r1.pid")
+	PIDS+=("$killed")
+	kill -KILL "$killed"
+	push_part 2/3 1 -t 3
+	run -75 wsync-push -q -t 3 --part 0/3 --group 1 -m policy "$TMP/m.0.safetensors"
+	assert_output "wsync-push: model policy group 1: part 1 of 3 missing after 3.0 s; nothing committed"
+	wait_until ended 2
+	assert_equal "$(cat "$TMP/r2.rc")" "75"
+	assert_equal "$(wsync-inspect --hub --json | jq -r '.models[0].head')" "1"
+	[ ! -e "$STORE/policy/2.wsync" ]
+	wait_log "event=drop model=policy group=1 parts=3 missing=1 reason=\"timeout\""
+}
+
+# push_alone: rank 0 of a group of one part, its version in $TMP/alone.out.
+push_alone() {
+	wsync-push -q --part 0/1 --group 1 -m policy "$TMP/m.0.safetensors" >"$TMP/alone.out" \
+		2>/dev/null
+}
+
+@test "a part pushed again after its pusher was lost replaces the first attempt" {
+	need_test_hooks WSYNC_TEST_PUSH_GATE
+	parts 1 2 6000000
+	start_hub
+	(
+		WSYNC_TEST_PUSH_GATE="$TMP/gate" bash -c 'echo $$ >"$0"; exec wsync-push -q \
+			--part 0/1 --group 1 -m policy "$1"' "$TMP/r0.pid" "$TMP/m.0.safetensors" || true
+	) 2>/dev/null &
+	PIDS+=("$!")
+	wait_log "event=begin upload=1"
+	PIDS+=("$(cat "$TMP/r0.pid")")
+	kill -KILL "$(cat "$TMP/r0.pid")"
+	# Refused (75) while the lost attempt was heard from within 3 s, then taken.
+	wait_until push_alone
+	assert_equal "$(cat "$TMP/alone.out")" "1"
+	wait_log "event=replace model=policy group=1 part=0 upload=1"
+}
+
+@test "a group of 64 parts commits one version of all their tensors" {
+	parts 64 64 4096
+	start_hub
+	for ((r = 0; r < 63; r++)); do
+		push_part "$r/64" 1 -t 60
+	done
+	run wsync-push -q -t 60 --part 63/64 --group 1 -m policy "$TMP/m.63.safetensors"
+	assert_success
+	assert_output "1"
+	for ((r = 0; r < 63; r++)); do
+		wait_until ended "$r"
+		assert_equal "$r $(cat "$TMP/r$r.rc") $(cat "$TMP/r$r.out")" "$r 0 1"
+	done
+	assert_equal "$(wsync-inspect "$STORE/policy/1.wsync" | grep -c 'layers\.')" "64"
+}
+
+@test "--part without --group is a usage error" {
+	run -64 wsync-push --part 0/2 -m policy m.safetensors
+	assert_output "wsync-push: --part and --group go together: a part names the version it belongs to
+Try 'wsync-push --help'."
+}
+
+@test "--part with R not below N is a usage error" {
+	run -64 wsync-push --part 2/2 --group 1 -m policy m.safetensors
+	assert_output "wsync-push: --part 2/2: not R/N, a part R from 0 to N-1 of 1 to 256
+Try 'wsync-push --help'."
+}
+
+@test "--part with --sign-key is a usage error: a group is not signed yet" {
+	run -64 wsync-push --part 0/2 --group 1 --sign-key k.key -m policy m.safetensors
+	assert_output "wsync-push: --part goes over the socket to every worker, unsigned and whole: not with -W, --base, --sign-key or --transfer copy|link
+Try 'wsync-push --help'."
+}
+
+@test "a rank alone with a part of one message exits 75 naming the parts missing" {
+	parts 3 3 100
+	start_hub
+	run -75 wsync-push -q -t 1 --part 2/3 --group 4 -m policy "$TMP/m.2.safetensors"
+	assert_output "wsync-push: model policy group 4: parts 0,1 of 3 missing after 1.0 s; nothing committed"
+	no_version
+}
+
+@test "parts that give one meta key two values are refused, naming both" {
+	parts 2 2 100
+	"$PY" - "$TMP/m.1.safetensors" <<'PYEOF'
+import os, sys
+sys.path.insert(0, os.environ["FIXTURES"])
+from mksafetensors import build
+open(sys.argv[1], "wb").write(build([("layers.1.weight", "BF16", [50], bytes(100))],
+                                    {"format": "np"}, False))
+PYEOF
+	start_hub
+	both_refused 2 'wsync-push: model policy group 2: parts 0 and 1 give meta "format" two values; nothing committed'
+}
