@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "delta_int.h"
 #include "pool_int.h"
 
@@ -35,15 +36,6 @@ s_die(const char *what, const char *detail)
 {
 	fprintf(stderr, "passes: %s: %s\n", what, detail);
 	exit(70);
-}
-
-static double
-s_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static uint64_t
@@ -215,12 +207,12 @@ s_pass(int p, const char *dir, s_floor_t *fl, unsigned threads)
 	switch (p) {
 	case P_PUSH_DIFF:
 		d = memfd_create("passes", MFD_CLOEXEC);
-		t0 = s_now();
+		t0 = bench_now();
 		rc = wsync_delta_make(b, h, d, "push", WSYNC_DELTA_WORTH, NULL, &err);
 		break;
 	case P_HUB_DIFF:
 		d = s_open(delta, O_WRONLY | O_CREAT | O_TRUNC);
-		t0 = s_now();
+		t0 = bench_now();
 		rc = wsync_delta_make(b, h, d, delta, WSYNC_DELTA_WORTH, NULL, &err);
 		break;
 	case P_HUB_REBUILD:
@@ -229,22 +221,22 @@ s_pass(int p, const char *dir, s_floor_t *fl, unsigned threads)
 		if (p == P_HUB_REBUILD)
 			unlink(out);
 		o = s_open(out, O_RDWR | O_CREAT);
-		t0 = s_now();
+		t0 = bench_now();
 		rc = wsync_delta_apply(b, d, o, delta, NULL, NULL, &err);
 		close(o);
 		break;
 	case P_FLOOR_DIFF:
 		d = -1;
-		t0 = s_now();
+		t0 = bench_now();
 		wsync_pool_run(NTENSORS, threads, s_floor_diff, fl, NULL);
 		break;
 	default:
 		d = -1;
-		t0 = s_now();
+		t0 = bench_now();
 		wsync_pool_run(NTENSORS, threads, s_floor_rebuild, fl, NULL);
 		break;
 	}
-	t0 = s_now() - t0;
+	t0 = bench_now() - t0;
 	if (rc != 0)
 		s_die(s_names[p], rc < 0 ? err.msg : "the delta is not worth it");
 	close(b);
@@ -300,10 +292,10 @@ main(int argc, char **argv)
 	memset(dst, 0, bytes);
 	fl.out = (uint16_t *)dst;
 	for (int r = 0; r < runs; r++) {
-		double t0 = s_now();
+		double t0 = bench_now();
 		for (int t = 0; t < NTENSORS; t++)
 			memcpy(dst + (uint64_t)t * m.each * 2, m.ht[t], m.each * 2);
-		t0 = s_now() - t0;
+		t0 = bench_now() - t0;
 		copy = t0 < copy ? t0 : copy;
 	}
 	for (int p = 0; p < P_COUNT; p++)
