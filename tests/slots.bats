@@ -159,17 +159,17 @@ Try 'wsync-push --help'."
 
 @test "slots of several models commit together" {
 	make_versions 2
+	# A version is pushed under its own model's name: value's file says value.
+	wsync-convert -m value v2.safetensors value2.wsync
 	start_hub
 	start_batch
-	local size
-	size=$(stat -c %s v1.wsync)
-	ask --slot -m "policy=$size" -m "value=$size"
+	ask --slot -m "policy=$(stat -c %s v1.wsync)" -m "value=$(stat -c %s value2.wsync)"
 	[[ $ANSWER =~ ^slot\ 1\ (/[^ ]+)\ (/[^ ]+)$ ]] || fail "slot answer: $ANSWER"
 	dd if=v1.wsync of="${BASH_REMATCH[1]}" conv=notrunc status=none
-	dd if=v2.wsync of="${BASH_REMATCH[2]}" conv=notrunc status=none
+	dd if=value2.wsync of="${BASH_REMATCH[2]}" conv=notrunc status=none
 	ask --commit 1 -t 10
 	assert_equal "$ANSWER" "ok policy 1 value 1"
-	assert_equal "$(content_of "$STORE/value/1.wsync")" "$(content_of v2.wsync)"
+	assert_equal "$(content_of "$STORE/value/1.wsync")" "$(content_of value2.wsync)"
 }
 
 @test "without --recycle no slot reuses a file; with it, retired files nobody holds are written again" {

@@ -320,7 +320,9 @@ $TMP/store/.uploads:"
 	run -0 hub req '{"op":"heads","models":["policy","value"]}'
 	run -0 jq -c '.heads | map_values(.version)' <<<"$output"
 	assert_output '{"policy":1}'
-	run -0 hub push policy=good.wsync value=good.wsync
+	# A version is pushed under its own model's name: value's file says value.
+	wsync-convert -m value good.wsync value.wsync
+	run -0 hub push policy=good.wsync value=value.wsync
 	run -0 jq -c '[.versions[] | [.model, .version]]' <<<"$output"
 	assert_output '[["policy",2],["value",1]]'
 }
