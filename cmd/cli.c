@@ -123,20 +123,19 @@ const char *
 cli_options_named(const char *msg, char *out, size_t size)
 {
 	char tmp[4096];
-	const char *at;
-	size_t n;
+	const char *text = msg, *at;
 
-	snprintf(out, size, "%s", msg);
 	for (size_t i = 0; i < sizeof(s_flag_rules) / sizeof(s_flag_rules[0]); i++) {
 		const struct s_flag_rule *r = &s_flag_rules[i];
-		if ((r->when != NULL && strstr(out, r->when) == NULL) ||
-		    (at = strstr(out, r->old)) == NULL)
+		if ((r->when != NULL && strstr(text, r->when) == NULL) ||
+		    (at = strstr(text, r->old)) == NULL)
 			continue;
-		n = (size_t)(at - out);
-		snprintf(tmp, sizeof(tmp), "%.*s%s%s", (int)n, out, r->new, at + strlen(r->old));
+		snprintf(tmp, sizeof(tmp), "%.*s%s%s", (int)(at - text), text, r->new,
+		    at + strlen(r->old));
 		snprintf(out, size, "%s", tmp);
+		text = out;
 	}
-	return out;
+	return text;
 }
 
 /* Writes msg as the line "PROG: msg", or as a JSON object in json mode. */

@@ -13,7 +13,8 @@ const char *cli_prog(void);
 /*
  * msg, a library message, with the options of the programs named again
  * where it speaks of what one sets (the base, the transfer, a key...), into
- * out; returns out. Every message a program prints goes through it.
+ * out; returns out, or msg itself when no option is named (a line of any
+ * length then passes whole). Every message a program prints goes through it.
  */
 const char *cli_options_named(const char *msg, char *out, size_t size);
 /* Prints "PROG: message" on stderr. */
