@@ -637,12 +637,10 @@ const char *wsync_client_endpoint(const wsync_client_t *client);
 /* Drops the socket (and anything queued on it), connects anew and says hello again. */
 int wsync_client_reconnect(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
 
-/* Whose heads a heads request asks for; every pointer borrowed for the call. */
+/* Whose heads a heads request asks for, as any client sees them; borrowed for the call. */
 typedef struct wsync_heads_ask {
 	const char *const *models;
 	int n;
-	const char *worker;             /* NULL: as any client sees them */
-	const uint64_t *applied;        /* with worker: n versions applied (0: none), a heartbeat */
 } wsync_heads_ask_t;
 /* Who answered a heads request (the reply's hub and store fields). */
 typedef struct wsync_heads_from {
