@@ -25,6 +25,14 @@ wsync_transfer_name(int mode)
 	return wsync_name_of(s_transfers, 5, mode);
 }
 
+int
+wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
+{
+	return wsync_err_set(err, EX_USAGE, "transfer by %s: the hub's store is not visible "
+	    "from here (another host, user or mount namespace); socket or auto works",
+	    wsync_transfer_name(c->transfer));
+}
+
 static void
 s_close_socket(wsync_client_t *c)
 {

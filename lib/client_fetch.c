@@ -369,14 +369,6 @@ out:
 	return rc;
 }
 
-int
-wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
-{
-	return wsync_err_set(err, EX_USAGE, "transfer by %s: the hub's store is not visible "
-	    "from here (another host, user or mount namespace); socket or auto works",
-	    wsync_transfer_name(c->transfer));
-}
-
 /*
  * Puts version out->head of model into a new file beside path, in buf, open
  * as *fd: a hard link to the store's file when the mode allows and the file
