@@ -94,7 +94,10 @@ s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
 	return news;
 }
 
-/* Merges one reported worker, reached through relay: 1 when it brings news (as s_merge_model). */
+/*
+ * Merges one reported worker, reached through relay: 1 when it brings news
+ * (a worker new here, or as s_merge_model says), 0 when not, -1 with err.
+ */
 static int
 s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpack_object *o,
     int64_t now, wsync_err_t *err)
@@ -119,6 +122,8 @@ s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpa
 	w = hub_worker_find(h, id);
 	if (w != NULL && w->seen > now - (int64_t)ago && strncmp(w->via, relay, strlen(relay)) != 0)
 		return 0;
+	/* A worker this hub did not know is news too: a wait for all is to count it. */
+	news = w == NULL;
 	/* A relay speaks for many workers: its connection is not held to one connection's share. */
 	snprintf(conn, sizeof(conn), "relay:%s", r->conn);
 	if ((w = hub_worker_touch(h, id, conn, err)) == NULL)
