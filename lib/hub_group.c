@@ -13,8 +13,6 @@
 #include "file_int.h"
 #include "hub_int.h"
 
-#define HUB_GROUP_MODELS 256            /* models whose last committed group key is kept */
-
 /* One part of a group: its attempt (an upload), then, whole, its file and the commit to answer. */
 struct hub_part {
 	struct hub_upload up;           /* id 0: no attempt */
@@ -40,31 +38,7 @@ struct hub_group {
 
 struct hub_groups {
 	struct hub_group groups[HUB_GROUPS];
-	struct {
-		char model[WSYNC_MAX_MODEL + 1];
-		uint64_t key;
-	} last[HUB_GROUP_MODELS];       /* the last group key committed of each model */
-	size_t nlast;
 };
-
-/* The last group key committed of model since the hub started; 0: none. */
-static uint64_t *
-s_last(struct hub_groups *gs, const char *model, int make)
-{
-	for (size_t i = 0; i < gs->nlast; i++)
-		if (strcmp(gs->last[i].model, model) == 0)
-			return &gs->last[i].key;
-	if (!make)
-		return NULL;
-	/* The oldest entry makes room: a model not pushed in parts for long forgets its key. */
-	if (gs->nlast == HUB_GROUP_MODELS) {
-		memmove(&gs->last[0], &gs->last[1], (HUB_GROUP_MODELS - 1) * sizeof(gs->last[0]));
-		gs->nlast--;
-	}
-	snprintf(gs->last[gs->nlast].model, sizeof(gs->last[0].model), "%s", model);
-	gs->last[gs->nlast].key = 0;
-	return &gs->last[gs->nlast++].key;
-}
 
 size_t
 hub_groups_open(const wsync_hub_t *h)
@@ -220,7 +194,7 @@ int
 hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_err_t *err)
 {
 	char model[WSYNC_MAX_MODEL + 1];
-	uint64_t key, part, nparts, timeout = HUB_UPLOAD_IDLE_MS, *last;
+	uint64_t key, part, nparts, timeout = HUB_UPLOAD_IDLE_MS, last;
 	int64_t now = wsync_now_ms();
 	struct hub_group *g;
 	struct hub_part *p;
@@ -240,11 +214,12 @@ hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync
 		timeout = HUB_MAX_WAIT_MS;
 	if (h->groups == NULL && (h->groups = calloc(1, sizeof(*h->groups))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	last = s_last(h->groups, model, 0);
-	if (last != NULL && key <= *last)
+	/* The store's journal keeps the last key: a restarted hub refuses the same. */
+	last = wsync_store_group_last(h->store, model);
+	if (last != 0 && key <= last)
 		return wsync_err_set(err, EX_DATAERR, "model %s group %" PRIu64 " (part %" PRIu64
 		    " of %" PRIu64 ") is not above the last group committed, %" PRIu64, model, key,
-		    part, nparts, *last);
+		    part, nparts, last);
 	if (key == 0)
 		return wsync_err_set(err, EX_DATAERR, "model %s group 0 (part %" PRIu64 " of %"
 		    PRIu64 "): a group key is 1 or more", model, part, nparts);
@@ -404,7 +379,8 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 {
 	wsync_store_temp_t t = { .fd = -1 };
 	wsync_committed_t out;
-	wsync_commit_info_t info = { .pusher = g->parts[0].up.pusher, .time = wsync_wall_time() };
+	wsync_commit_info_t info = { .pusher = g->parts[0].up.pusher, .time = wsync_wall_time(),
+	    .group = g->key };
 	wsync_err_t err;
 	int64_t start = wsync_now_ms();
 
@@ -415,7 +391,6 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 		return;
 	}
 	h->counts.commits++;
-	*s_last(h->groups, g->model, 1) = g->key;
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
 	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union_ms=%" PRId64, out.model,
 	    out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-", g->key,
