@@ -304,6 +304,14 @@ s_seal(const wsync_manifest_t *m, wsync_tree_t *const *trees, int n,
 	if (wsync_manifest_encode(m, &bytes, &len, err) < 0)
 		goto out;
 	b64len = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
+	/* Only a part's names can make it that long: 256 models stay below. */
+	if (b64len - 1 > WSYNC_MAX_META_VALUE) {
+		wsync_err_set(err, EX_DATAERR, "part %" PRIu32 " of %" PRIu32 ": its manifest, "
+		    "naming %zu tensors, is %zu bytes in base64, over the %d of a meta value; "
+		    "push the model in more parts", m->part, m->parts, m->ntensors, b64len - 1,
+		    WSYNC_MAX_META_VALUE);
+		goto out;
+	}
 	if ((b64 = malloc(b64len)) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;

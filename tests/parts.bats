@@ -149,7 +149,7 @@ no_version() {
 	run -75 wsync-push -q -t 3 --part 0/3 --group 1 -m policy "$TMP/m.0.safetensors"
 	assert_output "wsync-push: model policy group 1: part 1 of 3 missing after 3.0 s; nothing committed"
 	wait_until ended 2
-	assert_equal "$(cat "$TMP/r2.rc")" "75"
+	assert_equal "$(cat "$TMP/r2.rc") $(cat "$TMP/r2.err")" "75 $output"
 	assert_equal "$(wsync-inspect --hub --json | jq -r '.models[0].head')" "1"
 	[ ! -e "$STORE/policy/2.wsync" ]
 	wait_log "event=drop model=policy group=1 parts=3 missing=1 reason=\"timeout\""
@@ -179,7 +179,7 @@ push_alone() {
 	wait_log "event=replace model=policy group=1 part=0 upload=1"
 }
 
-@test "a group of 64 parts commits one version of all their tensors" {
+@test "a group of 64 parts commits one version of all their tensors: a group counts as one of the hub's 16 uploads" {
 	parts 64 64 4096
 	start_hub
 	for ((r = 0; r < 63; r++)); do
@@ -307,4 +307,14 @@ PYEOF
 	run -77 wsync-pull -q --verify-key "$TMP/key.pub" -m policy -o "$TMP/p.wsync"
 	assert_output "wsync-pull: refused (not-one-group): policy version 2: part 1 is signed for group 7, part 0 for group 8: its parts are not one signed group"
 	[ ! -e "$TMP/p.wsync" ]
+}
+
+@test "a signed part naming more tensors than a manifest holds is refused before it is sent" {
+	parts 1 3000 2
+	wsync-keygen --sign "$TMP/key" >/dev/null
+	start_hub
+	run -65 wsync-push -q --sign-key "$TMP/key.key" --part 0/1 --group 1 -m policy \
+		"$TMP/m.0.safetensors"
+	assert_output "wsync-push: part 0 of 1: its manifest, naming 3000 tensors, is 74788 bytes in base64, over the 65536 of a meta value; push the model in more parts"
+	no_version
 }
