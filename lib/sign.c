@@ -360,6 +360,27 @@ out:
 	return rc;
 }
 
+/*
+ * Drops every signature a part's tree carries from its input (a whole push's,
+ * or the parts' of a version in parts): the version the parts make carries
+ * one signature per part and no other.
+ */
+static void
+s_drop_signatures(wsync_tree_t *tree)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < tree->nmeta; i++) {
+		if (wsync_meta_is_signature(tree->meta[i].key)) {
+			free(tree->meta[i].key);
+			free(tree->meta[i].value);
+			continue;
+		}
+		tree->meta[kept++] = tree->meta[i];
+	}
+	tree->nmeta = kept;
+}
+
 int
 wsync_sign_part(wsync_tree_t *tree, const wsync_signkey_t *key, uint64_t group,
     uint32_t part, uint32_t parts, wsync_manifest_t *out, wsync_err_t *err)
@@ -372,6 +393,7 @@ wsync_sign_part(wsync_tree_t *tree, const wsync_signkey_t *key, uint64_t group,
 	size_t nkeys = 0;
 	int rc = -1;
 
+	s_drop_signatures(tree);
 	memcpy(m.key, key->id, WSYNC_KEYID);
 	if (paths == NULL || keys == NULL || (m.models = calloc(1, sizeof(*m.models))) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
@@ -379,11 +401,8 @@ wsync_sign_part(wsync_tree_t *tree, const wsync_signkey_t *key, uint64_t group,
 	}
 	for (size_t i = 0; i < tree->n; i++)
 		paths[i] = tree->t[i].path;
-	/* The meta keys the part's meta digest covers: all but a signature's. */
 	for (size_t i = 0; i < tree->nmeta; i++)
-		if (strcmp(tree->meta[i].key, WSYNC_META_MANIFEST) != 0 &&
-		    strcmp(tree->meta[i].key, WSYNC_META_SIGNATURE) != 0)
-			keys[nkeys++] = tree->meta[i].key;
+		keys[nkeys++] = tree->meta[i].key;
 	snprintf(mkey, sizeof(mkey), "%s.%" PRIu32, WSYNC_META_MANIFEST, part);
 	snprintf(skey, sizeof(skey), "%s.%" PRIu32, WSYNC_META_SIGNATURE, part);
 	if (wsync_manifest_set_names(&m, paths, tree->n, keys, nkeys, err) < 0 ||

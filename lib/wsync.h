@@ -457,7 +457,8 @@ int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *k
 /*
  * Signs part part of parts of the version named group: a part's manifest
  * (seq group, the tree's digests, its tensor paths and meta keys) in the
- * tree's meta under the keys of that part ("wsync.manifest.R"). As above.
+ * tree's meta under the keys of that part ("wsync.manifest.R"), every other
+ * signature in its meta (its input's) dropped first. As above.
  */
 int wsync_sign_part(wsync_tree_t *tree, const wsync_signkey_t *key, uint64_t group,
     uint32_t part, uint32_t parts, wsync_manifest_t *out, wsync_err_t *err);

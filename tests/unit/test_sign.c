@@ -315,7 +315,10 @@ test_manifest_encoding(void)
 	    strcmp(err.msg, "manifest: model a twice") == 0, "a model twice is refused");
 }
 
-/* Part r of 2 of model policy: tensor "pR" of data, meta step=7; signed for group. */
+/*
+ * Part r of 2 of model policy: tensor "pR" of data, meta step=7, and a stale
+ * whole push's manifest that signing drops; signed for group.
+ */
 static wsync_tree_t *
 s_part(uint32_t r, const float *data, uint64_t group)
 {
@@ -326,6 +329,7 @@ s_part(uint32_t r, const float *data, uint64_t group)
 
 	snprintf(path, sizeof(path), "p%u", r);
 	wsync_tree_set_meta(tree, "step", "7", &err);
+	wsync_tree_set_meta(tree, WSYNC_META_MANIFEST, "stale", &err);
 	wsync_tree_add(tree, path, WSYNC_F32, 1, shape, data, sizeof(float) * S_N, &err);
 	if (wsync_sign_part(tree, s_key, group, r, 2, NULL, &err) < 0)
 		printf("# sign part: %s\n", err.msg);
