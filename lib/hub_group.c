@@ -12,6 +12,7 @@
 
 #include "file_int.h"
 #include "hub_int.h"
+#include "tree_int.h"
 
 /* One part of a group: its attempt (an upload), then, whole, its file and the commit to answer. */
 struct hub_part {
@@ -47,6 +48,19 @@ hub_groups_open(const wsync_hub_t *h)
 
 	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++)
 		n += h->groups->groups[i].key != 0;
+	return n;
+}
+
+size_t
+hub_groups_sending(const wsync_hub_t *h)
+{
+	size_t n = 0;
+
+	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++) {
+		const struct hub_group *g = &h->groups->groups[i];
+		for (uint32_t j = 0; g->key != 0 && j < g->nparts; j++)
+			n += g->parts[j].up.id != 0 && !g->parts[j].whole;
+	}
 	return n;
 }
 
@@ -332,19 +346,23 @@ s_union_add(wsync_tree_t *tree, const wsync_tensor_t *t, wsync_err_t *err)
 }
 
 /*
- * Writes the union of g's whole parts into a new upload file t: every tensor
- * copied and hashed once (wsync_tree_write_map), the meta of every part.
+ * Writes the union of g's whole parts into a new upload file t, the meta of
+ * every part. The parts are file mappings: each tensor is hashed, then
+ * written, a stride at a time, each stride's pages let go once done
+ * (release_sources), so the hub's memory stays a stride whatever the model's
+ * size, where a mapped output filled in one pass holds every page of the
+ * parts and of the union until the end (8 GiB resident for a 4 GiB model).
  */
 static int
 s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
     wsync_err_t *err)
 {
 	wsync_tree_t *tree = wsync_tree_new(g->model, err);
-	uint64_t size;
 	int rc = -1;
 
 	if (tree == NULL)
 		return -1;
+	tree->release_sources = 1;
 	for (uint32_t q = 0; q < g->nparts; q++) {
 		const wsync_file_t *f = g->parts[q].file;
 		for (size_t i = 0; i < wsync_file_count(f); i++)
@@ -355,17 +373,10 @@ s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 			    wsync_file_meta(f, i)->value, err) < 0)
 				goto done;
 	}
-	if (wsync_tree_size(tree, &size, err) < 0 ||
-	    wsync_store_temp_open(h->store, g->model, t, err) < 0)
+	if (wsync_store_temp_open(h->store, g->model, t, err) < 0 ||
+	    wsync_tree_write_fd(tree, t->fd, t->path, err) < 0)
 		goto done;
-	if (ftruncate(t->fd, (off_t)size) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot size the union of group %" PRIu64 ": %s",
-		    t->path, g->key, strerror(errno));
-		goto done;
-	}
-	if (wsync_tree_write_map(tree, t->fd, err) < 0)
-		goto done;
-	/* Hashed from the very bytes copied, out of parts each verified: the commit trusts them. */
+	/* Hashed from the very bytes written, out of parts each verified: the commit trusts them. */
 	t->verified = 1;
 	rc = 0;
 done:
