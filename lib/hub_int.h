@@ -29,6 +29,12 @@
 
 #define HUB_MAX_WAIT_MS 3600000         /* one hour: the longest wait a peer may ask */
 #define HUB_UPLOADS 16                  /* uploads in flight per hub */
+/*
+ * Chunks the uploads sent over the socket keep in flight together, shared
+ * among them as each begins (at least one each): what the hub's queues hold
+ * of them, 32 MiB of 4 MiB chunks, whatever the number of ranks pushing.
+ */
+#define HUB_UPLOAD_WINDOW 8
 #define HUB_PEER_WAITS 64               /* waits pending per peer */
 #define HUB_UPLOAD_FILES 64             /* files in one upload */
 #define HUB_UPLOAD_IDLE_MS 60000        /* an upload not touched for this long expires */
@@ -448,6 +454,8 @@ int hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u,
     wsync_err_t *err);
 /* Groups open: each counts as one upload against HUB_UPLOADS. */
 size_t hub_groups_open(const wsync_hub_t *h);
+/* Parts being sent (an attempt begun, not yet whole), for HUB_UPLOAD_WINDOW. */
+size_t hub_groups_sending(const wsync_hub_t *h);
 /* Answers the parts whose pusher's bound ran out at now; drops groups past every bound. */
 void hub_groups_expire(wsync_hub_t *h, int64_t now);
 /* Drops every group as the hub stops, its parts refused (69). */
