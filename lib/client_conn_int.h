@@ -91,7 +91,8 @@ struct wsync_source;
 struct wsync_push_send {
 	int fd;                         /* the bytes are read from it; -1: from the source */
 	uint64_t bytes;                 /* how many: the delta's, or the version's */
-	uint64_t base, base_content;    /* the delta's base version and its content; 0: whole */
+	int delta;                      /* 1: the bytes are a delta from a base; 0: whole */
+	uint64_t base, base_content;    /* its base's version (0: the hub finds it by content) and content */
 	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
 };
 /*

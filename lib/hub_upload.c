@@ -420,6 +420,9 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 		return -1;
 	}
 	h->counts.commits += u->nfiles;
+	/* A delta pushed is the one a watcher on its base receives: none is made again. */
+	for (size_t i = 0; i < u->nfiles; i++)
+		hub_pushdelta_keep(h, &u->files[i], out[i].model, out[i].version);
 	if (!waits) {
 		hub_ok(&e, r->id, 1);
 		hub_pack_versions(&e, out, u->nfiles);
