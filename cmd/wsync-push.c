@@ -114,10 +114,10 @@ s_part_check(struct s_conn *conn, const wsync_push_req_t *r)
 	conn->group_key = cli_number("--group", conn->group);
 	if (r->n != 1 || r->with_files != 0 || r->wait_for != 0)
 		cli_usage_error("--part pushes one file of one model: -m MODEL FILE");
-	if (r->targets != NULL || r->base != NULL || conn->sign_key != NULL ||
+	if (r->targets != NULL || conn->sign_key != NULL ||
 	    conn->transfer == WSYNC_TRANSFER_COPY || conn->transfer == WSYNC_TRANSFER_LINK)
-		cli_usage_error("--part goes over the socket to every worker, unsigned and whole: "
-		    "not with -W, --base, --sign-key or --transfer copy|link");
+		cli_usage_error("--part goes over the socket to every worker, unsigned: not with "
+		    "-W, --sign-key or --transfer copy|link");
 }
 
 /* Connects for the models of r (none for --batch), abandoning on *stop; dies on failure. */

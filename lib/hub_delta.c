@@ -304,7 +304,7 @@ s_entry(wsync_hub_t *h)
 
 void
 hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
-    int delta_fd)
+    const int *delta_fds, size_t n)
 {
 	struct hub_delta *d = s_find(h, model, base, head);
 	char tmp[PATH_MAX + 8], path[PATH_MAX], quoted[2200];
@@ -324,8 +324,9 @@ hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
 	if (base_fd < 0 || head_fd < 0 || (out_fd = s_open_out(h, d, tmp, sizeof(tmp))) < 0 ||
 	    s_path(h, d, path, sizeof(path)) < 0)
 		wsync_err_set(&err, EX_IOERR, "cannot keep it: %s", strerror(errno));
-	else if (lseek(delta_fd, 0, SEEK_SET) < 0 || wsync_delta_rebase(delta_fd, base_fd, base,
-	    head_fd, out_fd, "the pushed delta", &bytes, &err) < 0 || rename(tmp, path) < 0) {
+	else if (wsync_delta_rebase(delta_fds, n, base_fd, base, head_fd, out_fd,
+	    n > 1 ? "the parts' deltas" : "the pushed delta", &bytes, &err) < 0 ||
+	    rename(tmp, path) < 0) {
 		if (err.code == 0)
 			wsync_err_set(&err, EX_IOERR, "cannot keep it: %s", strerror(errno));
 		unlink(tmp);
@@ -347,7 +348,8 @@ hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
 	d->state = HUB_DELTA_READY;
 	d->file = (wsync_version_t){ .version = head, .size = bytes, .fd = out_fd };
 	hub_log(h, "event=delta model=%s base=%" PRIu64 " version=%" PRIu64 " state=ready made=0 "
-	    "bytes=%" PRIu64 " ms=%" PRId64, model, base, head, bytes, wsync_now_ms() - start);
+	    "deltas=%zu bytes=%" PRIu64 " ms=%" PRId64, model, base, head, n, bytes,
+	    wsync_now_ms() - start);
 }
 
 const wsync_version_t *

@@ -43,7 +43,10 @@ struct hub_groups {
 	struct {
 		char model[WSYNC_MAX_MODEL + 1];
 		uint64_t key;
-	} last[HUB_GROUP_MODELS];       /* the last group key committed of each model */
+		uint64_t version;       /* the version it became */
+		uint64_t *contents;     /* its parts' content ids, a rank's next base */
+		uint32_t nparts;
+	} last[HUB_GROUP_MODELS];       /* the last group committed of each model */
 	size_t nlast;
 };
 
@@ -58,12 +61,70 @@ s_last(struct hub_groups *gs, const char *model, int make)
 		return NULL;
 	/* The oldest entry makes room: a model not pushed in parts for long forgets its key. */
 	if (gs->nlast == HUB_GROUP_MODELS) {
+		free(gs->last[0].contents);
 		memmove(&gs->last[0], &gs->last[1], (HUB_GROUP_MODELS - 1) * sizeof(gs->last[0]));
 		gs->nlast--;
 	}
 	snprintf(gs->last[gs->nlast].model, sizeof(gs->last[0].model), "%s", model);
 	gs->last[gs->nlast].key = 0;
+	gs->last[gs->nlast].contents = NULL;
+	gs->last[gs->nlast].nparts = 0;
 	return &gs->last[gs->nlast++].key;
+}
+
+uint64_t
+hub_group_base(const wsync_hub_t *h, const char *model, uint64_t content)
+{
+	const struct hub_groups *gs = h->groups;
+
+	for (size_t i = 0; gs != NULL && i < gs->nlast; i++)
+		for (uint32_t j = 0; strcmp(gs->last[i].model, model) == 0 &&
+		    j < gs->last[i].nparts; j++)
+			if (gs->last[i].contents[j] == content)
+				return gs->last[i].version;
+	return 0;
+}
+
+/* Remembers group g, committed as version, and its parts' content ids. */
+static void
+s_remember(wsync_hub_t *h, const struct hub_group *g, uint64_t version)
+{
+	uint64_t *key = s_last(h->groups, g->model, 1);
+	uint64_t *contents = calloc(g->nparts, sizeof(*contents));
+	size_t i;
+
+	for (i = 0; i < h->groups->nlast && &h->groups->last[i].key != key; i++)
+		;
+	*key = g->key;
+	free(h->groups->last[i].contents);
+	h->groups->last[i].contents = contents;
+	h->groups->last[i].nparts = contents != NULL ? g->nparts : 0;
+	h->groups->last[i].version = version;
+	for (uint32_t q = 0; contents != NULL && q < g->nparts; q++)
+		contents[q] = wsync_file_content_id(g->parts[q].file);
+}
+
+/*
+ * When every part of g came as a delta from one version, their deltas make
+ * the delta from it to version, the group's: kept, without a diff pass.
+ */
+static void
+s_adopt_deltas(wsync_hub_t *h, const struct hub_group *g, uint64_t version)
+{
+	int *fds = calloc(g->nparts, sizeof(*fds));
+	uint64_t base = g->parts[0].up.files[0].base;
+
+	for (uint32_t q = 0; fds != NULL && q < g->nparts; q++) {
+		const struct hub_ufile *uf = &g->parts[q].up.files[0];
+		if (base == 0 || uf->base != base || uf->delta.fd < 0) {
+			free(fds);
+			return;
+		}
+		fds[q] = uf->delta.fd;
+	}
+	if (fds != NULL)
+		hub_delta_adopt(h, g->model, base, version, fds, g->nparts);
+	free(fds);
 }
 
 size_t
@@ -191,7 +252,7 @@ s_group_get(wsync_hub_t *h, const char *model, uint64_t key, uint32_t nparts, ws
 	return g;
 }
 
-/* The part's own checks on a begin: one file, whole, sent, announced to everyone. */
+/* The part's own checks on a begin: one file, sent, announced to everyone. */
 static int
 s_begin_check(const struct hub_req *r, char *model, wsync_err_t *err)
 {
@@ -205,9 +266,6 @@ s_begin_check(const struct hub_req *r, char *model, wsync_err_t *err)
 	    WSYNC_MAX_MODEL + 1) < 0 || wsync_model_id_check(model) < 0)
 		return wsync_err_set(err, EX_USAGE, "a part is one file of one model "
 		    "(field \"files\": [{model, size}])");
-	if (wsync_obj_get(&files->via.array.ptr[0], "base") != NULL)
-		return wsync_err_set(err, EX_USAGE, "model %s: a part is sent whole, not as a "
-		    "delta", model);
 	if (hub_bool(r, "local", &local, err) < 0)
 		return -1;
 	if (local || wsync_msg_get(&r->msg, "workers") != NULL)
@@ -415,7 +473,8 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 		return;
 	}
 	h->counts.commits++;
-	*s_last(h->groups, g->model, 1) = g->key;
+	s_remember(h, g, out.version);
+	s_adopt_deltas(h, g, out.version);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
 	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union_ms=%" PRId64, out.model,
 	    out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-", g->key,
@@ -451,7 +510,7 @@ hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_
 	    g->key, rank);
 	/* A part that does not verify ends its attempt only: its rank may push it again. */
 	if ((f = wsync_file_open_fd(u->temps[0].fd, name, err)) == NULL ||
-	    wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0) {
+	    (!u->temps[0].verified && wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0)) {
 		wsync_file_close(&f);
 		hub_upload_end(u);
 		return -1;
@@ -512,6 +571,8 @@ hub_groups_stop(wsync_hub_t *h)
 	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++)
 		if (h->groups->groups[i].key != 0)
 			s_group_end(h, &h->groups->groups[i], EX_UNAVAILABLE, "the hub is stopping");
+	for (size_t i = 0; h->groups != NULL && i < h->groups->nlast; i++)
+		free(h->groups->last[i].contents);
 	free(h->groups);
 	h->groups = NULL;
 }

@@ -433,13 +433,18 @@ int hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up,
 struct hub_upload *hub_group_upload(wsync_hub_t *h, uint64_t id);
 /*
  * The commit of upload u, whole: 1 when u is no part's. Else verifies the
- * part and keeps it with r's reply deferred (0), the group committed and
+ * part (one rebuilt from a delta was verified then) and keeps it with r's reply deferred (0), the group committed and
  * every part answered once the last is in; -1 with err when refused.
  */
 int hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u,
     wsync_err_t *err);
 /* Groups open: each counts as one upload against HUB_UPLOADS. */
 size_t hub_groups_open(const wsync_hub_t *h);
+/*
+ * The version the last group of model committed as when one of its parts had
+ * content id content (a rank's --base is its part pushed before); 0: none.
+ */
+uint64_t hub_group_base(const wsync_hub_t *h, const char *model, uint64_t content);
 /* Answers the parts whose pusher's bound ran out at now; drops groups past every bound. */
 void hub_groups_expire(wsync_hub_t *h, int64_t now);
 /* Drops every group as the hub stops, its parts refused (69). */
@@ -558,12 +563,13 @@ void hub_deltas_close(wsync_hub_t *h);
 /* Finishes a job that ended, drops deltas whose base or head retired, starts the next job. */
 void hub_deltas_tick(wsync_hub_t *h);
 /*
- * Keeps the delta in delta_fd (pushed, rewritten for the hub's base) as the
- * ready delta of model from base to head, rewritten again with head's
- * skeleton and number: no diff pass. Logs event=delta with made=0.
+ * Keeps the deltas in delta_fds (n: pushed, each rewritten for the hub's
+ * base; several: the parts of a version) as the ready delta of model from
+ * base to head, rewritten again in head's order with head's skeleton and
+ * number: no diff pass. Logs event=delta with made=0.
  */
 void hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
-    int delta_fd);
+    const int *delta_fds, size_t n);
 /* The ready delta of model from base to head, as a file get reads; NULL with err (66). */
 const wsync_version_t *hub_delta_file(wsync_hub_t *h, const char *model, uint64_t base,
     uint64_t head, wsync_err_t *err);

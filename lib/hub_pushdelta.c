@@ -48,12 +48,13 @@ hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
 	if ((m = wsync_store_find(h->store, model)) == NULL)
 		return wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", model);
 	/* Refused as a fetch of the base is: the pusher sends the version whole then. */
-	if (b == NULL && (v = s_by_content(m, content)) == NULL)
+	if (b == NULL && (v = s_by_content(m, content)) == NULL &&
+	    (v = wsync_model_version(m, hub_group_base(h, model, content))) == NULL)
 		return wsync_err_set(err, EX_NOINPUT, "model %s holds no version of content "
 		    "%016" PRIx64 " (never pushed here, or retired)", model, content);
 	if (b != NULL && (v = wsync_model_version(m, base)) == NULL)
 		return hub_no_version(m, base, h->keep, err);
-	if (v->content != content)
+	if (b != NULL && v->content != content)
 		return wsync_err_set(err, EX_DATAERR, "model %s version %" PRIu64 " is content "
 		    "%016" PRIx64 " here, not %016" PRIx64 ": send the version whole", model, base,
 		    v->content, content);
@@ -82,7 +83,7 @@ s_rebase(wsync_hub_t *h, struct hub_ufile *uf, const char *model, const char *na
 
 	if (wsync_store_temp_open(h->store, model, &t, err) < 0)
 		return -1;
-	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0 || wsync_delta_rebase(uf->delta.fd,
+	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0 || wsync_delta_rebase(&uf->delta.fd, 1,
 	    uf->base_fd, uf->base, -1, t.fd, name, NULL, err) < 0) {
 		wsync_store_temp_remove(&t);
 		return -1;
@@ -124,7 +125,7 @@ hub_pushdelta_keep(wsync_hub_t *h, const struct hub_ufile *uf, const char *model
     uint64_t version)
 {
 	if (uf->base != 0 && uf->delta.fd >= 0)
-		hub_delta_adopt(h, model, uf->base, version, uf->delta.fd);
+		hub_delta_adopt(h, model, uf->base, version, &uf->delta.fd, 1);
 }
 
 void

@@ -386,16 +386,16 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 			    "has %" PRIu64 " of its %" PRIu64 " bytes", id, i, u->temps[i].model,
 			    u->files[i].filled, u->files[i].size);
 	}
-	/* A part waits for the rest of its group, committed with the last one. */
-	if ((rc = hub_group_commit(h, r, u, err)) != 1)
-		return rc;
-	rc = 0;
 	/* A delta that does not apply ends the upload: the pusher sends the version whole. */
 	for (size_t i = 0; i < u->nfiles; i++)
 		if (u->files[i].base != 0 && hub_pushdelta_apply(h, u, i, err) < 0) {
 			hub_upload_end(u);
 			return -1;
 		}
+	/* A part waits for the rest of its group, committed with the last one. */
+	if ((rc = hub_group_commit(h, r, u, err)) != 1)
+		return rc;
+	rc = 0;
 	info.pusher = u->pusher;
 	info.time = wsync_wall_time();
 	info.targets = (const char *const *)u->targets;

@@ -209,27 +209,66 @@ Try 'wsync-push --help'."
 
 @test "--part with --sign-key is a usage error: a group is not signed yet" {
 	run -64 wsync-push --part 0/2 --group 1 --sign-key k.key -m policy m.safetensors
-	assert_output "wsync-push: --part goes over the socket to every worker, unsigned and whole: not with -W, --base, --sign-key or --transfer copy|link
+	assert_output "wsync-push: --part goes over the socket to every worker, unsigned: not with -W, --sign-key or --transfer copy|link
 Try 'wsync-push --help'."
 }
 
-@test "a rank alone with a part of one message exits 75 naming the parts missing" {
-	parts 3 3 100
-	start_hub
-	run -75 wsync-push -q -t 1 --part 2/3 --group 4 -m policy "$TMP/m.2.safetensors"
-	assert_output "wsync-push: model policy group 4: parts 0,1 of 3 missing after 1.0 s; nothing committed"
-	no_version
+# steps_in_parts: $TMP/sV.safetensors for V in 1 and 2, 16 MiB of bf16, 1%
+# changed, and their halves $TMP/pV.R.safetensors (each over what a push sends
+# in one message, which always goes whole).
+steps_in_parts() {
+	"$PY" "$FIXTURES/mkstep.py" chain bf16 0.01 16777216 2 "$TMP/s"
+	for v in 1 2; do
+		wsync-convert "$TMP/s$v.wsync" "$TMP/s$v.safetensors"
+		"$PY" "$FIXTURES/mkparts.py" split "$TMP/s$v.safetensors" 2 "$TMP/p$v"
+	done
 }
 
-@test "parts that give one meta key two values are refused, naming both" {
-	parts 2 2 100
-	"$PY" - "$TMP/m.1.safetensors" <<'PYEOF'
-import os, sys
-sys.path.insert(0, os.environ["FIXTURES"])
-from mksafetensors import build
-open(sys.argv[1], "wb").write(build([("layers.1.weight", "BF16", [50], bytes(100))],
-                                    {"format": "np"}, False))
-PYEOF
+# two_ranks KEY V [BASE0 [BASE1]]: ranks 0 and 1 push $TMP/pV.R.safetensors as
+# group KEY, rank R with --base BASER when given and not "-"; rank 1's status
+# and outputs in $status, $output and $stderr; rank 0 must exit 0.
+two_ranks() {
+	local -a base0=() base1=()
+	[ "${3:--}" = - ] || base0=(--base "$3")
+	[ "${4:--}" = - ] || base1=(--base "$4")
+	wsync-push -q --part 0/2 --group "$1" "${base0[@]}" -m policy "$TMP/p$2.0.safetensors" \
+		>/dev/null &
+	local pid=$!
+	run --separate-stderr wsync-push --part 1/2 --group "$1" "${base1[@]}" -m policy \
+		"$TMP/p$2.1.safetensors"
+	wait "$pid"
+}
+
+@test "two ranks push with --base, each the delta from its own part before: the checkpoint pushed whole, and its delta served as made" {
+	steps_in_parts
 	start_hub
-	both_refused 2 'wsync-push: model policy group 2: parts 0 and 1 give meta "format" two values; nothing committed'
+	two_ranks 1 1
+	assert_success
+	run -0 wsync-pull -q --transfer socket -m policy -o "$TMP/w1.wsync"
+	two_ranks 2 2 "$TMP/p1.0.safetensors" "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	assert_equal "$stderr" ""
+	run -0 grep -c "models=policy .*deltas=policy@1:" hub.log
+	assert_output 2
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 deltas=2 " hub.log
+	run -0 wsync-pull -q --transfer socket --base "$TMP/w1.wsync" -m policy -o "$TMP/w2.wsync"
+	cmp "$TMP/w2.wsync" "$STORE/policy/2.wsync"
+	run -1 grep "made=1" hub.log
+	run -0 wsync-push -q -m policy "$TMP/s2.safetensors"
+	assert_output "3"
+	cmp <(tail -c +64 "$STORE/policy/2.wsync") <(tail -c +64 "$STORE/policy/3.wsync")
+}
+
+@test "a rank whose part before is in no group the hub holds sends its part whole, naming it" {
+	steps_in_parts
+	start_hub
+	# Version 1 holds the tensors of p1.1, but as a version pushed whole, not as a part.
+	run -0 wsync-push -q -m policy "$TMP/s1.safetensors"
+	wsync-convert "$TMP/p1.1.safetensors" "$TMP/p1.1.wsync"
+	content=$(wsync-inspect --json "$TMP/p1.1.wsync" | jq -r .content_id)
+	two_ranks 1 2 - "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: $TMP/p1.1.safetensors: model policy holds no version of content $content (never pushed here, or retired)"
 }
