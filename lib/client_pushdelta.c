@@ -95,9 +95,6 @@ s_base_file(wsync_client_t *c, const wsync_push_item_t *item, struct wsync_push_
 	uint64_t size;
 	int fd = -1;
 
-	if (strcmp(item->base, "-") == 0)
-		return wsync_err_set(err, EX_USAGE, "--base -: the base is a file or directory, "
-		    "not stdin");
 	if ((src = wsync_source_open(item->base, item->model, item->ckpt, err)) == NULL)
 		return -1;
 	if ((size = wsync_source_size(src, err)) == 0)

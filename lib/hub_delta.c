@@ -348,7 +348,7 @@ hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
 	d->state = HUB_DELTA_READY;
 	d->file = (wsync_version_t){ .version = head, .size = bytes, .fd = out_fd };
 	hub_log(h, "event=delta model=%s base=%" PRIu64 " version=%" PRIu64 " state=ready made=0 "
-	    "deltas=%zu bytes=%" PRIu64 " ms=%" PRId64, model, base, head, n, bytes,
+	    "pushed=%zu bytes=%" PRIu64 " ms=%" PRId64, model, base, head, n, bytes,
 	    wsync_now_ms() - start);
 }
 

@@ -146,11 +146,11 @@ hub_with_v1() {
 	steps 2
 	hub_with_v1
 	run -64 wsync-push --base p1.wsync -m policy=s1.wsync -m critic=s2.wsync
-	assert_line -n 0 "wsync-push: --base names an older version of the one model pushed"
+	assert_line -n 0 "wsync-push: --base names what was pushed before of the one model pushed"
 	run -66 wsync-push --transfer socket --base nope.wsync -m policy s2.wsync
 	assert_output --partial "nope.wsync"
 	run -64 wsync-push --transfer socket --base - -m policy s2.wsync
-	assert_output "wsync-push: --base -: the base is a file or directory, not stdin"
+	assert_line -n 0 "wsync-push: --base -: the base is a file or directory, not stdin"
 }
 
 @test "wsync-push --batch sends each version as a delta from the one it pushed before; --no-delta whole" {
@@ -185,7 +185,7 @@ ok policy 3"
 	run -0 wsync-push -q --transfer socket --base s1.safetensors -m policy s2.safetensors
 	assert_output "2"
 	pushed=$(sed -n 's/.*deltas=policy@1:\([0-9]*\)$/\1/p' hub.log)
-	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 bytes=" hub.log
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=1 bytes=" hub.log
 	assert_output 1
 	for w in a b; do
 		run -0 wsync-pull -q --transfer socket --base p1.wsync -m policy -o "$w.wsync"

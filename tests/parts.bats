@@ -251,7 +251,7 @@ two_ranks() {
 	assert_equal "$stderr" ""
 	run -0 grep -c "models=policy .*deltas=policy@1:" hub.log
 	assert_output 2
-	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 deltas=2 " hub.log
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=2 " hub.log
 	run -0 wsync-pull -q --transfer socket --base "$TMP/w1.wsync" -m policy -o "$TMP/w2.wsync"
 	cmp "$TMP/w2.wsync" "$STORE/policy/2.wsync"
 	run -1 grep "made=1" hub.log
