@@ -145,6 +145,9 @@ s_pack(msgpack_packer *pk, const s_top_t *top, const s_entry_t *e, size_t n,
 		    (t->enc != WSYNC_DELTA_SAME &&
 		    s_pk_bin(pk, "data", e[i].doc + t->data_off, (size_t)t->data_len) < 0))
 			return -1;
+		/* Copied: its pages go, so a delta of any size holds a buffer's worth. */
+		if (t->enc != WSYNC_DELTA_SAME)
+			wsync_pages_release_around(e[i].doc + t->data_off, (size_t)t->data_len);
 	}
 	return 0;
 }

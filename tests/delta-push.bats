@@ -177,27 +177,46 @@ ok policy 3"
 	assert_line -n 0 "wsync-push: --no-delta goes with --batch: a single push sends a delta only with --base"
 }
 
-@test "a delta pushed with --base is the one pulls from that base receive: the hub diffs nothing" {
+@test "a delta pushed with --base is the one two watchers on that base receive: the hub diffs nothing" {
 	steps 2
 	hub_with_v1
 	wsync-convert s1.wsync s1.safetensors
 	wsync-convert s2.wsync s2.safetensors
+	for w in a b; do
+		start_watcher "$w" --transfer socket
+		wait_until watcher_at "$w" 1
+	done
 	run -0 wsync-push -q --transfer socket --base s1.safetensors -m policy s2.safetensors
 	assert_output "2"
 	pushed=$(sed -n 's/.*deltas=policy@1:\([0-9]*\)$/\1/p' hub.log)
-	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=1 bytes=" hub.log
-	assert_output 1
 	for w in a b; do
-		run -0 wsync-pull -q --transfer socket --base p1.wsync -m policy -o "$w.wsync"
+		wait_until watcher_at "$w" 2
 		cmp "$w.wsync" "$STORE/policy/2.wsync"
 	done
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=1 bytes=" hub.log
+	assert_output 1
+	run -0 grep -c "event=ack worker=[ab] model=policy version=2 transfer=delta " hub.log
+	assert_output 2
 	run -1 grep "made=1" hub.log
 	# The same encoded tensors: only the skeleton's version stamp and the numbers differ.
 	served=$(stat -c %s "$STORE/.deltas/policy/1-2.delta")
 	((served - pushed < 32 && pushed - served < 32)) || fail "pushed $pushed bytes, served $served"
-	run -0 wsync-push -q --transfer socket -m policy s1.wsync
-	run -0 wsync-pull -q --transfer socket --base a.wsync -m policy -o c.wsync
-	run -0 grep -c "event=delta model=policy base=2 version=3 state=ready made=1 " hub.log
+}
+
+@test "the hub makes a delta itself, once, only from a base no push brought one from" {
+	steps 3
+	hub_with_v1
+	run -0 wsync-push -q --transfer socket --base p1.wsync -m policy s2.wsync
+	run -0 wsync-push -q --transfer socket -m policy s3.wsync
+	for w in a b; do
+		run -0 wsync-pull -q --transfer socket --base p1.wsync -m policy -o "$w.wsync"
+		assert_output "3"
+		cmp "$w.wsync" "$STORE/policy/3.wsync"
+	done
+	run -0 grep -c "event=delta model=policy base=1 version=3 state=ready made=1 " hub.log
+	assert_output 1
+	run -0 grep -c "made=0" hub.log
+	assert_output 1
 }
 
 @test "a signed push with --base of a safetensors file reaches a verifying pull through the delta" {
