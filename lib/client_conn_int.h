@@ -96,13 +96,14 @@ struct wsync_push_send {
 	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
 };
 /*
- * For item, when its base names a file holding an older version of its model
- * or the client keeps the version of it pushed last: writes the version src
- * lays out (size bytes) to a scratch file (unless it is a .wsync file sent as
- * it is and not to be kept), makes the delta from that base to it, and fills
- * send with the delta when it is at most half of the version, else with the
- * version (and the reason in c->delta_note). Without either, send stays the
- * source's. -1 with err (64: base is not a version of the model).
+ * For item, when its base names what was pushed before of its model (a
+ * safetensors file, a checkpoint directory, a .wsync file: laid out as that
+ * push did) or the client keeps the version of it pushed last: writes the
+ * version src lays out (size bytes) to a scratch file (unless it is a .wsync
+ * file sent as it is and not to be kept), makes the delta from that base to
+ * it, and fills send with the delta when it is at most half of the version,
+ * else with the version (and the reason in c->delta_note). Without either,
+ * send stays the source's. -1 with err (66: no such base; 65: a bad one).
  * wsync_client_pushdelta_end frees what send holds.
  */
 int wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,

@@ -148,7 +148,7 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct hub_upload *u, wsy
 		} else if (wsync_store_temp_open(h->store, model, &u->temps[i], err) < 0)
 			return -1;
 		u->nfiles = i + 1;
-		if (u->slot && wsync_obj_get(f, "base") != NULL)
+		if (u->slot && wsync_obj_get(f, "delta") != NULL)
 			return wsync_err_set(err, EX_USAGE, "file %u (model %s): a slot is written in "
 			    "place, not sent as a delta", i, model);
 		if (hub_pushdelta_begin(h, f, model, &u->files[i], err) < 0)
