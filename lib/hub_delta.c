@@ -307,13 +307,16 @@ hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
     const int *delta_fds, size_t n)
 {
 	struct hub_delta *d = s_find(h, model, base, head);
+	const wsync_model_t *m = wsync_store_find(h->store, model);
 	char tmp[PATH_MAX + 8], path[PATH_MAX], quoted[2200];
 	int base_fd, head_fd, out_fd = -1;
 	int64_t start = wsync_now_ms();
 	uint64_t bytes = 0;
 	wsync_err_t err = { .code = 0 };
 
-	if (d != NULL || (d = s_entry(h)) == NULL)
+	/* A base this commit retired (--keep) is served no delta from. */
+	if (d != NULL || m == NULL || wsync_model_version(m, base) == NULL ||
+	    (d = s_entry(h)) == NULL)
 		return;
 	snprintf(d->model, sizeof(d->model), "%s", model);
 	d->base = base;

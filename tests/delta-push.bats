@@ -68,6 +68,16 @@ hub_with_v1() {
 	same_but_number "$STORE/policy/3.wsync" s3.wsync
 }
 
+@test "a delta whose base the commit retired (--keep 1) is applied and not kept: nobody can ask for it" {
+	steps 2
+	hub_with_v1 --keep 1
+	run -0 wsync-push -q --transfer socket --base p1.wsync -m policy s2.wsync
+	assert_output "2"
+	run -0 grep -c 'models=policy .*deltas=policy@1:' hub.log
+	run -1 grep "event=delta " hub.log
+	run -1 compgen -G "$STORE/.deltas/policy/*"
+}
+
 @test "a base of another content than the hub's version sends the version whole" {
 	steps 2
 	hub_with_v1
