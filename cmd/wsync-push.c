@@ -16,7 +16,7 @@ static const char s_usage[] =
     "                  [--base FILE] [--exclude GLOB]... [--max-file BYTES]\n"
     "                  -m MODEL FILE|DIR|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-q|--progress]\n"
-    "                  [--sign-key FILE] --part R/N --group KEY -m MODEL FILE|-\n"
+    "                  [--base FILE] [--sign-key FILE] --part R/N --group KEY -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
     "                  [--exclude GLOB]... [--max-file BYTES] -m MODEL=FILE...\n"
@@ -50,9 +50,11 @@ s_help(void)
 	    "      --seq N              the signed push's sequence number (the trainer's\n"
 	    "                           step), above every one signed with the key before\n"
 	    "                           (default: the counter in FILE.seq, plus one)\n"
-	    "      --base FILE          over the socket, send the delta from the older version\n"
-	    "                           FILE holds when the hub still has it and the delta\n"
-	    "                           is at most half of it (else the version whole)\n"
+	    "      --base FILE          over the socket, send the delta from FILE, what was\n"
+	    "                           pushed before as it was pushed (safetensors, a\n"
+	    "                           checkpoint directory, a part, .wsync), when the hub\n"
+	    "                           holds its content and the delta is at most half of\n"
+	    "                           the version (else the version whole)\n"
 	    "      --exclude GLOB       a checkpoint directory: leave out the files whose names\n"
 	    "                           match GLOB (repeatable), such as optimizer.pt\n"
 	    "      --max-file BYTES     a checkpoint directory: the bound on a file beside the\n"
@@ -114,10 +116,10 @@ s_part_check(struct s_conn *conn, const wsync_push_req_t *r)
 	conn->group_key = cli_number("--group", conn->group);
 	if (r->n != 1 || r->with_files != 0 || r->wait_for != 0)
 		cli_usage_error("--part pushes one file of one model: -m MODEL FILE");
-	if (r->targets != NULL || r->base != NULL || r->seq != 0 ||
+	if (r->targets != NULL || r->seq != 0 ||
 	    conn->transfer == WSYNC_TRANSFER_COPY || conn->transfer == WSYNC_TRANSFER_LINK)
-		cli_usage_error("--part goes over the socket to every worker, whole, signed for "
-		    "its group: not with -W, --base, --seq or --transfer copy|link");
+		cli_usage_error("--part goes over the socket to every worker, signed for its group: "
+		    "not with -W, --seq or --transfer copy|link");
 }
 
 /* Connects for the models of r (none for --batch), abandoning on *stop; dies on failure. */

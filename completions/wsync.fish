@@ -149,7 +149,7 @@ complete -c wsync-push -s q -l quiet -d 'Only errors on stderr'
 complete -c wsync-push -l batch -d 'Stay connected: one push a line on stdin, one answer a line'
 complete -c wsync-push -l sign-key -r -F -d 'Sign the push with this secret key'
 complete -c wsync-push -l seq -x -d "The signed push's sequence number, above the last"
-complete -c wsync-push -l base -r -F -d 'Send the delta from the older version this file holds'
+complete -c wsync-push -l base -r -F -d 'Send the delta from the file or directory pushed before'
 complete -c wsync-push -l no-delta -d 'With --batch: send each version whole'
 complete -c wsync-push -l exclude -x -d 'A checkpoint directory: leave out the files matching this glob'
 complete -c wsync-push -l max-file -x -d 'A checkpoint directory: the bound on a file beside the weights'

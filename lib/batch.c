@@ -247,7 +247,10 @@ wsync_push_req_check(wsync_push_req_t *r, char *const *files, int n, int in_batc
 			return s_bad(why, size, "- (stdin) carries the requests in --batch: give "
 			    "a file");
 	if (r->base != NULL && (r->wait_for != 0 || r->n != 1))
-		return s_bad(why, size, "--base names an older version of the one model pushed");
+		return s_bad(why, size, "--base names what was pushed before of the one model "
+		    "pushed");
+	if (r->base != NULL && strcmp(r->base, "-") == 0)
+		return s_bad(why, size, "--base -: the base is a file or directory, not stdin");
 	r->items[0].base = r->base;
 	return 0;
 }

@@ -69,7 +69,7 @@ typedef struct wsync_push_req {
 	uint64_t wait_for;              /* --wait-for: no push, a wait for this version */
 	int timeout_ms;                 /* -t; 30 s when not given */
 	uint64_t seq;                   /* --seq: the signed push's sequence number; 0: none */
-	const char *base;               /* --base: the older version to send a delta from */
+	const char *base;               /* --base: what was pushed before, to send a delta from */
 } wsync_push_req_t;
 
 /* Sets r to an empty push request (no models, a 30 s timeout). */

@@ -79,17 +79,19 @@ struct wsync_source;
 struct wsync_push_send {
 	int fd;                         /* the bytes are read from it; -1: from the source */
 	uint64_t bytes;                 /* how many: the delta's, or the version's */
-	uint64_t base, base_content;    /* the delta's base version and its content; 0: whole */
+	int delta;                      /* 1: the bytes are a delta from a base; 0: whole */
+	uint64_t base, base_content;    /* its base's version (0: the hub finds it by content) and content */
 	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
 };
 /*
- * For item, when its base names a file holding an older version of its model
- * or the client keeps the version of it pushed last: writes the version src
- * lays out (size bytes) to a scratch file (unless it is a .wsync file sent as
- * it is and not to be kept), makes the delta from that base to it, and fills
- * send with the delta when it is at most half of the version, else with the
- * version (and the reason in c->delta_note). Without either, send stays the
- * source's. -1 with err (64: base is not a version of the model).
+ * For item, when its base names what was pushed before of its model (a
+ * safetensors file, a checkpoint directory, a .wsync file: laid out as that
+ * push did) or the client keeps the version of it pushed last: writes the
+ * version src lays out (size bytes) to a scratch file (unless it is a .wsync
+ * file sent as it is and not to be kept), makes the delta from that base to
+ * it, and fills send with the delta when it is at most half of the version,
+ * else with the version (and the reason in c->delta_note). Without either,
+ * send stays the source's. -1 with err (66: no such base; 65: a bad one).
  * wsync_client_pushdelta_end frees what send holds.
  */
 int wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,

@@ -31,21 +31,12 @@ s_scratch(wsync_err_t *err)
 	return fd;
 }
 
-/*
- * The version of item as a .wsync file: its own file when it is sent as it
- * is and not kept, else written out from src into a scratch file. -1 with err.
- */
+/* src's document written out into a scratch file (size bytes); -1 with err. */
 static int
-s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *src,
-    uint64_t size, wsync_err_t *err)
+s_written(wsync_client_t *c, wsync_source_t *src, uint64_t size, wsync_err_t *err)
 {
-	struct stat st;
 	int fd;
 
-	/* A kept version must stay as sent: the trainer may write its file again. */
-	if (!wsync_push_find(c)->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
-	    stat(item->path, &st) == 0 && S_ISREG(st.st_mode))
-		return open(item->path, O_RDONLY | O_CLOEXEC);
 	if ((fd = s_scratch(err)) < 0)
 		return -1;
 	if (ftruncate(fd, (off_t)size) < 0) {
@@ -60,6 +51,23 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 	return fd;
 }
 
+/*
+ * The version of item as a .wsync file: its own file when it is sent as it
+ * is and not kept, else written out from src into a scratch file. -1 with err.
+ */
+static int
+s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *src,
+    uint64_t size, wsync_err_t *err)
+{
+	struct stat st;
+
+	/* A kept version must stay as sent: the trainer may write its file again. */
+	if (!wsync_push_find(c)->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
+	    stat(item->path, &st) == 0 && S_ISREG(st.st_mode))
+		return open(item->path, O_RDONLY | O_CLOEXEC);
+	return s_written(c, src, size, err);
+}
+
 /* The version of model this client pushed last and kept; NULL when none. */
 static struct wsync_kept *
 s_kept(struct wsync_push_session *ps, const char *model)
@@ -70,36 +78,44 @@ s_kept(struct wsync_push_session *ps, const char *model)
 	return NULL;
 }
 
-/* Opens item's --base file as the base: fd (-1 with err) and send's base fields. */
+/*
+ * Opens item's --base file, in the form the trainer pushed it (a safetensors
+ * file, a checkpoint directory, a .wsync file), as a .wsync file: its own
+ * when it is a .wsync of the model, else the version it became written out
+ * into a scratch file, as the push wrote it then. send gets the base's
+ * content id, which the hub matches against its versions, and its number
+ * when it has one. The fd, or -1 with err.
+ */
 static int
-s_base_file(const wsync_push_item_t *item, struct wsync_push_send *send, wsync_err_t *err)
+s_base_file(wsync_client_t *c, const wsync_push_item_t *item, struct wsync_push_send *send,
+    wsync_err_t *err)
 {
-	wsync_file_t *base = wsync_input_open(item->base, err);
-	int fd;
+	wsync_source_t *src;
+	wsync_file_t *base = NULL;
+	uint64_t size;
+	int fd = -1;
 
-	if (base == NULL)
+	if ((src = wsync_source_open(item->base, item->model, item->ckpt, err)) == NULL)
 		return -1;
-	/* Only a version as the hub numbered it will do: no conversion makes one. */
-	if (wsync_file_kind(base) != WSYNC_KIND_WSYNC || wsync_file_version(base) == 0) {
-		wsync_err_set(err, EX_USAGE, "base %s holds %s, not a version of model %s: give "
-		    "a .wsync file a pull or watcher of %s wrote (a conversion has no number)",
-		    item->base, wsync_file_kind(base) != WSYNC_KIND_WSYNC ? "a safetensors file" :
-		    "an unnumbered file", item->model, item->model);
-		wsync_file_close(&base);
-		return -1;
-	}
-	if (strcmp(wsync_file_model(base), item->model) != 0) {
-		wsync_err_set(err, EX_USAGE, "base %s holds model %s, not a version of model %s",
-		    item->base, wsync_file_model(base), item->model);
-		wsync_file_close(&base);
-		return -1;
-	}
-	send->base = wsync_file_version(base);
+	if ((size = wsync_source_size(src, err)) == 0)
+		goto out;
+	fd = wsync_source_tree(src) == NULL ? open(item->base, O_RDONLY | O_CLOEXEC) :
+	    s_written(c, src, size, err);
+	if (fd < 0 && wsync_source_tree(src) == NULL)
+		wsync_err_set(err, EX_NOINPUT, "%s: %s", item->base, strerror(errno));
+	if (fd < 0 || (base = wsync_file_open_fd(fd, item->base, err)) == NULL)
+		goto out;
+	send->delta = 1;
+	send->base = wsync_source_tree(src) == NULL ? wsync_file_version(base) : 0;
 	send->base_content = wsync_file_content_id(base);
 	wsync_file_close(&base);
-	if ((fd = open(item->base, O_RDONLY | O_CLOEXEC)) < 0)
-		wsync_err_set(err, EX_NOINPUT, "%s: %s", item->base, strerror(errno));
+	wsync_source_destroy(&src);
 	return fd;
+out:
+	if (fd >= 0)
+		close(fd);
+	wsync_source_destroy(&src);
+	return -1;
 }
 
 int
@@ -113,11 +129,12 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	int bfd = -1, rc = -1;
 
 	*send = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = size };
-	if (item->base != NULL && (bfd = s_base_file(item, send, err)) < 0)
+	if (item->base != NULL && (bfd = s_base_file(c, item, send, err)) < 0)
 		return -1;
 	if (k != NULL) {
 		if ((bfd = dup(k->fd)) < 0)
 			return wsync_err_set(err, EX_OSERR, "dup: %s", strerror(errno));
+		send->delta = 1;
 		send->base = k->version;
 		send->base_content = k->content;
 	}
@@ -135,8 +152,12 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	    item->base : "the version pushed before", WSYNC_DELTA_WORTH, &stats, err)) < 0)
 		goto out;
 	if (rc == 1) {
-		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from version %" PRIu64
-		    " is not worth it (over half of the version)", send->base);
+		if (item->base != NULL)
+			snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not "
+			    "worth it (over half of the version)", item->base);
+		else
+			snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from version %"
+			    PRIu64 " is not worth it (over half of the version)", send->base);
 		wsync_client_pushdelta_whole(send, size);
 	} else
 		send->bytes = stats.bytes;
@@ -150,12 +171,13 @@ out:
 void
 wsync_client_pushdelta_whole(struct wsync_push_send *send, uint64_t size)
 {
-	if (send->base == 0)
+	if (!send->delta)
 		return;
 	if (send->fd >= 0 && send->fd != send->head_fd)
 		close(send->fd);
 	send->fd = send->head_fd;
 	send->bytes = size;
+	send->delta = 0;
 	send->base = 0;
 }
 

@@ -164,12 +164,13 @@ wsync_client_pack_files(wsync_enc_t *e, const wsync_slot_ask_t *files,
 	wsync_enc_str(e, "files");
 	msgpack_pack_array(&e->pk, (size_t)files->n);
 	for (int i = 0; i < files->n; i++) {
-		int delta = send != NULL && send[i].base != 0;
-		msgpack_pack_map(&e->pk, delta ? 5 : 2);
+		int delta = send != NULL && send[i].delta, base = delta && send[i].base != 0;
+		msgpack_pack_map(&e->pk, delta ? 4 + base : 2);
 		wsync_enc_kv_str(e, "model", files->models[i]);
 		wsync_enc_kv_u64(e, "size", files->sizes[i]);
 		if (delta) {
-			wsync_enc_kv_u64(e, "base", send[i].base);
+			if (base)
+				wsync_enc_kv_u64(e, "base", send[i].base);
 			wsync_enc_kv_u64(e, "base_content", send[i].base_content);
 			wsync_enc_kv_u64(e, "delta", send[i].bytes);
 		}
@@ -307,7 +308,7 @@ static int
 s_any_delta(const struct wsync_push_send *send, int n)
 {
 	for (int i = 0; i < n; i++)
-		if (send[i].base != 0)
+		if (send[i].delta)
 			return 1;
 	return 0;
 }
@@ -356,7 +357,7 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	if (sizes == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	for (int i = 0; i < files->n; i++)
-		sizes[i] = send != NULL && send[i].base != 0 ? send[i].bytes : files->sizes[i];
+		sizes[i] = send != NULL && send[i].delta ? send[i].bytes : files->sizes[i];
 	id = wsync_client_request(c, &e, "begin", (files->workers != NULL ? 3 : 2) + hand_over +
 	    s_pack_part(c, NULL, 0));
 	wsync_client_pack_files(&e, files, send);
@@ -453,8 +454,12 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	/* A base the hub no longer has as it was, or a delta it could not apply: whole. */
 	if (rc < 0 && send != NULL && s_any_delta(send, n) && (err->code == EX_NOINPUT ||
 	    err->code == EX_DATAERR)) {
-		snprintf(ps->delta_note, sizeof(ps->delta_note), "%.*s", WSYNC_MAX_REASON - 1,
-		    err->msg);
+		for (i = 0; i < n - 1 && items[i].base == NULL; i++)
+			;
+		/* The base named as the trainer gave it: the hub knows only its content. */
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "%s%s%.*s", items[i].base != NULL ?
+		    items[i].base : "", items[i].base != NULL ? ": " : "",
+		    WSYNC_MAX_REASON - 100, err->msg);
 		for (i = 0; i < n; i++)
 			wsync_client_pushdelta_whole(&send[i], sizes[i]);
 		rc = s_send(c, items, src, send, &files, hand_over, deadline, err);

@@ -5,6 +5,7 @@
 #ifndef WSYNC_DELTA_IMPL_INT_H
 #define WSYNC_DELTA_IMPL_INT_H
 
+#include <msgpack.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <xxhash.h>
@@ -44,5 +45,12 @@ typedef struct delta_out {
 int delta_out_flush(delta_out_t *o, wsync_err_t *err);
 /* Emits len bytes (hashed too when o->hash is set). */
 int delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err);
+
+/* msgpack-c's write callback: the packer's bytes go to the delta_out_t in data. */
+int delta_pk_write(void *data, const char *buf, size_t len);
+/* Packs a string. */
+int delta_pk_str(msgpack_packer *pk, const char *s);
+/* Packs a key and its unsigned value. */
+int delta_pk_kv(msgpack_packer *pk, const char *key, uint64_t v);
 
 #endif

@@ -77,6 +77,21 @@ int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *na
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
     wsync_err_t *err);
 
+/*
+ * Writes to out_fd the delta in delta_fds (n of them), made against some copy
+ * of B's tensors, as the delta from base_fd (B as held, numbered base): the
+ * same encoded tensor bytes, each base_off where base_fd holds a tensor of
+ * that path and length, base_content B's. With head_fd (H as stored and
+ * stamped; -1: none, with one delta), the entries come in H's order at H's
+ * offsets, the skeleton is made from H, and version, content and size are
+ * H's: the deltas of a version's parts make the version's so. Without it,
+ * they stay as they came. No tensor is diffed or decoded. bytes (may be
+ * NULL) receives what was written. -1 with err (65: base_fd lacks a tensor,
+ * or head_fd is not the deltas' head).
+ */
+int wsync_delta_rebase(const int *delta_fds, size_t n, int base_fd, uint64_t base,
+    int head_fd, int out_fd, const char *name, uint64_t *bytes, wsync_err_t *err);
+
 /* One tensor of H as the delta describes it; offsets into the delta buffer. */
 typedef struct wsync_delta_tensor {
 	const char *path;       /* owned by the header */

@@ -52,26 +52,24 @@
 
 /* ---- msgpack, written through the buffered output ---- */
 
-/* msgpack-c's write callback: the packer's bytes go to the delta's output. */
-static int
-s_pk_write(void *data, const char *buf, size_t len)
+int
+delta_pk_write(void *data, const char *buf, size_t len)
 {
 	delta_out_t *o = data;
 
 	return delta_out_put(o, buf, len, o->err);
 }
 
-static int
-s_pk_str(msgpack_packer *pk, const char *s)
+int
+delta_pk_str(msgpack_packer *pk, const char *s)
 {
 	return msgpack_pack_str_with_body(pk, s, strlen(s));
 }
 
-/* A key and its unsigned value. */
-static int
-s_pk_kv(msgpack_packer *pk, const char *key, uint64_t v)
+int
+delta_pk_kv(msgpack_packer *pk, const char *key, uint64_t v)
 {
-	return s_pk_str(pk, key) < 0 ? -1 : msgpack_pack_uint64(pk, v);
+	return delta_pk_str(pk, key) < 0 ? -1 : msgpack_pack_uint64(pk, v);
 }
 
 /* ---- zstd, written ---- */
@@ -520,12 +518,12 @@ s_pack_tensor(s_make_t *m, s_worker_t *wk, size_t i, wsync_err_t *err)
 	snprintf(what, sizeof(what), "tensor %s", t->path);
 	has_base = enc == WSYNC_DELTA_SAME || enc == WSYNC_DELTA_XOR || enc == WSYNC_DELTA_SPARSE;
 	if (msgpack_pack_map(&m->pk, 5 + has_base + (enc != WSYNC_DELTA_SAME)) < 0 ||
-	    s_pk_str(&m->pk, "path") < 0 || s_pk_str(&m->pk, t->path) < 0 ||
-	    s_pk_kv(&m->pk, "off", t->nbytes ? t->offset : 0) < 0 ||
-	    s_pk_kv(&m->pk, "len", t->nbytes) < 0 || s_pk_kv(&m->pk, "hash", t->hash) < 0 ||
-	    s_pk_str(&m->pk, "enc") < 0 || s_pk_str(&m->pk, wsync_delta_enc_name(enc)) < 0 ||
-	    (has_base && s_pk_kv(&m->pk, "base_off", bt->offset) < 0) ||
-	    (enc != WSYNC_DELTA_SAME && s_pk_str(&m->pk, "data") < 0))
+	    delta_pk_str(&m->pk, "path") < 0 || delta_pk_str(&m->pk, t->path) < 0 ||
+	    delta_pk_kv(&m->pk, "off", t->nbytes ? t->offset : 0) < 0 ||
+	    delta_pk_kv(&m->pk, "len", t->nbytes) < 0 || delta_pk_kv(&m->pk, "hash", t->hash) < 0 ||
+	    delta_pk_str(&m->pk, "enc") < 0 || delta_pk_str(&m->pk, wsync_delta_enc_name(enc)) < 0 ||
+	    (has_base && delta_pk_kv(&m->pk, "base_off", bt->offset) < 0) ||
+	    (enc != WSYNC_DELTA_SAME && delta_pk_str(&m->pk, "data") < 0))
 		return -1;
 	if (enc == WSYNC_DELTA_RAW)
 		rc = s_pack_raw(m, wk, t, err);
@@ -672,15 +670,15 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	if ((rc = s_plan(m, err)) != 0)
 		return rc;
 	if (msgpack_pack_map(pk, 9) < 0 ||
-	    s_pk_kv(pk, "wsync-delta", WSYNC_DELTA_FORMAT) < 0 ||
-	    s_pk_str(pk, "model") < 0 || s_pk_str(pk, wsync_file_model(h)) < 0 ||
-	    s_pk_kv(pk, "base", wsync_file_version(b)) < 0 ||
-	    s_pk_kv(pk, "base_content", wsync_file_content_id(b)) < 0 ||
-	    s_pk_kv(pk, "version", wsync_file_version(h)) < 0 ||
-	    s_pk_kv(pk, "content", wsync_file_content_id(h)) < 0 ||
-	    s_pk_kv(pk, "size", wsync_file_size(h)) < 0 ||
-	    s_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, &m->workers[0], err) < 0 ||
-	    s_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
+	    delta_pk_kv(pk, "wsync-delta", WSYNC_DELTA_FORMAT) < 0 ||
+	    delta_pk_str(pk, "model") < 0 || delta_pk_str(pk, wsync_file_model(h)) < 0 ||
+	    delta_pk_kv(pk, "base", wsync_file_version(b)) < 0 ||
+	    delta_pk_kv(pk, "base_content", wsync_file_content_id(b)) < 0 ||
+	    delta_pk_kv(pk, "version", wsync_file_version(h)) < 0 ||
+	    delta_pk_kv(pk, "content", wsync_file_content_id(h)) < 0 ||
+	    delta_pk_kv(pk, "size", wsync_file_size(h)) < 0 ||
+	    delta_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, &m->workers[0], err) < 0 ||
+	    delta_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
 		return -1;
 	if ((rc = wsync_pool_run(wsync_file_count(h), m->nworkers, s_encode_tensor, m,
 	    &failed)) != 0) {
@@ -756,7 +754,7 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 			opened++;
 			goto out;
 		}
-	msgpack_packer_init(&m.pk, &m.out, s_pk_write);
+	msgpack_packer_init(&m.pk, &m.out, delta_pk_write);
 	m.base = base;
 	m.head = head;
 	m.base_fd = base_fd;

@@ -115,13 +115,32 @@ hub_open_version(const wsync_hub_t *h, const char *model, uint64_t version)
 	return open(path, O_RDONLY | O_CLOEXEC);
 }
 
+/*
+ * Opens d's file to write, as PATH.tmp in STORE/.deltas/MODEL (made when
+ * missing), its name in tmp; -1 with errno.
+ */
+static int
+s_open_out(const wsync_hub_t *h, const struct hub_delta *d, char *tmp, size_t size)
+{
+	char top[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
+
+	if (s_dir(h, NULL, top, sizeof(top)) < 0 || s_dir(h, d->model, dir, sizeof(dir)) < 0 ||
+	    s_path(h, d, path, sizeof(path)) < 0 ||
+	    snprintf(tmp, size, "%s.tmp", path) >= (int)size) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	if ((mkdir(top, 0700) < 0 && errno != EEXIST) || (mkdir(dir, 0700) < 0 && errno != EEXIST))
+		return -1;
+	return open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+}
+
 /* Starts making the delta waiting longest, unless one is being made. */
 static void
 s_start(wsync_hub_t *h)
 {
 	struct hub_delta_job *j = &h->job;
 	struct hub_delta *d = NULL;
-	char top[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
 
 	if (j->running)
 		return;
@@ -137,11 +156,8 @@ s_start(wsync_hub_t *h)
 	j->base_fd = hub_open_version(h, d->model, d->base);
 	j->head_fd = hub_open_version(h, d->model, d->head);
 	j->out_fd = -1;
-	if (s_dir(h, NULL, top, sizeof(top)) < 0 || s_dir(h, d->model, dir, sizeof(dir)) < 0 ||
-	    s_path(h, d, path, sizeof(path)) < 0 || (mkdir(top, 0700) < 0 && errno != EEXIST) ||
-	    snprintf(j->tmp, sizeof(j->tmp), "%s.tmp", path) >= (int)sizeof(j->tmp) ||
-	    j->base_fd < 0 || j->head_fd < 0 || (mkdir(dir, 0700) < 0 && errno != EEXIST) ||
-	    (j->out_fd = open(j->tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+	if (j->base_fd < 0 || j->head_fd < 0 ||
+	    (j->out_fd = s_open_out(h, d, j->tmp, sizeof(j->tmp))) < 0) {
 		snprintf(d->why, sizeof(d->why), "cannot make it: %s", strerror(errno));
 		goto fail;
 	}
@@ -184,7 +200,7 @@ s_finish(wsync_hub_t *h)
 		d->state = HUB_DELTA_READY;
 		d->file = (wsync_version_t){ .version = d->head, .size = st->bytes, .fd = j->out_fd };
 		hub_log(h, "event=delta model=%s base=%" PRIu64 " version=%" PRIu64 " state=ready "
-		    "bytes=%" PRIu64 " whole=%" PRIu64 " same=%" PRIu64 " xor=%" PRIu64 " sparse=%"
+		    "made=1 bytes=%" PRIu64 " whole=%" PRIu64 " same=%" PRIu64 " xor=%" PRIu64 " sparse=%"
 		    PRIu64 " compressed=%" PRIu64 " raw=%" PRIu64 " ms=%" PRId64, d->model, d->base,
 		    d->head, st->bytes, st->head_bytes, st->count[WSYNC_DELTA_SAME],
 		    st->count[WSYNC_DELTA_XOR], st->count[WSYNC_DELTA_SPARSE],
@@ -284,6 +300,59 @@ s_entry(wsync_hub_t *h)
 	if (lru != NULL)
 		s_drop(h, lru);
 	return lru;
+}
+
+void
+hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
+    const int *delta_fds, size_t n)
+{
+	struct hub_delta *d = s_find(h, model, base, head);
+	const wsync_model_t *m = wsync_store_find(h->store, model);
+	char tmp[PATH_MAX + 8], path[PATH_MAX], quoted[2200];
+	int base_fd, head_fd, out_fd = -1;
+	int64_t start = wsync_now_ms();
+	uint64_t bytes = 0;
+	wsync_err_t err = { .code = 0 };
+
+	/* A base this commit retired (--keep) is served no delta from. */
+	if (d != NULL || m == NULL || wsync_model_version(m, base) == NULL ||
+	    (d = s_entry(h)) == NULL)
+		return;
+	snprintf(d->model, sizeof(d->model), "%s", model);
+	d->base = base;
+	d->head = head;
+	d->used = start;
+	base_fd = hub_open_version(h, model, base);
+	head_fd = hub_open_version(h, model, head);
+	if (base_fd < 0 || head_fd < 0 || (out_fd = s_open_out(h, d, tmp, sizeof(tmp))) < 0 ||
+	    s_path(h, d, path, sizeof(path)) < 0)
+		wsync_err_set(&err, EX_IOERR, "cannot keep it: %s", strerror(errno));
+	else if (wsync_delta_rebase(delta_fds, n, base_fd, base, head_fd, out_fd,
+	    n > 1 ? "the parts' deltas" : "the pushed delta", &bytes, &err) < 0 ||
+	    rename(tmp, path) < 0) {
+		if (err.code == 0)
+			wsync_err_set(&err, EX_IOERR, "cannot keep it: %s", strerror(errno));
+		unlink(tmp);
+	}
+	if (base_fd >= 0)
+		close(base_fd);
+	if (head_fd >= 0)
+		close(head_fd);
+	if (err.code != 0) {
+		/* A watcher on that base gets one made the usual way. */
+		if (out_fd >= 0)
+			close(out_fd);
+		hub_log(h, "event=delta model=%s base=%" PRIu64 " version=%" PRIu64 " state=none "
+		    "made=0 reason=\"%s\"", model, base, head, wsync_log_quote(err.msg, quoted,
+		    sizeof(quoted)));
+		memset(d, 0, sizeof(*d));
+		return;
+	}
+	d->state = HUB_DELTA_READY;
+	d->file = (wsync_version_t){ .version = head, .size = bytes, .fd = out_fd };
+	hub_log(h, "event=delta model=%s base=%" PRIu64 " version=%" PRIu64 " state=ready made=0 "
+	    "pushed=%zu bytes=%" PRIu64 " ms=%" PRId64, model, base, head, n, bytes,
+	    wsync_now_ms() - start);
 }
 
 const wsync_version_t *

@@ -14,6 +14,8 @@
 #include "hub_int.h"
 #include "tree_int.h"
 
+#define HUB_GROUP_MODELS 256            /* models whose last group's parts are kept as bases */
+
 /* One part of a group: its attempt (an upload), then, whole, its file and the commit to answer. */
 struct hub_part {
 	struct hub_upload up;           /* id 0: no attempt */
@@ -39,7 +41,86 @@ struct hub_group {
 
 struct hub_groups {
 	struct hub_group groups[HUB_GROUPS];
+	struct hub_group_last {
+		char model[WSYNC_MAX_MODEL + 1];
+		uint64_t version;       /* the version it became */
+		uint64_t *contents;     /* its parts' content ids, a rank's next base */
+		uint32_t nparts;
+	} last[HUB_GROUP_MODELS];       /* the last group committed of each model, since the start */
+	size_t nlast;
 };
+
+/* The entry of model's last group, made (the oldest forgotten when full). */
+static struct hub_group_last *
+s_last(struct hub_groups *gs, const char *model)
+{
+	struct hub_group_last *l;
+
+	for (size_t i = 0; i < gs->nlast; i++)
+		if (strcmp(gs->last[i].model, model) == 0)
+			return &gs->last[i];
+	if (gs->nlast == HUB_GROUP_MODELS) {
+		free(gs->last[0].contents);
+		memmove(&gs->last[0], &gs->last[1], (HUB_GROUP_MODELS - 1) * sizeof(gs->last[0]));
+		gs->nlast--;
+	}
+	l = &gs->last[gs->nlast++];
+	snprintf(l->model, sizeof(l->model), "%s", model);
+	l->contents = NULL;
+	l->nparts = 0;
+	return l;
+}
+
+uint64_t
+hub_group_base(const wsync_hub_t *h, const char *model, uint64_t content)
+{
+	const struct hub_groups *gs = h->groups;
+
+	for (size_t i = 0; gs != NULL && i < gs->nlast; i++)
+		for (uint32_t j = 0; strcmp(gs->last[i].model, model) == 0 &&
+		    j < gs->last[i].nparts; j++)
+			if (gs->last[i].contents[j] == content)
+				return gs->last[i].version;
+	return 0;
+}
+
+/* Remembers group g, committed as version, and its parts' content ids. */
+static void
+s_remember(wsync_hub_t *h, const struct hub_group *g, uint64_t version)
+{
+	struct hub_group_last *l = s_last(h->groups, g->model);
+	uint64_t *contents = calloc(g->nparts, sizeof(*contents));
+
+	free(l->contents);
+	l->contents = contents;
+	l->nparts = contents != NULL ? g->nparts : 0;
+	l->version = version;
+	for (uint32_t q = 0; contents != NULL && q < g->nparts; q++)
+		contents[q] = wsync_file_content_id(g->parts[q].file);
+}
+
+/*
+ * When every part of g came as a delta from one version, their deltas make
+ * the delta from it to version, the group's: kept, without a diff pass.
+ */
+static void
+s_adopt_deltas(wsync_hub_t *h, const struct hub_group *g, uint64_t version)
+{
+	int *fds = calloc(g->nparts, sizeof(*fds));
+	uint64_t base = g->parts[0].up.files[0].base;
+
+	for (uint32_t q = 0; fds != NULL && q < g->nparts; q++) {
+		const struct hub_ufile *uf = &g->parts[q].up.files[0];
+		if (base == 0 || uf->base != base || uf->delta.fd < 0) {
+			free(fds);
+			return;
+		}
+		fds[q] = uf->delta.fd;
+	}
+	if (fds != NULL)
+		hub_delta_adopt(h, g->model, base, version, fds, g->nparts);
+	free(fds);
+}
 
 size_t
 hub_groups_open(const wsync_hub_t *h)
@@ -179,7 +260,7 @@ s_group_get(wsync_hub_t *h, const char *model, uint64_t key, uint32_t nparts, ws
 	return g;
 }
 
-/* The part's own checks on a begin: one file, whole, sent, announced to everyone. */
+/* The part's own checks on a begin: one file, sent, announced to everyone. */
 static int
 s_begin_check(const struct hub_req *r, char *model, wsync_err_t *err)
 {
@@ -193,9 +274,6 @@ s_begin_check(const struct hub_req *r, char *model, wsync_err_t *err)
 	    WSYNC_MAX_MODEL + 1) < 0 || wsync_model_id_check(model) < 0)
 		return wsync_err_set(err, EX_USAGE, "a part is one file of one model "
 		    "(field \"files\": [{model, size}])");
-	if (wsync_obj_get(&files->via.array.ptr[0], "base") != NULL)
-		return wsync_err_set(err, EX_USAGE, "model %s: a part is sent whole, not as a "
-		    "delta", model);
 	if (hub_bool(r, "local", &local, err) < 0)
 		return -1;
 	if (local || wsync_msg_get(&r->msg, "workers") != NULL)
@@ -402,6 +480,8 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 		return;
 	}
 	h->counts.commits++;
+	s_remember(h, g, out.version);
+	s_adopt_deltas(h, g, out.version);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
 	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union_ms=%" PRId64, out.model,
 	    out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-", g->key,
@@ -437,7 +517,7 @@ hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_
 	    g->key, rank);
 	/* A part that does not verify ends its attempt only: its rank may push it again. */
 	if ((f = wsync_file_open_fd(u->temps[0].fd, name, err)) == NULL ||
-	    wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0) {
+	    (!u->temps[0].verified && wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0)) {
 		wsync_file_close(&f);
 		hub_upload_end(u);
 		return -1;
@@ -498,6 +578,8 @@ hub_groups_stop(wsync_hub_t *h)
 	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++)
 		if (h->groups->groups[i].key != 0)
 			s_group_end(h, &h->groups->groups[i], EX_UNAVAILABLE, "the hub is stopping");
+	for (size_t i = 0; h->groups != NULL && i < h->groups->nlast; i++)
+		free(h->groups->last[i].contents);
 	free(h->groups);
 	h->groups = NULL;
 }

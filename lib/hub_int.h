@@ -447,7 +447,7 @@ int hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up,
 struct hub_upload *hub_group_upload(wsync_hub_t *h, uint64_t id);
 /*
  * The commit of upload u, whole: 1 when u is no part's. Else verifies the
- * part and keeps it with r's reply deferred (0), the group committed and
+ * part (one rebuilt from a delta was verified then) and keeps it with r's reply deferred (0), the group committed and
  * every part answered once the last is in; -1 with err when refused.
  */
 int hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u,
@@ -456,6 +456,11 @@ int hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u,
 size_t hub_groups_open(const wsync_hub_t *h);
 /* Parts being sent (an attempt begun, not yet whole), for HUB_UPLOAD_WINDOW. */
 size_t hub_groups_sending(const wsync_hub_t *h);
+/*
+ * The version the last group of model committed as when one of its parts had
+ * content id content (a rank's --base is its part pushed before); 0: none.
+ */
+uint64_t hub_group_base(const wsync_hub_t *h, const char *model, uint64_t content);
 /* Answers the parts whose pusher's bound ran out at now; drops groups past every bound. */
 void hub_groups_expire(wsync_hub_t *h, int64_t now);
 /* Drops every group as the hub stops, its parts refused (69). */
@@ -486,15 +491,22 @@ int hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 /* hub_pushdelta.c: a pushed file sent as a delta from a retained version. */
 /*
  * Reads a begin's file entry f of model (uf->size its version's size): with
- * base, base_content and delta, it comes as a delta of delta bytes from that
- * version, which is held open; uf->size becomes the delta's size. 66 when the
+ * delta and base_content, it comes as a delta of delta bytes from the version
+ * base names, or without base from the newest retained version of that
+ * content, which is held open; uf->size becomes the delta's size. 66 when the
  * base is not retained, 65 when it is another content (the pusher sends the
  * version whole then).
  */
 int hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
     struct hub_ufile *uf, wsync_err_t *err);
-/* At the commit: rebuilds file i of u from its base and delta, verified (65 when not). */
+/*
+ * At the commit: rebuilds file i of u from its base and delta, verified (65
+ * when not), the delta first rewritten against the hub's copy of the base.
+ */
 int hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err);
+/* Once committed as version: the delta uf brought becomes the one served from its base. */
+void hub_pushdelta_keep(wsync_hub_t *h, const struct hub_ufile *uf, const char *model,
+    uint64_t version);
 /* Closes the base and removes the delta of a file sent as a delta (none: nothing). */
 void hub_pushdelta_end(struct hub_ufile *uf);
 
@@ -566,6 +578,14 @@ int hub_deltas_open(wsync_hub_t *h, wsync_err_t *err);
 void hub_deltas_close(wsync_hub_t *h);
 /* Finishes a job that ended, drops deltas whose base or head retired, starts the next job. */
 void hub_deltas_tick(wsync_hub_t *h);
+/*
+ * Keeps the deltas in delta_fds (n: pushed, each rewritten for the hub's
+ * base; several: the parts of a version) as the ready delta of model from
+ * base to head, rewritten again in head's order with head's skeleton and
+ * number: no diff pass. Logs event=delta with made=0.
+ */
+void hub_delta_adopt(wsync_hub_t *h, const char *model, uint64_t base, uint64_t head,
+    const int *delta_fds, size_t n);
 /* The ready delta of model from base to head, as a file get reads; NULL with err (66). */
 const wsync_version_t *hub_delta_file(wsync_hub_t *h, const char *model, uint64_t base,
     uint64_t head, wsync_err_t *err);

@@ -12,6 +12,20 @@
 
 #include "hub_int.h"
 
+/*
+ * The retained version of m whose content id is content, the newest first: a
+ * trainer's base is the file it pushed before, which the hub stamped with a
+ * number the trainer never saw. Compares the content ids the store holds.
+ */
+static const wsync_version_t *
+s_by_content(const wsync_model_t *m, uint64_t content)
+{
+	for (size_t i = m->nversions; i > 0; i--)
+		if (m->versions[i - 1].content == content)
+			return &m->versions[i - 1];
+	return NULL;
+}
+
 int
 hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
     struct hub_ufile *uf, wsync_err_t *err)
@@ -19,35 +33,63 @@ hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
 	const msgpack_object *b = wsync_obj_get(f, "base");
 	const wsync_model_t *m;
 	const wsync_version_t *v;
-	uint64_t base, content, size;
+	uint64_t base = 0, content, size;
 
 	uf->base_fd = -1;
 	uf->delta.fd = -1;
-	if (b == NULL)
+	if (wsync_obj_get(f, "delta") == NULL)
 		return 0;
-	if (wsync_obj_u64(b, &base) < 0 || base == 0 ||
+	if ((b != NULL && (wsync_obj_u64(b, &base) < 0 || base == 0)) ||
 	    wsync_obj_u64(wsync_obj_get(f, "base_content"), &content) < 0 ||
 	    wsync_obj_u64(wsync_obj_get(f, "delta"), &size) < 0 || size == 0)
 		return wsync_err_set(err, EX_PROTOCOL, "model %s: a file sent as a delta needs "
-		    "base (a version), base_content and delta (its size in bytes)", model);
+		    "base_content, delta (its size in bytes) and, when it names one, base (a "
+		    "version)", model);
+	if ((m = wsync_store_find(h->store, model)) == NULL)
+		return wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", model);
 	/* Refused as a fetch of the base is: the pusher sends the version whole then. */
-	if ((m = wsync_store_find(h->store, model)) == NULL ||
-	    (v = wsync_model_version(m, base)) == NULL)
-		return m == NULL ? wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version",
-		    model) : hub_no_version(m, base, h->keep, err);
-	if (v->content != content)
+	if (b == NULL && (v = s_by_content(m, content)) == NULL &&
+	    (v = wsync_model_version(m, hub_group_base(h, model, content))) == NULL)
+		return wsync_err_set(err, EX_NOINPUT, "model %s holds no version of content "
+		    "%016" PRIx64 " (never pushed here, or retired)", model, content);
+	if (b != NULL && (v = wsync_model_version(m, base)) == NULL)
+		return hub_no_version(m, base, h->keep, err);
+	if (b != NULL && v->content != content)
 		return wsync_err_set(err, EX_DATAERR, "model %s version %" PRIu64 " is content "
 		    "%016" PRIx64 " here, not %016" PRIx64 ": send the version whole", model, base,
 		    v->content, content);
 	/* Its own descriptor: the version may be retired before the commit, not changed. */
-	if ((uf->base_fd = hub_open_version(h, model, base)) < 0)
+	if ((uf->base_fd = hub_open_version(h, model, v->version)) < 0)
 		return wsync_err_set(err, EX_IOERR, "model %s version %" PRIu64 ": cannot open "
-		    "it as a base", model, base);
+		    "it as a base", model, v->version);
 	if (wsync_store_temp_open(h->store, model, &uf->delta, err) < 0)
 		return -1;
-	uf->base = base;
+	uf->base = v->version;
 	uf->head_size = uf->size;
 	uf->size = size;
+	return 0;
+}
+
+/*
+ * Replaces uf's delta, made against the pusher's copy of the base, by the
+ * same delta against the hub's (base_off where the hub's version holds each
+ * tensor), numbered as the hub numbers the base. -1 with err (65).
+ */
+static int
+s_rebase(wsync_hub_t *h, struct hub_ufile *uf, const char *model, const char *name,
+    wsync_err_t *err)
+{
+	wsync_store_temp_t t;
+
+	if (wsync_store_temp_open(h->store, model, &t, err) < 0)
+		return -1;
+	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0 || wsync_delta_rebase(&uf->delta.fd, 1,
+	    uf->base_fd, uf->base, -1, t.fd, name, NULL, err) < 0) {
+		wsync_store_temp_remove(&t);
+		return -1;
+	}
+	wsync_store_temp_remove(&uf->delta);
+	uf->delta = t;
 	return 0;
 }
 
@@ -62,7 +104,8 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	snprintf(name, sizeof(name), "model %s: delta from version %" PRIu64, t->model,
 	    uf->base);
 	/* Built into the upload's file, each tensor and the content id checked (65). */
-	if (ftruncate(t->fd, 0) < 0 || lseek(t->fd, 0, SEEK_SET) < 0 ||
+	if (s_rebase(h, uf, t->model, name, err) < 0 ||
+	    ftruncate(t->fd, 0) < 0 || lseek(t->fd, 0, SEEK_SET) < 0 ||
 	    lseek(uf->delta.fd, 0, SEEK_SET) < 0 ||
 	    wsync_delta_apply(uf->base_fd, uf->delta.fd, t->fd, name, &version, &content,
 	    err) < 0) {
@@ -72,8 +115,17 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	}
 	t->verified = 1;
 	uf->filled = uf->size = uf->head_size;
-	hub_pushdelta_end(uf);
+	close(uf->base_fd);
+	uf->base_fd = -1;
 	return 0;
+}
+
+void
+hub_pushdelta_keep(wsync_hub_t *h, const struct hub_ufile *uf, const char *model,
+    uint64_t version)
+{
+	if (uf->base != 0 && uf->delta.fd >= 0)
+		hub_delta_adopt(h, model, uf->base, version, &uf->delta.fd, 1);
 }
 
 void

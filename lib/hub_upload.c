@@ -148,7 +148,7 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct hub_upload *u, wsy
 		} else if (wsync_store_temp_open(h->store, model, &u->temps[i], err) < 0)
 			return -1;
 		u->nfiles = i + 1;
-		if (u->slot && wsync_obj_get(f, "base") != NULL)
+		if (u->slot && wsync_obj_get(f, "delta") != NULL)
 			return wsync_err_set(err, EX_USAGE, "file %u (model %s): a slot is written in "
 			    "place, not sent as a delta", i, model);
 		if (hub_pushdelta_begin(h, f, model, &u->files[i], err) < 0)
@@ -404,16 +404,16 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 			    "has %" PRIu64 " of its %" PRIu64 " bytes", id, i, u->temps[i].model,
 			    u->files[i].filled, u->files[i].size);
 	}
-	/* A part waits for the rest of its group, committed with the last one. */
-	if ((rc = hub_group_commit(h, r, u, err)) != 1)
-		return rc;
-	rc = 0;
 	/* A delta that does not apply ends the upload: the pusher sends the version whole. */
 	for (size_t i = 0; i < u->nfiles; i++)
 		if (u->files[i].base != 0 && hub_pushdelta_apply(h, u, i, err) < 0) {
 			hub_upload_end(u);
 			return -1;
 		}
+	/* A part waits for the rest of its group, committed with the last one. */
+	if ((rc = hub_group_commit(h, r, u, err)) != 1)
+		return rc;
+	rc = 0;
 	info.pusher = u->pusher;
 	info.time = wsync_wall_time();
 	info.targets = (const char *const *)u->targets;
@@ -438,6 +438,9 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 		return -1;
 	}
 	h->counts.commits += u->nfiles;
+	/* A delta pushed is the one a watcher on its base receives: none is made again. */
+	for (size_t i = 0; i < u->nfiles; i++)
+		hub_pushdelta_keep(h, &u->files[i], out[i].model, out[i].version);
 	if (!waits) {
 		hub_ok(&e, r->id, 1);
 		hub_pack_versions(&e, out, u->nfiles);

@@ -772,10 +772,11 @@ typedef struct wsync_push_item {
 	uint64_t version;
 	uint64_t content;
 	/*
-	 * NULL, or a .wsync file holding an older version of model: over the
-	 * socket, the push sends the delta from it when the hub still retains
-	 * that version and the delta is at most half of the version (wsync(7),
-	 * DELTAS), else the version whole.
+	 * NULL, or what was pushed before of model, in the form it was pushed
+	 * (a safetensors file, a checkpoint directory, a .wsync file): over the
+	 * socket, the push sends the delta from it when the hub holds a version
+	 * of its content and the delta is at most half of the version
+	 * (wsync(7), DELTAS), else the version whole.
 	 */
 	const char *base;
 	/* A checkpoint directory at path: how it is read (NULL: as wsync_ckpt_open). */

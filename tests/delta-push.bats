@@ -64,8 +64,18 @@ hub_with_v1() {
 	run -0 wsync-push -q --transfer socket -m policy s2.wsync
 	run -0 --separate-stderr wsync-push --transfer socket --base p1.wsync -m policy s3.wsync
 	assert_output "3"
-	assert_equal "$stderr" 'wsync-push: policy version 3 sent whole: model "policy" has no version 1 any more (retired: the hub keeps the last 1)'
+	assert_equal "$stderr" 'wsync-push: policy version 3 sent whole: p1.wsync: model "policy" has no version 1 any more (retired: the hub keeps the last 1)'
 	same_but_number "$STORE/policy/3.wsync" s3.wsync
+}
+
+@test "a delta whose base the commit retired (--keep 1) is applied and not kept: nobody can ask for it" {
+	steps 2
+	hub_with_v1 --keep 1
+	run -0 wsync-push -q --transfer socket --base p1.wsync -m policy s2.wsync
+	assert_output "2"
+	run -0 grep -c 'models=policy .*deltas=policy@1:' hub.log
+	run -1 grep "event=delta " hub.log
+	run -1 compgen -G "$STORE/.deltas/policy/*"
 }
 
 @test "a base of another content than the hub's version sends the version whole" {
@@ -81,7 +91,7 @@ hub_with_v1() {
 	ours=$(wsync-inspect --json p1.wsync | jq -r .content_id)
 	run -0 --separate-stderr wsync-push --transfer socket --base q1.wsync -m policy s2.wsync
 	assert_output "2"
-	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: model policy version 1 is content $ours here, not $theirs: send the version whole"
+	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: q1.wsync: model policy version 1 is content $ours here, not $theirs: send the version whole"
 	run -1 grep -c 'deltas=' hub.log
 }
 
@@ -93,29 +103,64 @@ hub_with_v1() {
 	printf '\x55' | dd of=p1.wsync bs=1 seek=$((size / 2)) conv=notrunc status=none
 	run -0 --separate-stderr wsync-push --transfer socket --base p1.wsync -m policy s2.wsync
 	assert_output "2"
-	assert_regex "$stderr" '^wsync-push: policy version 2 sent whole: model policy: delta from version 1: .*tensor'
+	assert_regex "$stderr" '^wsync-push: policy version 2 sent whole: p1.wsync: model policy: delta from version 1: .*tensor'
 	run -0 grep -c 'event=abort upload=2 model=policy reason="the delta did not apply"' hub.log
 	run -0 wsync-inspect --verify "$STORE/policy/2.wsync"
 	same_but_number "$STORE/policy/2.wsync" s2.wsync
 	run -1 compgen -G "$STORE/.uploads/*"
 }
 
-@test "--base takes a numbered version of the model pushed, with one model" {
+@test "a push with --base of the safetensors file pushed before sends the delta, matched by content" {
 	steps 2
 	hub_with_v1
 	wsync-convert s1.wsync s1.safetensors
-	wsync-convert -m policy s1.safetensors u1.wsync
-	run -64 wsync-push --transfer socket --base u1.wsync -m policy s2.wsync
-	assert_output "wsync-push: --base u1.wsync holds an unnumbered file, not a version of model policy: give a .wsync file a pull or watcher of policy wrote (a conversion has no number)"
-	# A safetensors base gets the same hint, not one to convert it.
-	run -64 wsync-push --transfer socket --base s1.safetensors -m policy s2.wsync
-	assert_output "wsync-push: --base s1.safetensors holds a safetensors file, not a version of model policy: give a .wsync file a pull or watcher of policy wrote (a conversion has no number)"
-	run -64 wsync-push --transfer socket --base p1.wsync -m other s2.wsync
-	assert_output "wsync-push: --base p1.wsync holds model policy, not a version of model other"
+	wsync-convert s2.wsync s2.safetensors
+	run -0 --separate-stderr wsync-push --transfer socket --base s1.safetensors -m policy s2.safetensors
+	assert_output "2"
+	assert_equal "$stderr" ""
+	run -0 grep -c 'models=policy .*deltas=policy@1:' hub.log
+	run -0 wsync-push -q --transfer socket -m policy s2.safetensors
+	same_but_number "$STORE/policy/2.wsync" "$STORE/policy/3.wsync"
+}
+
+@test "a push with --base of the checkpoint directory pushed before sends the delta" {
+	steps 2
+	hub_with_v1
+	mkdir ck1 ck2
+	wsync-convert s1.wsync ck1/model.safetensors
+	wsync-convert s2.wsync ck2/model.safetensors
+	printf '{"model_type": "llama"}\n' | tee ck1/config.json >ck2/config.json
+	run -0 wsync-push -q --transfer socket -m policy ck1
+	assert_output "2"
+	run -0 --separate-stderr wsync-push --transfer socket --base ck1 -m policy ck2
+	assert_output "3"
+	assert_equal "$stderr" ""
+	run -0 grep -c 'models=policy .*deltas=policy@2:' hub.log
+	run -0 wsync-push -q --transfer socket -m policy ck2
+	same_but_number "$STORE/policy/3.wsync" "$STORE/policy/4.wsync"
+}
+
+@test "a base of a content the hub never held sends the version whole, naming it" {
+	steps 3
+	hub_with_v1
+	wsync-convert s2.wsync s2.safetensors
+	content=$(wsync-inspect --json s2.wsync | jq -r .content_id)
+	run -0 --separate-stderr wsync-push --transfer socket --base s2.safetensors -m policy s3.wsync
+	assert_output "2"
+	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: s2.safetensors: model policy holds no version of content $content (never pushed here, or retired)"
+	run -1 grep -c 'deltas=' hub.log
+	same_but_number "$STORE/policy/2.wsync" s3.wsync
+}
+
+@test "--base takes a file or directory with one model" {
+	steps 2
+	hub_with_v1
 	run -64 wsync-push --base p1.wsync -m policy=s1.wsync -m critic=s2.wsync
-	assert_line -n 0 "wsync-push: --base names an older version of the one model pushed"
+	assert_line -n 0 "wsync-push: --base names what was pushed before of the one model pushed"
 	run -66 wsync-push --transfer socket --base nope.wsync -m policy s2.wsync
 	assert_output --partial "nope.wsync"
+	run -64 wsync-push --transfer socket --base - -m policy s2.wsync
+	assert_line -n 0 "wsync-push: --base -: the base is a file or directory, not stdin"
 }
 
 @test "wsync-push --batch sends each version as a delta from the one it pushed before; --no-delta whole" {
@@ -140,4 +185,65 @@ ok policy 3"
 	assert_output 1
 	run -64 wsync-push --no-delta -m policy s2.wsync
 	assert_line -n 0 "wsync-push: --no-delta goes with --batch: a single push sends a delta only with --base"
+}
+
+@test "a delta pushed with --base is the one two watchers on that base receive: the hub diffs nothing" {
+	steps 2
+	hub_with_v1
+	wsync-convert s1.wsync s1.safetensors
+	wsync-convert s2.wsync s2.safetensors
+	for w in a b; do
+		start_watcher "$w" --transfer socket
+		wait_until watcher_at "$w" 1
+	done
+	run -0 wsync-push -q --transfer socket --base s1.safetensors -m policy s2.safetensors
+	assert_output "2"
+	pushed=$(sed -n 's/.*deltas=policy@1:\([0-9]*\)$/\1/p' hub.log)
+	for w in a b; do
+		wait_until watcher_at "$w" 2
+		cmp "$w.wsync" "$STORE/policy/2.wsync"
+	done
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=1 bytes=" hub.log
+	assert_output 1
+	run -0 grep -c "event=ack worker=[ab] model=policy version=2 transfer=delta " hub.log
+	assert_output 2
+	run -1 grep "made=1" hub.log
+	# The same encoded tensors: only the skeleton's version stamp and the numbers differ.
+	served=$(stat -c %s "$STORE/.deltas/policy/1-2.delta")
+	((served - pushed < 32 && pushed - served < 32)) || fail "pushed $pushed bytes, served $served"
+}
+
+@test "the hub makes a delta itself, once, only from a base no push brought one from" {
+	steps 3
+	hub_with_v1
+	run -0 wsync-push -q --transfer socket --base p1.wsync -m policy s2.wsync
+	run -0 wsync-push -q --transfer socket -m policy s3.wsync
+	for w in a b; do
+		run -0 wsync-pull -q --transfer socket --base p1.wsync -m policy -o "$w.wsync"
+		assert_output "3"
+		cmp "$w.wsync" "$STORE/policy/3.wsync"
+	done
+	run -0 grep -c "event=delta model=policy base=1 version=3 state=ready made=1 " hub.log
+	assert_output 1
+	run -0 grep -c "made=0" hub.log
+	assert_output 1
+}
+
+@test "a signed push with --base of a safetensors file reaches a verifying pull through the delta" {
+	steps 2
+	hub_with_v1
+	wsync-keygen --sign key >/dev/null
+	wsync-convert s1.wsync s1.safetensors
+	wsync-convert s2.wsync s2.safetensors
+	run -0 wsync-push -q --transfer socket --sign-key key.key -m policy s1.safetensors
+	assert_output "2"
+	run -0 wsync-pull -q --transfer socket --verify-key key.pub -m policy -o p.wsync
+	run -0 --separate-stderr wsync-push --transfer socket --sign-key key.key --base s1.safetensors -m policy s2.safetensors
+	assert_output "3"
+	assert_equal "$stderr" ""
+	run -0 grep -c "event=delta model=policy base=2 version=3 state=ready made=0 " hub.log
+	run -0 wsync-pull -q --transfer socket --verify-key key.pub -m policy -o p.wsync
+	assert_output "3"
+	cmp p.wsync "$STORE/policy/3.wsync"
+	run -1 grep "made=1" hub.log
 }

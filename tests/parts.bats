@@ -209,7 +209,7 @@ Try 'wsync-push --help'."
 
 @test "--part with --seq is a usage error: a part is signed with its group's key" {
 	run -64 wsync-push --part 0/2 --group 1 --sign-key k.key --seq 3 -m policy m.safetensors
-	assert_output "wsync-push: --part goes over the socket to every worker, whole, signed for its group: not with -W, --base, --seq or --transfer copy|link
+	assert_output "wsync-push: --part goes over the socket to every worker, signed for its group: not with -W, --seq or --transfer copy|link
 Try 'wsync-push --help'."
 }
 
@@ -317,4 +317,64 @@ PYEOF
 		"$TMP/m.0.safetensors"
 	assert_output "wsync-push: part 0 of 1: its manifest, naming 3000 tensors, is 74788 bytes in base64, over the 65536 of a meta value; push the model in more parts"
 	no_version
+}
+
+# steps_in_parts: $TMP/sV.safetensors for V in 1 and 2, 16 MiB of bf16, 1%
+# changed, and their halves $TMP/pV.R.safetensors (each over what a push sends
+# in one message, which always goes whole).
+steps_in_parts() {
+	"$PY" "$FIXTURES/mkstep.py" chain bf16 0.01 16777216 2 "$TMP/s"
+	for v in 1 2; do
+		wsync-convert "$TMP/s$v.wsync" "$TMP/s$v.safetensors"
+		"$PY" "$FIXTURES/mkparts.py" split "$TMP/s$v.safetensors" 2 "$TMP/p$v"
+	done
+}
+
+# two_ranks KEY V [BASE0 [BASE1]]: ranks 0 and 1 push $TMP/pV.R.safetensors as
+# group KEY, rank R with --base BASER when given and not "-"; rank 1's status
+# and outputs in $status, $output and $stderr; rank 0 must exit 0.
+two_ranks() {
+	local -a base0=() base1=()
+	[ "${3:--}" = - ] || base0=(--base "$3")
+	[ "${4:--}" = - ] || base1=(--base "$4")
+	wsync-push -q --part 0/2 --group "$1" "${base0[@]}" -m policy "$TMP/p$2.0.safetensors" \
+		>/dev/null &
+	local pid=$!
+	run --separate-stderr wsync-push --part 1/2 --group "$1" "${base1[@]}" -m policy \
+		"$TMP/p$2.1.safetensors"
+	wait "$pid"
+}
+
+@test "two ranks push with --base, each the delta from its own part before: the checkpoint pushed whole, and its delta served as made" {
+	steps_in_parts
+	start_hub
+	two_ranks 1 1
+	assert_success
+	run -0 wsync-pull -q --transfer socket -m policy -o "$TMP/w1.wsync"
+	two_ranks 2 2 "$TMP/p1.0.safetensors" "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	assert_equal "$stderr" ""
+	run -0 grep -c "models=policy .*deltas=policy@1:" hub.log
+	assert_output 2
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=2 " hub.log
+	run -0 wsync-pull -q --transfer socket --base "$TMP/w1.wsync" -m policy -o "$TMP/w2.wsync"
+	cmp "$TMP/w2.wsync" "$STORE/policy/2.wsync"
+	run -1 grep "made=1" hub.log
+	run -0 wsync-push -q -m policy "$TMP/s2.safetensors"
+	assert_output "3"
+	cmp <(tail -c +64 "$STORE/policy/2.wsync") <(tail -c +64 "$STORE/policy/3.wsync")
+}
+
+@test "a rank whose part before is in no group the hub holds sends its part whole, naming it" {
+	steps_in_parts
+	start_hub
+	# Version 1 holds the tensors of p1.1, but as a version pushed whole, not as a part.
+	run -0 wsync-push -q -m policy "$TMP/s1.safetensors"
+	wsync-convert "$TMP/p1.1.safetensors" "$TMP/p1.1.wsync"
+	content=$(wsync-inspect --json "$TMP/p1.1.wsync" | jq -r .content_id)
+	two_ranks 1 2 - "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: $TMP/p1.1.safetensors: model policy holds no version of content $content (never pushed here, or retired)"
 }
