@@ -892,6 +892,13 @@ s_apply_item(void *arg, size_t i, unsigned worker)
 	return s_apply_tensor(a, t, &a->err);
 }
 
+/* Tensor i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_apply_size(void *arg, size_t i)
+{
+	return ((s_apply_t *)arg)->h->tensors[i].len;
+}
+
 /*
  * Writes H: the skeleton first, on this thread, then the tensors, each
  * written at its offset by one of nworkers appliers (a[0] is this thread's).
@@ -910,7 +917,8 @@ s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
 		    (unsigned long long)h->base_content, h->model);
 	if (s_apply_skeleton(a, err) < 0)
 		return -1;
-	if (wsync_pool_run(h->ntensors, nworkers, s_apply_item, a, &failed) != 0) {
+	if (wsync_pool_run_sized(h->ntensors, nworkers, s_apply_item, s_apply_size, a,
+	    &failed) != 0) {
 		*err = a[failed].err;
 		return -1;
 	}

@@ -481,6 +481,13 @@ s_choose(void *arg, size_t i, unsigned worker)
 	return 0;
 }
 
+/* H's tensor i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_tensor_size(void *arg, size_t i)
+{
+	return wsync_file_tensor(((s_make_t *)arg)->head, i)->nbytes;
+}
+
 /*
  * Plans every tensor's encoding, the tensors on all threads; 1 when the
  * estimate says the delta would pass its limit, before any encoding is done;
@@ -492,7 +499,8 @@ s_plan(s_make_t *m, wsync_err_t *err)
 	uint64_t estimate = 0;
 	unsigned failed = 0;
 
-	if (wsync_pool_run(wsync_file_count(m->head), m->nworkers, s_choose, m, &failed) != 0) {
+	if (wsync_pool_run_sized(wsync_file_count(m->head), m->nworkers, s_choose,
+	    s_tensor_size, m, &failed) != 0) {
 		*err = m->workers[failed].err;
 		return -1;
 	}
@@ -682,7 +690,8 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	    s_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, &m->workers[0], err) < 0 ||
 	    s_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
 		return -1;
-	if ((rc = wsync_pool_run(wsync_file_count(h), m->nworkers, s_encode_tensor, m,
+	if ((rc = wsync_pool_run_sized(wsync_file_count(h), m->nworkers, s_encode_tensor,
+	    s_tensor_size, m,
 	    &failed)) != 0) {
 		if (rc < 0)
 			*err = m->workers[failed].err;
