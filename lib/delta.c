@@ -8,11 +8,13 @@
  * let go behind), every encoded form goes through one zstd stream into a
  * bounded scratch, then into a bounded output buffer. The reader bounds the
  * document's declared sizes (mpcheck.c) before msgpack-c unpacks it, its
- * bins left in place in the mapped delta. The applier writes H in file
- * order, skeleton bytes and tensor data in turn, hashing each tensor as it
- * goes, then parses what it wrote and checks it against the delta. It parses
- * an image of H rather than the file: the skeleton's bytes at their offsets
- * in an anonymous mapping whose tensor data is never touched. Mapping the
+ * bins left in place in the mapped delta. The applier writes H's skeleton,
+ * then its tensors on all threads (pool.c), each in one pass a MiB at a time:
+ * B's piece hashed as it is copied into the output's pages, patched there,
+ * hashed again while in cache; then it parses what it wrote and checks it
+ * against the delta. It parses an image of H rather than the file: the
+ * skeleton's bytes at their offsets in an anonymous mapping whose tensor
+ * data is never touched. Mapping the
  * file would bring in, with each bin header the parser reads, the page
  * cache's whole folio around it (a MiB or more on disk), one per tensor:
  * 64 MiB of RSS for a 1 GiB model of 64 tensors.
@@ -932,21 +934,27 @@ s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
 	return s_apply_check(a, err);
 }
 
-/* An applier's buffers and zstd stream (skel: the skeleton's too); -1 with err. */
+/*
+ * An applier's buffers and zstd stream; the skeleton's writer (skel) holds
+ * the output's buffer and a stream for the skeleton too, and an output that
+ * is not mapped a piece of a tensor (tmp). -1 with err.
+ */
 static int
 s_applier_open(s_apply_t *a, int skel, wsync_err_t *err)
 {
-	a->out.buf = malloc(OUT_BUF);
-	a->tmp = malloc(CHUNK);
 	a->group = malloc((size_t)GROUP_MAX * 12);
 	a->data.buf = malloc(CHUNK);
 	a->data.z = ZSTD_createDCtx();
+	if (a->out.map == NULL)
+		a->tmp = malloc(CHUNK);
 	if (skel) {
+		a->out.buf = malloc(OUT_BUF);
 		a->skel.buf = malloc(CHUNK);
 		a->skel.z = ZSTD_createDCtx();
 	}
-	if (a->out.buf == NULL || a->tmp == NULL || a->group == NULL || a->data.buf == NULL ||
-	    a->data.z == NULL || (skel && (a->skel.buf == NULL || a->skel.z == NULL)))
+	if (a->group == NULL || a->data.buf == NULL || a->data.z == NULL ||
+	    (a->out.map == NULL && a->tmp == NULL) || (skel && (a->out.buf == NULL ||
+	    a->skel.buf == NULL || a->skel.z == NULL)))
 		return wsync_err_set(err, EX_OSERR, "%s: out of memory", a->name);
 	ZSTD_DCtx_setParameter(a->data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
 	if (skel)
@@ -1061,7 +1069,11 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	}
 	if (keep == NULL)
 		a.out.map = s_out_map(out_fd, h.size);
-	/* An applier per thread, a tensor each at a time: each holds a few MiB. */
+	/*
+	 * An applier per thread, a tensor each at a time, the largest first: each
+	 * holds about 6 MiB, its zstd stream's window (4 MiB as wsync writes them)
+	 * and a MiB of decoded bytes and a sparse group.
+	 */
 	nworkers = wsync_threads();
 	if (nworkers > h.ntensors)
 		nworkers = h.ntensors > 0 ? (unsigned)h.ntensors : 1;
