@@ -262,6 +262,19 @@ s_load64(const unsigned char *p)
 	return v;
 }
 
+/* Whether the elements of width w (1, 2, 4 or 8) at a and b are equal: a load each, no call. */
+static int
+s_same_element(const unsigned char *a, const unsigned char *b, unsigned w)
+{
+	uint32_t x = 0, y = 0;
+
+	if (w == 8)
+		return s_load64(a) == s_load64(b);
+	memcpy(&x, a, w);
+	memcpy(&y, b, w);
+	return x == y;
+}
+
 /* Elements of width w that differ between a and b (n bytes, a multiple of w). */
 static uint64_t
 s_count_changed(const unsigned char *a, const unsigned char *b, size_t n, unsigned w)
@@ -345,7 +358,7 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 				i += 8 - w;
 				continue;
 			}
-			if (memcmp(h + i, b + i, w) == 0)
+			if (s_same_element(h + i, b + i, w))
 				continue;
 			e = (at + i) / w;
 			gap = e - prev - 1;
