@@ -64,8 +64,12 @@ s_out_populate(unsigned char *map, uint64_t off, size_t n)
 	    ~(page - 1);
 
 	if (madvise((void *)start, n + ((uintptr_t)(map + off) - start),
-	    MADV_POPULATE_WRITE) < 0 && errno != EINVAL)
+	    MADV_POPULATE_WRITE) < 0 && errno != EINVAL) {
+		/* EFAULT: a fault would have been a SIGBUS, which a file's page gives when full. */
+		if (errno == EFAULT)
+			errno = ENOSPC;
 		return -1;
+	}
 #else
 	(void)map;
 	(void)off;
