@@ -108,8 +108,6 @@ delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err)
 {
 	const unsigned char *s = p;
 
-	if (o->hash != NULL)
-		wsync_hash_update(o->hash, p, len);
 	o->pos += len;
 	while (len > 0) {
 		size_t k = OUT_BUF - o->n < len ? OUT_BUF - o->n : len;
