@@ -637,12 +637,10 @@ const char *wsync_client_endpoint(const wsync_client_t *client);
 /* Drops the socket (and anything queued on it), connects anew and says hello again. */
 int wsync_client_reconnect(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
 
-/* Whose heads a heads request asks for; every pointer borrowed for the call. */
+/* Whose heads a heads request asks for, as any client sees them; borrowed for the call. */
 typedef struct wsync_heads_ask {
 	const char *const *models;
 	int n;
-	const char *worker;             /* NULL: as any client sees them */
-	const uint64_t *applied;        /* with worker: n versions applied (0: none), a heartbeat */
 } wsync_heads_ask_t;
 /* Who answered a heads request (the reply's hub and store fields). */
 typedef struct wsync_heads_from {
@@ -786,10 +784,6 @@ typedef enum wsync_wait_mode {
 	WSYNC_WAIT_COUNT,               /* count workers */
 	WSYNC_WAIT_IDS                  /* the nids workers named */
 } wsync_wait_mode_t;
-/* The mode a name (all, count, ids) stands for; -1 for anything else. */
-int wsync_wait_parse(const char *name);
-/* The name of a mode ("?" out of range); static. */
-const char *wsync_wait_name(int mode);
 /* Whom a wait waits for; ids borrowed for the call. */
 typedef struct wsync_wait {
 	wsync_wait_mode_t mode;
@@ -959,10 +953,14 @@ int wsync_keygen(const char *base, int force, char *public, wsync_err_t *err);
 /* Monotonic milliseconds, for deadlines. */
 int64_t wsync_now_ms(void);
 
-/* ---- lib/proto.c: worker ids ---- */
+/* ---- lib/proto.c: worker ids, the names of wait modes ---- */
 
 /* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
 int wsync_id_check(const char *s);
+/* The wait mode (wsync_wait_mode_t) a name (all, count, ids) stands for; -1 for anything else. */
+int wsync_wait_parse(const char *name);
+/* The name of a wait mode ("?" out of range); static. */
+const char *wsync_wait_name(int mode);
 
 /* ---- lib/endpoint.c: where a hub listens when nobody says; who reaches it ---- */
 
