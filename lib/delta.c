@@ -1076,7 +1076,7 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	 * holds about 6 MiB, its zstd stream's window (4 MiB as wsync writes them)
 	 * and a MiB of decoded bytes and a sparse group.
 	 */
-	nworkers = wsync_threads();
+	nworkers = wsync_threads_for(h.size);
 	if (nworkers > h.ntensors)
 		nworkers = h.ntensors > 0 ? (unsigned)h.ntensors : 1;
 	if ((ws = calloc(nworkers, sizeof(*ws))) == NULL) {

@@ -763,7 +763,7 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 	    (head = wsync_file_open_fd(head_fd, "head", err)) == NULL)
 		goto out;
 	/* A thread per tensor at most: each holds a few MiB of buffers. */
-	m.nworkers = wsync_threads();
+	m.nworkers = wsync_threads_for(wsync_file_size(head));
 	if (m.nworkers > wsync_file_count(head))
 		m.nworkers = wsync_file_count(head) > 0 ? (unsigned)wsync_file_count(head) : 1;
 	m.out.buf = malloc(OUT_BUF);

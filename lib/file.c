@@ -890,7 +890,7 @@ s_verify(const wsync_file_t *f, int fd, const wsync_known_hash_t *known, size_t 
     wsync_bad_tensor_fn bad, void *arg, wsync_err_t *err)
 {
 	s_check_t c = { .f = f, .fd = fd, .known = known, .nknown = nknown };
-	unsigned n = wsync_threads();
+	unsigned n = wsync_threads_for(f->size);
 	const wsync_tensor_t *first = NULL;
 	size_t nbad = 0;
 	int rc = -1;

@@ -34,6 +34,15 @@ wsync_threads(void)
 	    (unsigned)CPU_COUNT(&cpus);
 }
 
+unsigned
+wsync_threads_for(uint64_t bytes)
+{
+	unsigned n = wsync_threads();
+	uint64_t most = bytes / WSYNC_THREAD_BYTES;
+
+	return most < 1 ? 1 : most < n ? (unsigned)most : n;
+}
+
 typedef struct s_pool {
 	wsync_pool_fn fn;
 	void *arg;

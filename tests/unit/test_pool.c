@@ -49,6 +49,12 @@ test_threads_come_from_the_environment(void)
 	ok(wsync_threads() == n, "WSYNC_THREADS=2x: the CPUs, as unset");
 	setenv("WSYNC_THREADS", "-2", 1);
 	ok(wsync_threads() == n, "WSYNC_THREADS=-2: the CPUs, as unset");
+	setenv("WSYNC_THREADS", "7", 1);
+	ok(wsync_threads_for(0) == 1 && wsync_threads_for(WSYNC_THREAD_BYTES - 1) == 1,
+	    "WSYNC_THREADS=7: a pass over less than WSYNC_THREAD_BYTES runs on 1 thread");
+	ok(wsync_threads_for(3 * (uint64_t)WSYNC_THREAD_BYTES) == 3,
+	    "WSYNC_THREADS=7: a pass over 3 times WSYNC_THREAD_BYTES on 3");
+	ok(wsync_threads_for(UINT64_C(1) << 30) == 7, "WSYNC_THREADS=7: a pass over 1 GiB on 7");
 	unsetenv("WSYNC_THREADS");
 }
 
