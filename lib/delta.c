@@ -8,11 +8,13 @@
  * let go behind), every encoded form goes through one zstd stream into a
  * bounded scratch, then into a bounded output buffer. The reader bounds the
  * document's declared sizes (mpcheck.c) before msgpack-c unpacks it, its
- * bins left in place in the mapped delta. The applier writes H in file
- * order, skeleton bytes and tensor data in turn, hashing each tensor as it
- * goes, then parses what it wrote and checks it against the delta. It parses
- * an image of H rather than the file: the skeleton's bytes at their offsets
- * in an anonymous mapping whose tensor data is never touched. Mapping the
+ * bins left in place in the mapped delta. The applier writes H's skeleton,
+ * then its tensors on all threads (pool.c), each in one pass a MiB at a time:
+ * B's piece hashed as it is copied into the output's pages, patched there,
+ * hashed again while in cache; then it parses what it wrote and checks it
+ * against the delta. It parses an image of H rather than the file: the
+ * skeleton's bytes at their offsets in an anonymous mapping whose tensor
+ * data is never touched. Mapping the
  * file would bring in, with each bin header the parser reads, the page
  * cache's whole folio around it (a MiB or more on disk), one per tensor:
  * 64 MiB of RSS for a 1 GiB model of 64 tensors.
@@ -48,33 +50,54 @@ wsync_delta_enc_name(wsync_delta_enc_t enc)
 /* ---- output: a buffered writer that can fill in lengths and take back ---- */
 
 /*
- * Copies n bytes into a mapped output at off, then lets go of its pages: a
- * thread writing the file through write(2) holds its inode's lock, so
- * threads writing their tensors into one file would take turns.
+ * Brings in the pages of a mapped output that hold [off, off + n), ready for
+ * writing: one call rather than a fault each, and an error where the file
+ * system has no room for one, which a plain fault would make a SIGBUS.
+ * -1 with errno; 0 where the kernel has no MADV_POPULATE_WRITE, whose output
+ * wsync_delta_apply_some reserved whole first.
  */
-static void
-s_out_copy(unsigned char *map, uint64_t off, const void *p, size_t n)
+static int
+s_out_populate(unsigned char *map, uint64_t off, size_t n)
 {
 #ifdef MADV_POPULATE_WRITE
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)(map + off) &
 	    ~(page - 1);
 
-	/* One call maps the pages in, rather than a fault each. */
-	madvise((void *)start, n + ((uintptr_t)(map + off) - start), MADV_POPULATE_WRITE);
+	if (madvise((void *)start, n + ((uintptr_t)(map + off) - start),
+	    MADV_POPULATE_WRITE) < 0 && errno != EINVAL) {
+		/* EFAULT: a fault would have been a SIGBUS, which a file's page gives when full. */
+		if (errno == EFAULT)
+			errno = ENOSPC;
+		return -1;
+	}
+#else
+	(void)map;
+	(void)off;
+	(void)n;
 #endif
-	memcpy(map + off, p, n);
-	wsync_pages_release_around(map + off, n);
+	return 0;
 }
 
+/*
+ * Writes what is buffered; a mapped output is written through its mapping,
+ * then its pages let go of: a thread writing the file through write(2) holds
+ * its inode's lock, so threads writing their tensors into one file would
+ * take turns.
+ */
 int
 delta_out_flush(delta_out_t *o, wsync_err_t *err)
 {
-	if (o->n > 0 && o->map != NULL)
-		s_out_copy(o->map, o->flushed, o->buf, o->n);
-	else if (o->n > 0 && (o->positioned ? wsync_write_at(o->fd, o->buf, o->n, o->flushed) :
-	    wsync_write_all(o->fd, o->buf, o->n)) < 0)
+	if (o->n > 0 && o->map != NULL) {
+		if (s_out_populate(o->map, o->flushed, o->n) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", o->name,
+			    strerror(errno));
+		memcpy(o->map + o->flushed, o->buf, o->n);
+		wsync_pages_release_around(o->map + o->flushed, o->n);
+	} else if (o->n > 0 && (o->positioned ? wsync_write_at(o->fd, o->buf, o->n,
+	    o->flushed) : wsync_write_all(o->fd, o->buf, o->n)) < 0) {
 		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", o->name,
 		    strerror(errno));
+	}
 	o->flushed += o->n;
 	o->n = 0;
 	return 0;
@@ -85,8 +108,6 @@ delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err)
 {
 	const unsigned char *s = p;
 
-	if (o->hash != NULL)
-		wsync_hash_update(o->hash, p, len);
 	o->pos += len;
 	while (len > 0) {
 		size_t k = OUT_BUF - o->n < len ? OUT_BUF - o->n : len;
@@ -471,10 +492,12 @@ typedef struct s_apply {
 	const wsync_file_t *base;
 	s_zin_t skel, data;
 	unsigned char *image;           /* H's size, anonymous: the skeleton where H has it */
-	unsigned char *tmp;             /* CHUNK bytes */
+	unsigned char *tmp;             /* CHUNK bytes: a tensor's piece when out is not mapped */
+	unsigned char *win;             /* the sparse form's window: in out's mapping, or tmp */
 	unsigned char *group;           /* a sparse group */
 	const char *name;
-	XXH3_state_t hash;
+	XXH3_state_t hash;              /* of the tensor written */
+	XXH3_state_t bhash;             /* of B's tensor read */
 	wsync_delta_keep_fn keep;       /* NULL: every tensor is written */
 	void *keep_arg;
 	wsync_err_t err;                /* this thread's, when it applies tensors */
@@ -493,14 +516,13 @@ s_out_seek(delta_out_t *o, uint64_t off, wsync_err_t *err)
 	return 0;
 }
 
-/* B's tensor whose data starts at off and has len bytes, its hash checked. */
+/* B's tensor whose data starts at off and has len bytes (its hash checked as it is read). */
 static const wsync_tensor_t *
 s_base_at(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 {
 	const wsync_file_t *b = a->base;
 	size_t lo = 0, hi = wsync_file_count(b);
 	const wsync_tensor_t *bt = NULL;
-	XXH3_state_t st;
 
 	/* Tensors with data are in file order; an empty one says offset 0: step over it. */
 	while (lo < hi) {
@@ -528,29 +550,70 @@ s_base_at(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 		    (unsigned long long)t->base_off);
 		return NULL;
 	}
-	XXH3_64bits_reset(&st);
-	for (uint64_t at = 0; at < bt->nbytes; at += CHUNK) {
-		size_t n = bt->nbytes - at < CHUNK ? (size_t)(bt->nbytes - at) : CHUNK;
-		wsync_hash_update(&st, (const unsigned char *)bt->data + at, n);
-		delta_release(b, (const unsigned char *)bt->data + at, n);
-	}
-	if (XXH3_64bits_digest(&st) != bt->hash) {
-		wsync_err_set(err, EX_DATAERR, "%s: tensor %s: the base's %s does not match "
-		    "its hash (a damaged base)", a->name, t->path, bt->path);
-		return NULL;
-	}
 	return bt;
 }
 
-/* Copies n bytes of B to the output, letting go of B's pages behind. */
-static int
-s_put_base(s_apply_t *a, const unsigned char *p, uint64_t n, wsync_err_t *err)
+/*
+ * Where bytes [at, at + n) of tensor t are made: in the output's mapping, its
+ * pages brought in first, else in tmp, which s_emit writes. NULL with err
+ * when the file system has no room for them.
+ */
+static unsigned char *
+s_dst(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at, size_t n, wsync_err_t *err)
 {
-	for (uint64_t at = 0; at < n; at += CHUNK) {
-		size_t k = n - at < CHUNK ? (size_t)(n - at) : CHUNK;
-		if (delta_out_put(&a->out, p + at, k, err) < 0)
+	if (a->out.map == NULL)
+		return a->tmp;
+	if (s_out_populate(a->out.map, t->off + at, n) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: tensor %s: cannot write: %s", a->name, t->path,
+		    strerror(errno));
+		return NULL;
+	}
+	return a->out.map + t->off + at;
+}
+
+/*
+ * Bytes [at, at + n) of t, made at p (s_dst): hashed into hash (unless NULL)
+ * while in cache, written, let go of.
+ */
+static int
+s_emit(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at, const unsigned char *p,
+    size_t n, XXH3_state_t *hash, wsync_err_t *err)
+{
+	if (hash != NULL)
+		wsync_hash_update(hash, p, n);
+	if (a->out.map != NULL)
+		wsync_pages_release_around(p, n);
+	else if (wsync_write_at(a->out.fd, p, n, t->off + at) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", a->name,
+		    strerror(errno));
+	return 0;
+}
+
+/*
+ * Copies bytes [at, at + n) of B's tensor b to p, hashing them on the way
+ * (s_apply_tensor checks B's hash at the end), and lets go of B's pages.
+ */
+static void
+s_take_base(s_apply_t *a, unsigned char *p, const unsigned char *b, uint64_t at, size_t n)
+{
+	wsync_hash_update(&a->bhash, b + at, n);
+	memcpy(p, b + at, n);
+	delta_release(a->base, b + at, n);
+}
+
+/* The same form: B's bytes, whose hash is the tensor's, so hashed once. */
+static int
+s_apply_same(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
+    wsync_err_t *err)
+{
+	for (uint64_t at = 0; at < t->len; at += CHUNK) {
+		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
+		unsigned char *d = s_dst(a, t, at, n, err);
+		if (d == NULL)
 			return -1;
-		delta_release(a->base, p + at, k);
+		s_take_base(a, d, b, at, n);
+		if (s_emit(a, t, at, d, n, NULL, err) < 0)
+			return -1;
 	}
 	return 0;
 }
@@ -561,15 +624,31 @@ s_apply_xor(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
 {
 	for (uint64_t at = 0; at < t->len; at += CHUNK) {
 		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
-		if (s_zin_read(&a->data, a->tmp, n) < 0)
+		unsigned char *d = s_dst(a, t, at, n, err);
+		if (d == NULL || s_zin_read(&a->data, d, n) < 0)
 			return -1;
+		wsync_hash_update(&a->bhash, b + at, n);
 		for (size_t i = 0; i < n; i++)
-			a->tmp[i] ^= b[at + i];
-		if (delta_out_put(&a->out, a->tmp, n, err) < 0)
-			return -1;
+			d[i] ^= b[at + i];
 		delta_release(a->base, b + at, n);
+		if (s_emit(a, t, at, d, n, &a->hash, err) < 0)
+			return -1;
 	}
 	return s_zin_end(&a->data);
+}
+
+/* Loads the window at element win of n: B's bytes, where the output has them. */
+static int
+s_window_load(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
+    uint64_t win, uint64_t n, unsigned w, wsync_err_t *err)
+{
+	uint64_t per = CHUNK / w;
+	size_t k = (size_t)(n - win < per ? n - win : per) * w;
+
+	if ((a->win = s_dst(a, t, win * w, k, err)) == NULL)
+		return -1;
+	s_take_base(a, a->win, b, win * w, k);
+	return 0;
 }
 
 /*
@@ -577,26 +656,25 @@ s_apply_xor(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
  * at a time, and loads the window that starts there; n elements in all.
  */
 static int
-s_sparse_flush(s_apply_t *a, const unsigned char *b, uint64_t *win, uint64_t end,
-    uint64_t n, unsigned w, wsync_err_t *err)
+s_sparse_flush(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
+    uint64_t *win, uint64_t end, uint64_t n, unsigned w, wsync_err_t *err)
 {
 	uint64_t per = CHUNK / w;
 
 	while (*win < end) {
 		size_t k = (size_t)(n - *win < per ? n - *win : per) * w;
-		if (delta_out_put(&a->out, a->tmp, k, err) < 0)
+		if (s_emit(a, t, *win * w, a->win, k, &a->hash, err) < 0)
 			return -1;
-		delta_release(a->base, b + *win * w, k);
 		*win += k / w;
-		if (*win < n)
-			memcpy(a->tmp, b + *win * w, (size_t)(n - *win < per ? n - *win : per) * w);
+		if (*win < n && s_window_load(a, t, b, *win, n, w, err) < 0)
+			return -1;
 	}
 	return 0;
 }
 
 /*
  * The sparse form (s_encode_sparse): B's bytes with the changed elements
- * xored, built a window of CHUNK bytes at a time in tmp.
+ * xored, built a window of CHUNK bytes at a time where the output has them.
  */
 static int
 s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
@@ -612,7 +690,8 @@ s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 		    "bytes in %llu", a->name, t->path, w, (unsigned long long)t->len);
 	n = t->len / w;
 	per = CHUNK / w;
-	memcpy(a->tmp, b, (size_t)(n < per ? n : per) * w);
+	if (s_window_load(a, t, b, 0, n, w, err) < 0)
+		return -1;
 	for (;;) {
 		uint32_t c;
 		int rc = a->data.at < a->data.have ? 1 : s_zin_fill(&a->data, err);
@@ -637,14 +716,34 @@ s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 				return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: a sparse change "
 				    "beyond its %llu elements", a->name, t->path, (unsigned long long)n);
 			if (e >= win + per &&
-			    s_sparse_flush(a, b, &win, e - (e - win) % per, n, w, err) < 0)
+			    s_sparse_flush(a, t, b, &win, e - (e - win) % per, n, w, err) < 0)
 				return -1;
 			for (unsigned j = 0; j < w; j++)
-				a->tmp[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
+				a->win[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
 			next = e + 1;
 		}
 	}
-	return s_sparse_flush(a, b, &win, n, n, w, err);
+	return s_sparse_flush(a, t, b, &win, n, n, w, err);
+}
+
+/* The whole and raw forms: H's bytes, decompressed or as they are in the delta. */
+static int
+s_apply_bytes(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *d,
+    wsync_err_t *err)
+{
+	for (uint64_t at = 0; at < t->len; at += CHUNK) {
+		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
+		unsigned char *p = s_dst(a, t, at, n, err);
+		if (p == NULL)
+			return -1;
+		if (t->enc == WSYNC_DELTA_RAW)
+			memcpy(p, d + at, n);
+		else if (s_zin_read(&a->data, p, n) < 0)
+			return -1;
+		if (s_emit(a, t, at, p, n, &a->hash, err) < 0)
+			return -1;
+	}
+	return t->enc == WSYNC_DELTA_RAW ? 0 : s_zin_end(&a->data);
 }
 
 /* Writes n bytes of the skeleton. */
@@ -664,13 +763,18 @@ s_put_skeleton(s_apply_t *a, uint64_t n, wsync_err_t *err)
 	return 0;
 }
 
-/* Writes tensor t's data, hashed, from B and its encoded bytes. */
+/*
+ * Writes tensor t's data from B and its encoded bytes in one pass, a CHUNK
+ * at a time: B's bytes hashed as they are read, the output's as they are
+ * made, both while in cache; then checks both hashes.
+ */
 static int
 s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 {
 	const unsigned char *b = NULL, *d = a->delta + t->data_off;
 	const wsync_tensor_t *bt = NULL;
 	char what[WSYNC_MAX_PATH + 16];
+	uint64_t made;
 	int rc;
 
 	snprintf(what, sizeof(what), "tensor %s", t->path);
@@ -680,16 +784,14 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 			return -1;
 		b = bt->data;
 	}
-	if (s_out_seek(&a->out, t->off, err) < 0)
-		return -1;
 	a->data.name = a->name;
 	a->data.err = err;
 	s_zin_start(&a->data, d, t->data_len, what);
 	XXH3_64bits_reset(&a->hash);
-	a->out.hash = &a->hash;
+	XXH3_64bits_reset(&a->bhash);
 	switch (t->enc) {
 	case WSYNC_DELTA_SAME:
-		rc = s_put_base(a, b, t->len, err);
+		rc = s_apply_same(a, t, b, err);
 		break;
 	case WSYNC_DELTA_XOR:
 		rc = s_apply_xor(a, t, b, err);
@@ -697,26 +799,19 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	case WSYNC_DELTA_SPARSE:
 		rc = s_apply_sparse(a, t, b, err);
 		break;
-	case WSYNC_DELTA_WHOLE:
-		rc = 0;
-		for (uint64_t at = 0; rc == 0 && at < t->len; at += CHUNK) {
-			size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
-			rc = s_zin_read(&a->data, a->tmp, n) < 0 ? -1 :
-			    delta_out_put(&a->out, a->tmp, n, err);
-		}
-		if (rc == 0)
-			rc = s_zin_end(&a->data);
-		break;
 	default:
-		rc = delta_out_put(&a->out, d, t->len, err);
+		rc = s_apply_bytes(a, t, d, err);
 		break;
 	}
-	a->out.hash = NULL;
 	if (t->data_len > 0)
 		wsync_pages_release_around(d, t->data_len);
-	if (rc < 0 || delta_out_flush(&a->out, err) < 0)
+	if (rc < 0)
 		return -1;
-	if (XXH3_64bits_digest(&a->hash) != t->hash)
+	if (bt != NULL && XXH3_64bits_digest(&a->bhash) != bt->hash)
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: the base's %s does not "
+		    "match its hash (a damaged base)", a->name, t->path, bt->path);
+	made = XXH3_64bits_digest(t->enc == WSYNC_DELTA_SAME ? &a->bhash : &a->hash);
+	if (made != t->hash)
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: rebuilt data does not "
 		    "match its hash (a damaged delta)", a->name, t->path);
 	return 0;
@@ -801,6 +896,13 @@ s_apply_item(void *arg, size_t i, unsigned worker)
 	return s_apply_tensor(a, t, &a->err);
 }
 
+/* Tensor i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_apply_size(void *arg, size_t i)
+{
+	return ((s_apply_t *)arg)->h->tensors[i].len;
+}
+
 /*
  * Writes H: the skeleton first, on this thread, then the tensors, each
  * written at its offset by one of nworkers appliers (a[0] is this thread's).
@@ -819,7 +921,8 @@ s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
 		    (unsigned long long)h->base_content, h->model);
 	if (s_apply_skeleton(a, err) < 0)
 		return -1;
-	if (wsync_pool_run(h->ntensors, nworkers, s_apply_item, a, &failed) != 0) {
+	if (wsync_pool_run_sized(h->ntensors, nworkers, s_apply_item, s_apply_size, a,
+	    &failed) != 0) {
 		*err = a[failed].err;
 		return -1;
 	}
@@ -833,21 +936,27 @@ s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
 	return s_apply_check(a, err);
 }
 
-/* An applier's buffers and zstd stream (skel: the skeleton's too); -1 with err. */
+/*
+ * An applier's buffers and zstd stream; the skeleton's writer (skel) holds
+ * the output's buffer and a stream for the skeleton too, and an output that
+ * is not mapped a piece of a tensor (tmp). -1 with err.
+ */
 static int
 s_applier_open(s_apply_t *a, int skel, wsync_err_t *err)
 {
-	a->out.buf = malloc(OUT_BUF);
-	a->tmp = malloc(CHUNK);
 	a->group = malloc((size_t)GROUP_MAX * 12);
 	a->data.buf = malloc(CHUNK);
 	a->data.z = ZSTD_createDCtx();
+	if (a->out.map == NULL)
+		a->tmp = malloc(CHUNK);
 	if (skel) {
+		a->out.buf = malloc(OUT_BUF);
 		a->skel.buf = malloc(CHUNK);
 		a->skel.z = ZSTD_createDCtx();
 	}
-	if (a->out.buf == NULL || a->tmp == NULL || a->group == NULL || a->data.buf == NULL ||
-	    a->data.z == NULL || (skel && (a->skel.buf == NULL || a->skel.z == NULL)))
+	if (a->group == NULL || a->data.buf == NULL || a->data.z == NULL ||
+	    (a->out.map == NULL && a->tmp == NULL) || (skel && (a->out.buf == NULL ||
+	    a->skel.buf == NULL || a->skel.z == NULL)))
 		return wsync_err_set(err, EX_OSERR, "%s: out of memory", a->name);
 	ZSTD_DCtx_setParameter(a->data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
 	if (skel)
@@ -865,6 +974,33 @@ s_applier_close(s_apply_t *a)
 	free(a->group);
 	free(a->skel.buf);
 	free(a->data.buf);
+}
+
+/*
+ * The output mapped shared, for the appliers to write H's size through it,
+ * each its own tensors; NULL where it is written with pwrite(2) instead (a
+ * descriptor not open for reading, a file system that maps no file). Each
+ * writer brings in its pages as it goes (s_out_populate), so that a page the
+ * file system has no room for is an error, never a SIGBUS, and the pages of
+ * a new file are made on all threads. A kernel without MADV_POPULATE_WRITE
+ * has the file's space reserved here, whole, or the output is not mapped.
+ */
+static unsigned char *
+s_out_map(int fd, uint64_t size)
+{
+	void *map;
+
+	if (ftruncate(fd, (off_t)size) < 0 || (map = mmap(NULL, (size_t)size,
+	    PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+		return NULL;
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(map, 1, MADV_POPULATE_WRITE) == 0)
+		return map;
+#endif
+	if (fallocate(fd, 0, 0, (off_t)size) == 0)
+		return map;
+	munmap(map, (size_t)size);
+	return NULL;
 }
 
 int
@@ -933,20 +1069,14 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		    name, (unsigned long long)h.size, strerror(errno));
 		goto out;
 	}
+	if (keep == NULL)
+		a.out.map = s_out_map(out_fd, h.size);
 	/*
-	 * Written through a shared mapping, its space reserved first so that no
-	 * page is refused once mapped; where it cannot be (a selection's holes, a
-	 * descriptor not open for reading, a file system without fallocate), with
-	 * pwrite(2).
+	 * An applier per thread, a tensor each at a time, the largest first: each
+	 * holds about 6 MiB, its zstd stream's window (4 MiB as wsync writes them)
+	 * and a MiB of decoded bytes and a sparse group.
 	 */
-	if (keep == NULL && ftruncate(out_fd, (off_t)h.size) == 0 &&
-	    fallocate(out_fd, 0, 0, (off_t)h.size) == 0) {
-		a.out.map = mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE, MAP_SHARED, out_fd, 0);
-		if (a.out.map == MAP_FAILED)
-			a.out.map = NULL;
-	}
-	/* An applier per thread, a tensor each at a time: each holds a few MiB. */
-	nworkers = wsync_threads();
+	nworkers = wsync_threads_for(h.size);
 	if (nworkers > h.ntensors)
 		nworkers = h.ntensors > 0 ? (unsigned)h.ntensors : 1;
 	if ((ws = calloc(nworkers, sizeof(*ws))) == NULL) {

@@ -8,7 +8,6 @@
 #include <msgpack.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include <xxhash.h>
 
 #include "delta_int.h"
 #include "file_int.h"
@@ -36,14 +35,13 @@ typedef struct delta_out {
 	uint64_t flushed;               /* of which written to fd */
 	unsigned char *buf;
 	size_t n;
-	XXH3_state_t *hash;             /* when set, emitted bytes are hashed too */
 	int positioned;                 /* written at file offset flushed, not fd's own */
 	unsigned char *map;             /* when set, fd mapped shared: written there instead */
 } delta_out_t;
 
 /* Writes out what is buffered. */
 int delta_out_flush(delta_out_t *o, wsync_err_t *err);
-/* Emits len bytes (hashed too when o->hash is set). */
+/* Emits len bytes. */
 int delta_out_put(delta_out_t *o, const void *p, size_t len, wsync_err_t *err);
 
 /* msgpack-c's write callback: the packer's bytes go to the delta_out_t in data. */

@@ -260,6 +260,19 @@ s_load64(const unsigned char *p)
 	return v;
 }
 
+/* Whether the elements of width w (1, 2, 4 or 8) at a and b are equal: a load each, no call. */
+static int
+s_same_element(const unsigned char *a, const unsigned char *b, unsigned w)
+{
+	uint32_t x = 0, y = 0;
+
+	if (w == 8)
+		return s_load64(a) == s_load64(b);
+	memcpy(&x, a, w);
+	memcpy(&y, b, w);
+	return x == y;
+}
+
 /* Elements of width w that differ between a and b (n bytes, a multiple of w). */
 static uint64_t
 s_count_changed(const unsigned char *a, const unsigned char *b, size_t n, unsigned w)
@@ -343,7 +356,7 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 				i += 8 - w;
 				continue;
 			}
-			if (memcmp(h + i, b + i, w) == 0)
+			if (s_same_element(h + i, b + i, w))
 				continue;
 			e = (at + i) / w;
 			gap = e - prev - 1;
@@ -479,6 +492,13 @@ s_choose(void *arg, size_t i, unsigned worker)
 	return 0;
 }
 
+/* H's tensor i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_tensor_size(void *arg, size_t i)
+{
+	return wsync_file_tensor(((s_make_t *)arg)->head, i)->nbytes;
+}
+
 /*
  * Plans every tensor's encoding, the tensors on all threads; 1 when the
  * estimate says the delta would pass its limit, before any encoding is done;
@@ -490,7 +510,8 @@ s_plan(s_make_t *m, wsync_err_t *err)
 	uint64_t estimate = 0;
 	unsigned failed = 0;
 
-	if (wsync_pool_run(wsync_file_count(m->head), m->nworkers, s_choose, m, &failed) != 0) {
+	if (wsync_pool_run_sized(wsync_file_count(m->head), m->nworkers, s_choose,
+	    s_tensor_size, m, &failed) != 0) {
 		*err = m->workers[failed].err;
 		return -1;
 	}
@@ -680,7 +701,8 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	    delta_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, &m->workers[0], err) < 0 ||
 	    delta_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
 		return -1;
-	if ((rc = wsync_pool_run(wsync_file_count(h), m->nworkers, s_encode_tensor, m,
+	if ((rc = wsync_pool_run_sized(wsync_file_count(h), m->nworkers, s_encode_tensor,
+	    s_tensor_size, m,
 	    &failed)) != 0) {
 		if (rc < 0)
 			*err = m->workers[failed].err;
@@ -739,7 +761,7 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 	    (head = wsync_file_open_fd(head_fd, "head", err)) == NULL)
 		goto out;
 	/* A thread per tensor at most: each holds a few MiB of buffers. */
-	m.nworkers = wsync_threads();
+	m.nworkers = wsync_threads_for(wsync_file_size(head));
 	if (m.nworkers > wsync_file_count(head))
 		m.nworkers = wsync_file_count(head) > 0 ? (unsigned)wsync_file_count(head) : 1;
 	m.out.buf = malloc(OUT_BUF);

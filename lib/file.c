@@ -872,6 +872,13 @@ s_check_tensor(void *arg, size_t i, unsigned worker)
 	return 0;
 }
 
+/* Tensor i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_check_size(void *arg, size_t i)
+{
+	return ((s_check_t *)arg)->f->tensors[i].nbytes;
+}
+
 /*
  * Verifies f; its data read from fd when fd >= 0 and f is that file, mapped;
  * a tensor among the nknown hashed already is not read again. The tensors
@@ -883,7 +890,7 @@ s_verify(const wsync_file_t *f, int fd, const wsync_known_hash_t *known, size_t 
     wsync_bad_tensor_fn bad, void *arg, wsync_err_t *err)
 {
 	s_check_t c = { .f = f, .fd = fd, .known = known, .nknown = nknown };
-	unsigned n = wsync_threads();
+	unsigned n = wsync_threads_for(f->size);
 	const wsync_tensor_t *first = NULL;
 	size_t nbad = 0;
 	int rc = -1;
@@ -902,7 +909,7 @@ s_verify(const wsync_file_t *f, int fd, const wsync_known_hash_t *known, size_t 
 		c.bufs[k] = fd >= 0 && f->mem == WSYNC_MEM_MMAP && c.states[k] != NULL ?
 		    malloc(S_READ_PIECE) : NULL;
 	}
-	wsync_pool_run(f->ntensors, n, s_check_tensor, &c, NULL);
+	wsync_pool_run_sized(f->ntensors, n, s_check_tensor, s_check_size, &c, NULL);
 	for (size_t i = 0; i < f->ntensors; i++) {
 		if (c.hashes[i] == f->tensors[i].hash)
 			continue;

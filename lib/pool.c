@@ -34,10 +34,20 @@ wsync_threads(void)
 	    (unsigned)CPU_COUNT(&cpus);
 }
 
+unsigned
+wsync_threads_for(uint64_t bytes)
+{
+	unsigned n = wsync_threads();
+	uint64_t most = bytes / WSYNC_THREAD_BYTES;
+
+	return most < 1 ? 1 : most < n ? (unsigned)most : n;
+}
+
 typedef struct s_pool {
 	wsync_pool_fn fn;
 	void *arg;
 	size_t n;
+	const size_t *order;            /* the k-th item handed out; NULL: k itself */
 	atomic_size_t next;             /* the next item handed out */
 	atomic_size_t stop;             /* items from here on are not handed out */
 	pthread_mutex_t lock;           /* guards the failure below */
@@ -63,7 +73,7 @@ s_work(void *arg)
 		int rc;
 		if (i >= p->n || i >= atomic_load(&p->stop))
 			break;
-		if ((rc = p->fn(p->arg, i, w->id)) == 0)
+		if ((rc = p->fn(p->arg, p->order != NULL ? p->order[i] : i, w->id)) == 0)
 			continue;
 		pthread_mutex_lock(&p->lock);
 		if (i < p->failed_item) {
@@ -81,10 +91,12 @@ s_work(void *arg)
 	return NULL;
 }
 
-int
-wsync_pool_run(size_t n, unsigned threads, wsync_pool_fn fn, void *arg, unsigned *failed)
+/* Runs the pass, the k-th item handed out order[k] (order NULL: k). */
+static int
+s_run(size_t n, const size_t *order, unsigned threads, wsync_pool_fn fn, void *arg,
+    unsigned *failed)
 {
-	s_pool_t p = { .fn = fn, .arg = arg, .n = n, .failed_item = n };
+	s_pool_t p = { .fn = fn, .arg = arg, .n = n, .order = order, .failed_item = n };
 	s_worker_t w[WSYNC_THREADS_MAX];
 	unsigned started = 1;
 
@@ -110,4 +122,48 @@ wsync_pool_run(size_t n, unsigned threads, wsync_pool_fn fn, void *arg, unsigned
 	if (p.rc != 0 && failed != NULL)
 		*failed = p.failed_worker;
 	return p.rc;
+}
+
+/* An item and its size, sorted largest first, ties by item. */
+typedef struct s_sized {
+	uint64_t size;
+	size_t item;
+} s_sized_t;
+
+static int
+s_larger_first(const void *a, const void *b)
+{
+	const s_sized_t *x = a, *y = b;
+
+	if (x->size != y->size)
+		return x->size > y->size ? -1 : 1;
+	return x->item < y->item ? -1 : x->item > y->item;
+}
+
+int
+wsync_pool_run_sized(size_t n, unsigned threads, wsync_pool_fn fn, wsync_pool_size_fn size,
+    void *arg, unsigned *failed)
+{
+	s_sized_t *sized = n > 1 ? malloc(n * sizeof(*sized)) : NULL;
+	size_t *order = sized != NULL ? malloc(n * sizeof(*order)) : NULL;
+	int rc;
+
+	/* Without the memory to sort, the items go out in their order. */
+	if (order != NULL) {
+		for (size_t i = 0; i < n; i++)
+			sized[i] = (s_sized_t){ size(arg, i), i };
+		qsort(sized, n, sizeof(*sized), s_larger_first);
+		for (size_t k = 0; k < n; k++)
+			order[k] = sized[k].item;
+	}
+	free(sized);
+	rc = s_run(n, order, threads, fn, arg, failed);
+	free(order);
+	return rc;
+}
+
+int
+wsync_pool_run(size_t n, unsigned threads, wsync_pool_fn fn, void *arg, unsigned *failed)
+{
+	return s_run(n, NULL, threads, fn, arg, failed);
 }

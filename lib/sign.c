@@ -183,6 +183,13 @@ s_share_run(void *arg, size_t i, unsigned worker)
 	    p->xxh3 ? &p->items[i].hash : NULL, &sh->errs[worker]) < 0 ? -1 : 0;
 }
 
+/* Item i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_share_size(void *arg, size_t i)
+{
+	return ((struct s_share *)arg)->p->nbytes[i];
+}
+
 /*
  * Every item's data digest, the items on all threads from S_THREADS_MIN
  * bytes and two tensors (a 256 KiB push signed: 0.25 ms of its 5); below,
@@ -206,7 +213,8 @@ s_parts_digest(const struct s_parts *p, wsync_err_t *err)
 		n = p->nitems > 0 ? (unsigned)p->nitems : 1;
 	if ((sh.errs = calloc(n, sizeof(*sh.errs))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	if ((rc = wsync_pool_run(p->nitems, n, s_share_run, &sh, &failed)) != 0)
+	if ((rc = wsync_pool_run_sized(p->nitems, n, s_share_run, s_share_size, &sh,
+	    &failed)) != 0)
 		*err = sh.errs[failed];
 	free(sh.errs);
 	return rc != 0 ? -1 : 0;

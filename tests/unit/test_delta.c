@@ -682,6 +682,74 @@ test_thread_counts_make_the_same_bytes(void)
 	}
 }
 
+/*
+ * Writes a model of one large tensor (bf16, 24 MiB: sampled when planned, 24
+ * pieces when applied) among three small ones, and its step: 1% of the large
+ * one's elements and one small tensor changed.
+ */
+static int
+s_write_large_and_small(void)
+{
+	static const uint64_t big[2] = { 3072, 4096 }, norm[1] = { 64 }, bias[1] = { 1000 },
+	    ids[1] = { 5 };
+	const uint64_t nbig = big[0] * big[1] * 2;
+	unsigned char *b = malloc(nbig), *h = malloc(nbig), small[3][4096], hsmall[4096];
+	wsync_err_t err;
+	wsync_tree_t *tb = wsync_tree_new("large", &err), *th = wsync_tree_new("large", &err);
+	int rc = -1;
+
+	if (b != NULL && h != NULL && tb != NULL && th != NULL) {
+		s_add(tb, "bias", WSYNC_F32, 1, bias, small[0], 1);
+		s_add(tb, "ids", WSYNC_U8, 1, ids, small[1], 2);
+		s_add(tb, "norm", WSYNC_F32, 1, norm, small[2], 3);
+		s_add(tb, "embed", WSYNC_BF16, 2, big, b, 4);
+		memcpy(h, b, nbig);
+		for (uint64_t e = 7; e < nbig / 2; e += 100)
+			h[2 * e] ^= (unsigned char)(1 + e % 3);
+		s_add(th, "bias", WSYNC_F32, 1, bias, small[0], 1);
+		s_add(th, "ids", WSYNC_U8, 1, ids, small[1], 2);
+		s_add(th, "norm", WSYNC_F32, 1, norm, hsmall, 9);
+		wsync_tree_add(th, "embed", WSYNC_BF16, 2, big, h, nbig, &err);
+		rc = s_write(tb, s_path("base.wsync"), 1) == 0 &&
+		    s_write(th, s_path("head.wsync"), 2) == 0 ? 0 : -1;
+		tb = th = NULL;
+	}
+	wsync_tree_destroy(&tb);
+	wsync_tree_destroy(&th);
+	free(b);
+	free(h);
+	return rc;
+}
+
+/*
+ * The same with one large tensor among small ones: the pool hands it out
+ * first, the small ones go on the other threads, the delta is packed and
+ * the head written in file order all the same.
+ */
+static void
+test_a_large_tensor_among_small_ones_makes_the_same_bytes(void)
+{
+	static const char *const threads[] = { "1", "2", "7" };
+	wsync_err_t err = { 0 };
+	int made = s_write_large_and_small() == 0, same = made;
+
+	for (size_t k = 0; made && k < sizeof(threads) / sizeof(threads[0]); k++) {
+		setenv("WSYNC_THREADS", threads[k], 1);
+		made = s_make(s_path("base.wsync"), s_path("head.wsync"),
+		    s_path(k == 0 ? "t1.wdelta" : "tn.wdelta"), NULL, &err) == 0 &&
+		    s_apply(s_path("base.wsync"), s_path(k == 0 ? "t1.wdelta" : "tn.wdelta"),
+		    s_path("out.wsync"), &err) == 0;
+		same = made && s_same_files(s_path("out.wsync"), s_path("head.wsync")) &&
+		    (k == 0 || s_same_files(s_path("t1.wdelta"), s_path("tn.wdelta")));
+		if (!same)
+			printf("# %s threads differ (%s)\n", threads[k], err.msg);
+		made = made && same;
+	}
+	unsetenv("WSYNC_THREADS");
+	ok(made && same, "a 24 MiB tensor among three small ones: 1, 2 and 7 threads make the "
+	    "same delta and rebuild the head byte for byte");
+}
+
 static void
 s_clean(void)
 {
@@ -708,6 +776,7 @@ main(void)
 	test_large_files_parse_from_an_image();
 	test_inputs_from_pipes_make_the_same_delta();
 	test_thread_counts_make_the_same_bytes();
+	test_a_large_tensor_among_small_ones_makes_the_same_bytes();
 	s_clean();
 	return tap_done();
 }

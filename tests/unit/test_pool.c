@@ -1,7 +1,7 @@
 /*
  * test_pool.c - a pass split over threads: WSYNC_THREADS read, every item run
  * once, and a failure reported as the lowest item that failed, whatever the
- * number of threads.
+ * number of threads; by size, the largest handed out first.
  */
 #include <sched.h>
 #include <stdatomic.h>
@@ -49,6 +49,12 @@ test_threads_come_from_the_environment(void)
 	ok(wsync_threads() == n, "WSYNC_THREADS=2x: the CPUs, as unset");
 	setenv("WSYNC_THREADS", "-2", 1);
 	ok(wsync_threads() == n, "WSYNC_THREADS=-2: the CPUs, as unset");
+	setenv("WSYNC_THREADS", "7", 1);
+	ok(wsync_threads_for(0) == 1 && wsync_threads_for(WSYNC_THREAD_BYTES - 1) == 1,
+	    "WSYNC_THREADS=7: a pass over less than WSYNC_THREAD_BYTES runs on 1 thread");
+	ok(wsync_threads_for(3 * (uint64_t)WSYNC_THREAD_BYTES) == 3,
+	    "WSYNC_THREADS=7: a pass over 3 times WSYNC_THREAD_BYTES on 3");
+	ok(wsync_threads_for(UINT64_C(1) << 30) == 7, "WSYNC_THREADS=7: a pass over 1 GiB on 7");
 	unsetenv("WSYNC_THREADS");
 }
 
@@ -94,11 +100,64 @@ test_the_lowest_failure_is_reported(void)
 	ok(wsync_pool_run(0, 4, s_count_run, NULL, NULL) == 0, "no items: nothing runs");
 }
 
+/* Item i's size: 0 to 9 over and over. */
+static uint64_t
+s_tenth(void *arg, size_t item)
+{
+	(void)arg;
+	return item % 10;
+}
+
+/* Runs item after item on one thread, noting the order they came in. */
+typedef struct s_order {
+	size_t seen[ITEMS];
+	size_t n;
+} s_order_t;
+
+static int
+s_order_run(void *arg, size_t item, unsigned worker)
+{
+	s_order_t *o = arg;
+
+	(void)worker;
+	o->seen[o->n++] = item;
+	return 0;
+}
+
+static void
+test_sized_items_go_out_largest_first(void)
+{
+	static const unsigned threads[] = { 1, 2, 7 };
+	s_order_t *o = calloc(1, sizeof(*o));
+	int sorted = 1;
+
+	wsync_pool_run_sized(ITEMS, 1, s_order_run, s_tenth, o, NULL);
+	for (size_t k = 1; k < o->n; k++)
+		sorted = sorted && (o->seen[k - 1] % 10 > o->seen[k] % 10 ||
+		    (o->seen[k - 1] % 10 == o->seen[k] % 10 && o->seen[k - 1] < o->seen[k]));
+	ok(o->n == ITEMS && sorted, "sized: %zu items go out largest first, equal sizes in "
+	    "increasing order", o->n);
+	free(o);
+	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+		s_count_t *c = calloc(1, sizeof(*c));
+		unsigned failed = 99;
+		int rc;
+		c->fail_from = 500;
+		c->threads = threads[k];
+		rc = wsync_pool_run_sized(ITEMS, threads[k], s_count_run, s_tenth, c, &failed);
+		ok(rc == 519 && failed < threads[k], "sized, %u threads: items 500 on fail where "
+		    "divisible by 3; 519, the first of them handed out (size 9), is reported (%d)",
+		    threads[k], rc);
+		free(c);
+	}
+}
+
 int
 main(void)
 {
 	test_threads_come_from_the_environment();
 	test_every_item_runs_once();
 	test_the_lowest_failure_is_reported();
+	test_sized_items_go_out_largest_first();
 	return tap_done();
 }
