@@ -40,6 +40,8 @@
 #define HUB_MAX_WAITS 1024
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
 #define HUB_VIA 512                     /* bytes of a worker's path of relays */
+#define HUB_HOP_MS 1500                 /* what a relay on its path may add to a worker's silence */
+#define HUB_MAX_HOPS 256                /* relays counted on a worker's path; a longer one counts so */
 #define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
 #define HUB_DELTAS 64                   /* deltas kept, being made or waiting to be */
 #define HUB_ARRIVE_GETS 64              /* gets waiting for an arriving version's bytes */
@@ -73,6 +75,7 @@ struct hub_worker {
 	char transfer[8];               /* how its last applied version came: link, copy, socket, delta */
 	uint64_t wire;                  /* bytes of that version on the wire; 0: none or not said */
 	char via[HUB_VIA];              /* the relays it is reached by, "r1>r2"; "": directly */
+	uint64_t hops;                  /* how many relays via names (0: it talks to this hub) */
 	struct hub_wmodel *models;
 	size_t nmodels, cap;
 	char **select;                  /* its tensor selection, from its hello; owned */
@@ -338,7 +341,12 @@ void hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e,
 
 /* ---- hub_worker.c: the worker registry (hello, heads, acks and failures, bye) ---- */
 
-/* 1 when w said no bye and was seen within WSYNC_ALIVE_MS of now. */
+/*
+ * How long w may go unheard of and stay alive: WSYNC_ALIVE_MS, and
+ * HUB_HOP_MS more for each relay on its path.
+ */
+int64_t hub_worker_silence_ms(const struct hub_worker *w);
+/* 1 when w said no bye and was heard of within hub_worker_silence_ms(w) of now. */
 int hub_worker_alive(const struct hub_worker *w, int64_t now);
 /* The worker with this id; NULL when the hub does not know it. */
 struct hub_worker *hub_worker_find(const wsync_hub_t *h, const char *id);
