@@ -441,3 +441,11 @@ wsync_auth_permits(const wsync_auth_t *a, zmq_msg_t *msg, const char *op, wsync_
 	return wsync_err_set(err, EX_NOPERM, "the key %s may only pull: %s is for keys on the "
 	    "hub's push list", user, op);
 }
+
+void
+wsync_auth_key_of(const wsync_auth_t *a, zmq_msg_t *msg, char *buf, size_t size)
+{
+	const char *user = a != NULL ? zmq_msg_gets(msg, "User-Id") : NULL;
+
+	snprintf(buf, size, "%s", user != NULL ? user : "");
+}

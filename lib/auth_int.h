@@ -35,5 +35,7 @@ void wsync_auth_reload(wsync_auth_t *a);
  */
 int wsync_auth_permits(const wsync_auth_t *a, zmq_msg_t *msg, const char *op,
     wsync_err_t *err);
+/* The public key (z85) of the client that sent msg, into buf; "" without keys. */
+void wsync_auth_key_of(const wsync_auth_t *a, zmq_msg_t *msg, char *buf, size_t size);
 
 #endif

@@ -2,7 +2,7 @@
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
  * hub_worker.c, hub_wait.c, hub_upload.c, hub_group.c, hub_read.c, hub_relay.c, hub_arrive.c,
- * hub_subtree.c,
+ * hub_subtree.c, hub_place.c,
  * hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
  * hub_; those of one file are static and start with s_.
@@ -47,6 +47,8 @@
 #define HUB_GROUPS 4                    /* groups (versions in parts) open at once */
 #define HUB_GROUP_PARTS 256             /* parts in one group */
 #define HUB_PART_LIVE_MS 3000           /* a part's attempt silent this long may be replaced */
+#define HUB_PLACES 256                  /* relays a root places */
+#define HUB_PLACE_ALIVE_MS WSYNC_ALIVE_MS /* a relay not reporting for this long is placed no more */
 #define HUB_ARRIVE_TOPIC ".arriving"    /* announcements of arriving versions: no model id starts so */
 
 /* ---- the hub's state ---- */
@@ -230,6 +232,8 @@ struct wsync_hub {
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
 	struct hub_arriving arriving;   /* a relay: the version its thread is fetching */
+	struct hub_place *places;       /* a root: the relays it places, as they came (hub_place.c) */
+	size_t nplaces;
 	/* Connections that said hello as relays, the newest last: only they read arriving versions. */
 	char relay_conns[HUB_RELAY_CONNS][WSYNC_PEER_NAME];
 	size_t nrelay_conns;
@@ -541,6 +545,23 @@ void hub_arrive_pack(const wsync_hub_t *h, char *const *models, size_t nmodels,
 size_t hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e);
 /* The op subtree: merges a relay's report into the registry, each worker with its path. */
 int hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_place.c: a root places the relays reporting to it in a chain ---- */
+
+/*
+ * A relay's report r (op subtree) with "advertise": keeps where relay is
+ * reached, its "rate" and a parent it "lost" (then no one's parent), and
+ * puts the endpoint of the relay it is to follow into parent ("": this hub)
+ * and that relay's public key into key ("": none). -1 with err.
+ */
+int hub_place_report(wsync_hub_t *h, const struct hub_req *r, const char *relay, char *parent,
+    size_t psize, char *key, size_t ksize, wsync_err_t *err);
+/* Forgets the relays that stopped reporting; how many are placed. */
+size_t hub_place_expire(wsync_hub_t *h);
+/* Packs "relays": [{relay, endpoint, parent, rate, slow, bad}], in the chain's order. */
+void hub_place_pack(const wsync_hub_t *h, wsync_enc_t *e);
+/* Frees the places. */
+void hub_place_free(wsync_hub_t *h);
 
 /* ---- hub_delta.c: deltas between versions, made once in a thread, served by get ---- */
 

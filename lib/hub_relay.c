@@ -65,6 +65,33 @@ s_origin_set(wsync_hub_t *h, const char *origin)
 		    sizeof(quoted)));
 }
 
+/*
+ * Where downstream relays reach this hub (wsync_hub_opts_t's advertise):
+ * as given, else the first endpoint naming a host, else the first ipc one.
+ */
+static void
+s_advertise(struct hub_relay *rl, const wsync_hub_opts_t *o)
+{
+	const char *ipc = NULL;
+
+	if (o->advertise != NULL) {
+		snprintf(rl->advertise, sizeof(rl->advertise), "%s", o->advertise);
+		return;
+	}
+	for (int i = 0; i < o->nendpoints; i++) {
+		const char *e = o->endpoints[i];
+		if (strncmp(e, "tcp://", 6) == 0 && strncmp(e + 6, "*:", 2) != 0 &&
+		    strncmp(e + 6, "0.0.0.0:", 8) != 0 && strncmp(e + 6, "[::]:", 5) != 0 &&
+		    strchr(e + 6, '*') == NULL) {
+			snprintf(rl->advertise, sizeof(rl->advertise), "%s", e);
+			return;
+		}
+		if (ipc == NULL && strncmp(e, "ipc://", 6) == 0)
+			ipc = e;
+	}
+	snprintf(rl->advertise, sizeof(rl->advertise), "%s", ipc != NULL ? ipc : "");
+}
+
 int
 hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 {
@@ -94,6 +121,7 @@ hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	rl->log = h->log;
 	rl->log_arg = h->log_arg;
+	s_advertise(rl, o);
 	snprintf(rl->name, sizeof(rl->name), "%s", h->name);
 	snprintf(rl->beside, sizeof(rl->beside), "%s/.uploads/relay", wsync_store_dir(h->store));
 	/* What the store has: the thread mirrors only what is newer. */
@@ -151,6 +179,7 @@ hub_relay_stop(wsync_hub_t *h)
 	}
 	free(rl->group);
 	free(rl->report);
+	wsync_client_destroy(&rl->home);
 	free(rl);
 	h->relay = NULL;
 }

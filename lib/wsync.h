@@ -560,6 +560,14 @@ typedef struct wsync_hub_opts {
 	int nupstream_models;
 	const char *upstream_key;
 	const char *upstream_hub_key;
+	/*
+	 * A relay: the endpoint other relays reach this hub at, told to the
+	 * upstream, which may place relays under it (wsync(7), RELAYS). NULL:
+	 * the first of endpoints that names a host (tcp, not a wildcard), else
+	 * the first ipc one; "": none, and this relay is placed under nobody's
+	 * parent or given children.
+	 */
+	const char *advertise;
 } wsync_hub_opts_t;
 
 /* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
