@@ -179,6 +179,9 @@ struct hub_arriving {
 	int fd;                         /* the file the relay's thread writes, read-only */
 	uint64_t upto;                  /* bytes in, from offset 0 without a gap */
 	int passed;                     /* a range was served before it was whole (logged once) */
+	/* The last one that failed verification here: gets of it still on their way are refused so. */
+	char failed_model[WSYNC_MAX_MODEL + 1];
+	uint64_t failed;
 	struct hub_early_get gets[HUB_ARRIVE_GETS];
 	size_t ngets;
 };
@@ -510,6 +513,12 @@ int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 
 /* 1 when version of model is the one arriving at h (not committed yet). */
 int hub_arrive_has(const wsync_hub_t *h, const char *model, uint64_t version);
+/*
+ * 1 with err (65) when version of model arrived at h and failed verification:
+ * a downstream relay's get of it, sent before it heard, learns that, not 66.
+ */
+int hub_arrive_failed(const wsync_hub_t *h, const char *model, uint64_t version,
+    wsync_err_t *err);
 /* Connection conn said hello as a relay: it may read arriving versions. */
 void hub_arrive_reader_add(wsync_hub_t *h, const char *conn);
 /*
@@ -550,12 +559,12 @@ int hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
 
 /*
  * A relay's report r (op subtree) with "advertise": keeps where relay is
- * reached, its "rate" and a parent it "lost" (then no one's parent), and
- * puts the endpoint of the relay it is to follow into parent ("": this hub)
- * and that relay's public key into key ("": none). -1 with err.
+ * reached (and its hub's key), its "rate" and a parent it "lost" (then no
+ * one's parent), and starts r's ok reply in e with the relay's parent ("": this hub), that parent's key, and the keys of
+ * the relays placed under it. -1 with err.
  */
-int hub_place_report(wsync_hub_t *h, const struct hub_req *r, const char *relay, char *parent,
-    size_t psize, char *key, size_t ksize, wsync_err_t *err);
+int hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsync_enc_t *e,
+    wsync_err_t *err);
 /* Forgets the relays that stopped reporting; how many are placed. */
 size_t hub_place_expire(wsync_hub_t *h);
 /* Packs "relays": [{relay, endpoint, parent, rate, slow, bad}], in the chain's order. */

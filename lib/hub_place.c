@@ -15,7 +15,8 @@
 struct hub_place {
 	char relay[WSYNC_MAX_ID + 1];   /* its name, as it reports */
 	char endpoint[512];             /* where it is reached (its advertise) */
-	char key[64];                   /* its public key (z85) with CURVE; "": none */
+	char key[64];                   /* its hub's public key (Z85), as it says; "": none */
+	char client[64];                /* the key it connects with (Z85), as CURVE says; "": none */
 	int64_t seen;                   /* monotonic ms of its last report */
 	uint64_t rate;                  /* bytes/s of its last large fetch; 0: not said */
 	int slow;                       /* a third of its parent's rate or less: last in line */
@@ -122,17 +123,37 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 	return p->rate * 3 < best;
 }
 
-int
-hub_place_report(wsync_hub_t *h, const struct hub_req *r, const char *relay, char *parent,
-    size_t psize, char *key, size_t ksize, wsync_err_t *err)
+/* Packs "admit": the client keys of the relays placed under place i (none: nothing); 1 or 0. */
+static size_t
+s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
 {
-	char endpoint[512], lost[512];
+	size_t n = 0;
+
+	for (size_t c = 0; c < h->nplaces; c++)
+		n += h->places[c].client[0] != '\0' && s_parent_of(h, c) == (long)i;
+	if (!pack || n == 0)
+		return n > 0;
+	wsync_enc_str(e, "admit");
+	msgpack_pack_array(&e->pk, n);
+	for (size_t c = 0; c < h->nplaces; c++)
+		if (h->places[c].client[0] != '\0' && s_parent_of(h, c) == (long)i)
+			wsync_enc_str(e, h->places[c].client);
+	return 1;
+}
+
+int
+hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsync_enc_t *e,
+    wsync_err_t *err)
+{
+	char endpoint[512], lost[512], key[64];
 	int64_t now = wsync_now_ms();
 	struct hub_place *p;
 	uint64_t rate = 0;
 	long at;
+	size_t i;
 
 	if (hub_str(r, "advertise", 1, NULL, endpoint, sizeof(endpoint), err) < 0 ||
+	    hub_str(r, "advertise_key", 0, NULL, key, sizeof(key), err) < 0 ||
 	    hub_str(r, "lost", 0, NULL, lost, sizeof(lost), err) < 0 ||
 	    hub_u64(r, "rate", 0, &rate, err) < 0)
 		return -1;
@@ -145,18 +166,25 @@ hub_place_report(wsync_hub_t *h, const struct hub_req *r, const char *relay, cha
 		return wsync_err_set(err, EX_UNAVAILABLE, "this hub places %d relays at most: %s "
 		    "takes versions from it directly", HUB_PLACES, relay);
 	snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
-	wsync_auth_key_of(h->auth, &r->parts->part[2], p->key, sizeof(p->key));
+	snprintf(p->key, sizeof(p->key), "%s", key);
+	wsync_auth_key_of(h->auth, &r->parts->part[2], p->client, sizeof(p->client));
 	p->seen = now;
 	if (rate != 0)
 		p->rate = rate;
-	at = s_parent_of(h, (size_t)(p - h->places));
+	i = (size_t)(p - h->places);
+	at = s_parent_of(h, i);
 	if (!p->slow && !p->bad && s_slow(h, p, at)) {
 		p->slow = 1;
 		hub_log(h, "event=relay-slow relay=%s rate=%" PRIu64, relay, rate);
-		at = s_parent_of(h, (size_t)(p - h->places));
+		at = s_parent_of(h, i);
 	}
-	snprintf(parent, psize, "%s", at >= 0 ? h->places[at].endpoint : "");
-	snprintf(key, ksize, "%s", at >= 0 ? h->places[at].key : "");
+	/* With keys: the parent's key for this relay, and the keys this one lets in. */
+	hub_ok(e, r->id, 1 + (at >= 0 && h->places[at].key[0] != '\0') +
+	    s_pack_admit(h, i, e, 0));
+	wsync_enc_kv_str(e, "parent", at >= 0 ? h->places[at].endpoint : "");
+	if (at >= 0 && h->places[at].key[0] != '\0')
+		wsync_enc_kv_str(e, "parent_key", h->places[at].key);
+	s_pack_admit(h, i, e, 1);
 	return 0;
 }
 

@@ -131,9 +131,8 @@ s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpa
 int
 hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
-	char relay[WSYNC_MAX_ID + 1], parent[512] = "", key[64] = "";
+	char relay[WSYNC_MAX_ID + 1];
 	const msgpack_object *workers = wsync_msg_get(&r->msg, "workers");
-	int placed;
 	int64_t now = wsync_now_ms();
 	wsync_enc_t e;
 
@@ -147,18 +146,15 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		if (s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err) < 0)
 			return -1;
 	/* A root places the relays that say where they are reached; a relay places none. */
-	placed = h->relay == NULL && wsync_msg_get(&r->msg, "advertise") != NULL;
-	if (placed && hub_place_report(h, r, relay, parent, sizeof(parent), key, sizeof(key),
-	    err) < 0)
-		return -1;
+	if (h->relay == NULL && wsync_msg_get(&r->msg, "advertise") != NULL) {
+		if (hub_place_reply(h, r, relay, &e, err) < 0)
+			return -1;
+	} else {
+		hub_ok(&e, r->id, 0);
+	}
 	/* Any model may have moved: every wait is checked. */
 	for (size_t i = 0; i < wsync_store_count(h->store); i++)
 		hub_waits_check(h, wsync_store_model(h->store, i)->id);
-	hub_ok(&e, r->id, placed ? 1 + (key[0] != '\0') : 0);
-	if (placed)
-		wsync_enc_kv_str(&e, "parent", parent);
-	if (placed && key[0] != '\0')
-		wsync_enc_kv_str(&e, "parent_key", key);
 	hub_reply(h, r, &e);
 	return 0;
 }

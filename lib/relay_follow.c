@@ -14,6 +14,7 @@
 #define S_CALL_MS 3000          /* bound on one request to the upstream while connected */
 #define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
 #define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
+#define S_REFUSALS 3            /* a placed parent's refusals of this relay's key, at most */
 
 #define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
 
@@ -117,7 +118,7 @@ s_connect(struct hub_relay *rl, wsync_err_t *err)
 	/* Placed under another relay by the root: that one, with the key the root gave. */
 	if (rl->parent[0] != '\0') {
 		snprintf(rl->up.endpoint, sizeof(rl->up.endpoint), "%s", rl->parent);
-		co.hub_key = rl->parent_key[0] != '\0' ? rl->parent_key : rl->hub_key;
+		co.hub_public = rl->parent_key[0] != '\0' ? rl->parent_key : NULL;
 	} else {
 		wsync_follow_next(&rl->up, (const char *const *)rl->upstreams, rl->nupstreams, 0,
 		    err);
@@ -177,6 +178,34 @@ s_pair_read(struct hub_relay *rl, relay_reply_t *reply)
 	return got;
 }
 
+/*
+ * Tells the hub's loop the keys of the relays the root placed under this one
+ * (admit: a list, or NULL for none), when they changed: it lets them in.
+ */
+static void
+s_admit(struct hub_relay *rl, const msgpack_object *admit)
+{
+	wsync_enc_t e;
+
+	wsync_enc_init(&e);
+	msgpack_pack_map(&e.pk, 1);
+	wsync_enc_str(&e, "keys");
+	if (admit != NULL && admit->type == MSGPACK_OBJECT_ARRAY)
+		msgpack_pack_object(&e.pk, *admit);
+	else
+		msgpack_pack_array(&e.pk, 0);
+	if ((rl->admitted == NULL && admit == NULL) || (rl->admitted != NULL &&
+	    rl->admitted_len == e.sb.size && memcmp(rl->admitted, e.sb.data, e.sb.size) == 0)) {
+		wsync_enc_free(&e);
+		return;
+	}
+	free(rl->admitted);
+	if ((rl->admitted = malloc(e.sb.size)) != NULL)
+		memcpy(rl->admitted, e.sb.data, e.sb.size);
+	rl->admitted_len = e.sb.size;
+	relay_send(rl->pair, RELAY_MSG_ADMIT, &e, 0);
+}
+
 /* Connects home: the next upstream of the list, where the reports go. */
 static int
 s_home_connect(struct hub_relay *rl, wsync_err_t *err)
@@ -199,6 +228,7 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 {
 	char parent[sizeof(rl->placed)], key[sizeof(rl->placed_key)];
 	int placing = rl->advertise[0] != '\0', lost = rl->lost[0] != '\0';
+	int keyed = placing && rl->advertise_key[0] != '\0';
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
 	wsync_enc_t e;
@@ -208,12 +238,14 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 		return 0;
 	if (rl->home == NULL && s_home_connect(rl, err) < 0)
 		return -1;
-	id = wsync_client_request(rl->home, &e, "subtree", 2 + 2 * placing + lost);
+	id = wsync_client_request(rl->home, &e, "subtree", 2 + 2 * placing + keyed + lost);
 	wsync_enc_kv_str(&e, "relay", rl->name);
 	if (placing) {
 		wsync_enc_kv_str(&e, "advertise", rl->advertise);
 		wsync_enc_kv_u64(&e, "rate", rl->rate);
 	}
+	if (keyed)
+		wsync_enc_kv_str(&e, "advertise_key", rl->advertise_key);
 	if (lost)
 		wsync_enc_kv_str(&e, "lost", rl->lost);
 	wsync_enc_str(&e, "workers");
@@ -237,6 +269,7 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 		key[0] = '\0';
 	snprintf(rl->placed, sizeof(rl->placed), "%s", parent);
 	snprintf(rl->placed_key, sizeof(rl->placed_key), "%s", key);
+	s_admit(rl, wsync_msg_get(&m, "admit"));
 	wsync_client_release(&m, &p);
 	return 0;
 }
@@ -646,7 +679,7 @@ relay_follow(void *arg)
 {
 	struct hub_relay *rl = arg;
 	char quoted[2200];
-	int said = 0;
+	int said = 0, refused = 0;
 
 	while (!rl->stop) {
 		wsync_err_t err;
@@ -657,6 +690,16 @@ relay_follow(void *arg)
 			s_move(rl);
 		if (rl->up.client == NULL) {
 			if (s_connect(rl, &err) < 0) {
+				/*
+				 * A parent lets this relay's key in once its own report
+				 * brings the root's word (a heartbeat): until then, and
+				 * twice more, a refusal is no loss.
+				 */
+				if (rl->parent[0] != '\0' && err.code == EX_NOPERM &&
+				    ++refused < S_REFUSALS) {
+					s_wait_news(rl, WSYNC_HEARTBEAT_MS);
+					continue;
+				}
 				if (rl->parent[0] != '\0') {
 					s_log(rl, "event=relay-lost upstream=%s error=\"%s\"",
 					    rl->up.endpoint, wsync_log_quote(err.msg, quoted,
@@ -673,7 +716,7 @@ relay_follow(void *arg)
 				    S_SLICE_MS);
 				continue;
 			}
-			said = 0;
+			said = refused = 0;
 			s_log(rl, "event=relay-connect upstream=%s hub=%s", rl->up.endpoint,
 			    wsync_client_hub(rl->up.client));
 		}

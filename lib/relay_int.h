@@ -91,6 +91,9 @@ struct hub_relay {
 	struct relay_cut cut;
 	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */
 	char advertise[512];            /* where downstream relays reach this hub; "": nowhere */
+	char advertise_key[64];         /* this hub's public key (Z85); "": none */
+	unsigned char *admitted;        /* the root's last "admit", as the ADMIT message sent */
+	size_t admitted_len;
 	wsync_client_t *home;           /* the connection to the upstream reports go to */
 	int home_next;                  /* the index of the upstream home tries next */
 	int64_t reported_ms;            /* when the last report went home */
@@ -121,6 +124,7 @@ enum relay_msg_kind {
 	RELAY_MSG_HAND_OVER,            /* thread to hub: a version fetched whole, to commit */
 	RELAY_MSG_REPLY,                /* hub to thread: the hand-over's commit, or why not */
 	RELAY_MSG_REPORT,               /* hub to thread: its workers, for upstream */
+	RELAY_MSG_ADMIT,                /* thread to hub: {keys}, the relays placed under it */
 };
 
 /* Arriving: version v of model is written to path, upto bytes in from 0 without a gap. */

@@ -622,6 +622,8 @@ typedef struct wsync_client_opts {
 	 * $WSYNC_KEY and $WSYNC_HUB_KEY, else none). Both or neither. */
 	const char *key;
 	const char *hub_key;
+	/* NULL, or the hub's public key itself (40 Z85 characters), in place of hub_key's. */
+	const char *hub_public;
 	/* A watcher's tensor selection (wsync-watch --select), told to the hub in hello. */
 	const char *const *select;
 	int nselect;

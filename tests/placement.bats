@@ -158,3 +158,30 @@ start_chain() {
 	run -0 wsync-inspect --hub --json
 	assert_equal "$(jq -r '.relays[] | select(.bad) | .endpoint' <<<"$output")" "ipc://$TMP/r1"
 }
+
+@test "with keys, a relay lets in the relay the root placed under it, with no key copied between relays" {
+	local relay2_key
+	make_versions 1
+	mkdir push pull r1pull r2pull
+	for k in root pusher relay1 r1hub r2hub worker; do wsync-keygen "$k" >/dev/null; done
+	relay2_key=$(wsync-keygen relay2)
+	cp pusher push/
+	cp relay1 relay2 pull/
+	cp worker r1pull/
+	cp worker r2pull/
+	start_hub --secret-key root_secret --allow-push push --allow-pull pull
+	export WSYNC_KEY=pusher_secret WSYNC_HUB_KEY=root
+	start_relay r1 --key relay1_secret --hub-key root --secret-key r1hub_secret --allow-pull r1pull
+	wait_until placed_under r1 root
+	start_relay r2 --key relay2_secret --hub-key root --secret-key r2hub_secret --allow-pull r2pull
+	wait_until placed_under r2 r1
+	start_watcher w2 --key worker_secret --hub-key r2hub -e "ipc://$TMP/r2"
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(content_of v1.wsync)"
+	run -0 grep -c "event=relay-connect upstream=ipc://$TMP/r1 " r2.log
+	assert_output 1
+	# r1's lists hold no key of r2: the root told r1 to let it in.
+	run -0 grep -qF "event=admit key=$relay2_key role=pull " r1.log
+	run -0 grep -q "event=relay-admit keys=1\$" r1.log
+}
