@@ -437,6 +437,11 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 	}
 	if (f.resume == NULL && got.head.size >= RELAY_RATE_MIN)
 		rl->rate = got.head.size * 1000 / (uint64_t)(wsync_now_ms() - start + 1);
+#ifdef WSYNC_TEST_HOOKS
+	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
+	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)
+		rl->rate = strtoull(getenv("WSYNC_TEST_RELAY_RATE"), NULL, 10);
+#endif
 	to = &rl->fetched[rl->nfetched++];
 	snprintf(to->model, sizeof(to->model), "%s", model);
 	to->head = got.head;

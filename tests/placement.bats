@@ -185,3 +185,25 @@ start_chain() {
 	run -0 grep -qF "event=admit key=$relay2_key role=pull " r1.log
 	run -0 grep -q "event=relay-admit keys=1\$" r1.log
 }
+
+@test "a relay slower than a third of the others is moved to the end of the chain, where it slows no one" {
+	need_test_hooks WSYNC_TEST_RELAY_RATE
+	make_big 8
+	start_hub
+	# r1 says it fetched at 100 kB/s: a slow link, without shaping one.
+	WSYNC_TEST_RELAY_RATE=100000 start_relay r1
+	wait_until placed_under r1 root
+	start_relay r2
+	wait_until placed_under r2 r1
+	start_relay r3
+	wait_until placed_under r3 r2
+	wsync-push -m policy big.safetensors >/dev/null
+	wait_until placed_under r1 r3
+	run -0 placed_under r2 root
+	run -0 placed_under r3 r2
+	run -0 grep -c "event=relay-slow relay=$(hostname):${RPID[r1]} rate=100000\$" hub.log
+	assert_output 1
+	run -0 wsync-inspect --hub
+	assert_equal "$(tail -n 1 <<<"$output")" "$(printf '%-24s %-8s %-40s  %s' \
+	    "$(hostname):${RPID[r1]}" slow "ipc://$TMP/r1" "ipc://$TMP/r3")"
+}
