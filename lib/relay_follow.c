@@ -73,6 +73,8 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	wsync_enc_t e;
 
 	snprintf(rl->tmp, sizeof(rl->tmp), "%s", tmp);
+	if (upto > rl->in)
+		rl->in = upto;
 	/* A long fetch keeps the root hearing from this relay, and the acks behind it flowing. */
 	if (wsync_now_ms() - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
 		s_report_now(rl);
@@ -359,14 +361,14 @@ static int
 s_cut_keep(struct hub_relay *rl, const char *model, const wsync_head_t *head,
     const wsync_err_t *err)
 {
-	if (err->code == EX_DATAERR || rl->told == 0 ||
-	    rl->tmp[0] == '\0' || access(rl->tmp, F_OK) < 0)
+	if (err->code == EX_DATAERR || rl->in == 0 || rl->tmp[0] == '\0' ||
+	    access(rl->tmp, F_OK) < 0)
 		return 0;
 	s_cut_drop(rl);
 	snprintf(rl->cut.model, sizeof(rl->cut.model), "%s", model);
 	rl->cut.head = *head;
 	snprintf(rl->cut.path, sizeof(rl->cut.path), "%s", rl->tmp);
-	rl->cut.upto = rl->told;
+	rl->cut.upto = rl->in;
 	return 1;
 }
 
@@ -399,14 +401,14 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 			return 0;
 	if (rl->nfetched == RELAY_GROUP_MAX)
 		return 0;
-	rl->told = 0;
+	rl->told = rl->in = 0;
 	rl->tmp[0] = '\0';
 	if (rl->cut.path[0] != '\0' && strcmp(rl->cut.model, model) == 0) {
 		if (rl->cut.head.version == head->version && rl->cut.head.size == head->size &&
 		    rl->cut.head.content == head->content) {
 			snprintf(resume, sizeof(resume), "%s", rl->cut.path);
 			f.resume = resume;
-			f.resume_upto = rl->told = rl->cut.upto;
+			f.resume_upto = rl->told = rl->in = rl->cut.upto;
 			s_log(rl, "event=relay-resume model=%s version=%" PRIu64 " upstream=%s "
 			    "from=%" PRIu64, model, head->version, rl->up.endpoint, rl->cut.upto);
 			rl->cut.path[0] = '\0';
@@ -430,6 +432,9 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 			/* Spoiled on its way: fetched again through the parent the root names next. */
 			if (rl->parent[0] != '\0')
 				return -1;
+			/* What a cut-off fetch left may be what was spoiled: whole, the next round. */
+			if (f.resume != NULL)
+				return 0;
 			have->failed = head->version;
 			return 0;
 		}

@@ -88,6 +88,7 @@ struct hub_relay {
 	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
 	size_t report_len;
 	char tmp[PATH_MAX];             /* the file the version being fetched is written to */
+	uint64_t in;                    /* bytes of it in, from 0 without a gap (told counts 0 as 1) */
 	struct relay_cut cut;
 	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */
 	char advertise[512];            /* where downstream relays reach this hub; "": nowhere */
