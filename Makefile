@@ -100,9 +100,11 @@ check: all
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run
 
 # What the tests run, in the test build (make check runs it as BUILD=$(TEST_BUILD)).
-# The side-by-side harness's test runs bench/zmq_raw's floor as well, and
-# the delta test makes its deltas with bench/delta.
-check-build: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta
+# The side-by-side harness's test runs bench/zmq_raw's floor as well, the
+# delta test makes its deltas with bench/delta, and the large-update
+# harness's test runs bench/update's programs.
+check-build: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta $(BUILD)/bench/mkstep \
+    $(BUILD)/bench/floors $(BUILD)/bench/passes
 
 # The crash tests need the hooks: the test build. bench/hosts-fanout (the
 # fanout test) makes its model with bench/mkmodel.

@@ -314,6 +314,8 @@ main(int argc, char **argv)
 	wsync_file_close(&bf);
 	wsync_file_close(&hf);
 	free(dst);
+	for (int t = 0; t < NTENSORS; t++)
+		free(m.changes[t]);
 	getloadavg(load, 3);
 	printf("%llu MiB of bf16 in %d tensors, 1%% of elements changed, files in %s, best of "
 	    "%d; load average %.2f %.2f %.2f\n", (unsigned long long)mib, NTENSORS, dir, runs,

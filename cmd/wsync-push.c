@@ -16,7 +16,7 @@ static const char s_usage[] =
     "                  [--base FILE] [--exclude GLOB]... [--max-file BYTES]\n"
     "                  -m MODEL FILE|DIR|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-q|--progress]\n"
-    "                  --part R/N --group KEY -m MODEL FILE|-\n"
+    "                  [--sign-key FILE] --part R/N --group KEY -m MODEL FILE|-\n"
     "       wsync-push [-e ENDPOINT] [-t SEC] [-w all|N|ID,...] [-W ID,...]\n"
     "                  [--transfer MODE] [-q|--progress] [--sign-key FILE [--seq N]]\n"
     "                  [--exclude GLOB]... [--max-file BYTES] -m MODEL=FILE...\n"
@@ -114,10 +114,10 @@ s_part_check(struct s_conn *conn, const wsync_push_req_t *r)
 	conn->group_key = cli_number("--group", conn->group);
 	if (r->n != 1 || r->with_files != 0 || r->wait_for != 0)
 		cli_usage_error("--part pushes one file of one model: -m MODEL FILE");
-	if (r->targets != NULL || r->base != NULL || conn->sign_key != NULL ||
+	if (r->targets != NULL || r->base != NULL || r->seq != 0 ||
 	    conn->transfer == WSYNC_TRANSFER_COPY || conn->transfer == WSYNC_TRANSFER_LINK)
-		cli_usage_error("--part goes over the socket to every worker, unsigned and whole: "
-		    "not with -W, --base, --sign-key or --transfer copy|link");
+		cli_usage_error("--part goes over the socket to every worker, whole, signed for "
+		    "its group: not with -W, --base, --seq or --transfer copy|link");
 }
 
 /* Connects for the models of r (none for --batch), abandoning on *stop; dies on failure. */

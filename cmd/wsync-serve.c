@@ -1,6 +1,7 @@
 /* wsync-serve - the hub: keeps numbered versions of models, announces them, serves them. */
 #include <getopt.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,13 @@ main(int argc, char **argv)
 	int c;
 
 	cli_init("wsync-serve");
+	/*
+	 * Chunks (4 MiB) in their own mappings, given back once freed: with
+	 * glibc's moving threshold they would come from the heap after the first,
+	 * and a hub that took two uploads at once would keep their queue's pages
+	 * for good.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 1 << 20);
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":e:hV", opts, NULL)) != -1) {
 		switch (c) {

@@ -544,8 +544,7 @@ s_meta(struct s_cast *s, wsync_err_t *err)
 
 	for (size_t i = 0; i < wsync_file_meta_count(f); i++) {
 		const wsync_meta_t *m = wsync_file_meta(f, i);
-		if (strcmp(m->key, WSYNC_META_MANIFEST) == 0 ||
-		    strcmp(m->key, WSYNC_META_SIGNATURE) == 0)
+		if (wsync_meta_is_signature(m->key))
 			continue;
 		if (wsync_tree_set_meta(s->tree, m->key, m->value, err) < 0)
 			goto out;

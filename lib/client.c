@@ -25,6 +25,14 @@ wsync_transfer_name(int mode)
 	return wsync_name_of(s_transfers, 5, mode);
 }
 
+int
+wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
+{
+	return wsync_err_set(err, EX_USAGE, "transfer by %s: the hub's store is not visible "
+	    "from here (another host, user or mount namespace); socket or auto works",
+	    wsync_transfer_name(c->transfer));
+}
+
 static void
 s_close_socket(wsync_client_t *c)
 {
@@ -392,6 +400,18 @@ wsync_client_reconnect(wsync_client_t *c, int timeout_ms, wsync_err_t *err)
 	return s_hello(c, timeout_ms, err);
 }
 
+void
+wsync_client_heads_from(const wsync_msg_t *m, wsync_heads_from_t *from)
+{
+	if (wsync_msg_str(m, "hub", from->hub, sizeof(from->hub)) < 0)
+		from->hub[0] = '\0';
+	if (wsync_msg_str(m, "store", from->store, sizeof(from->store)) < 0)
+		from->store[0] = '\0';
+	/* A hub that names no origin is a tree of its own: its store is the origin. */
+	if (wsync_msg_str(m, "origin", from->origin, sizeof(from->origin)) < 0)
+		snprintf(from->origin, sizeof(from->origin), "%s", from->store);
+}
+
 int
 wsync_client_heads(wsync_client_t *c, const wsync_heads_ask_t *a, wsync_head_t *heads,
     wsync_heads_from_t *from, int timeout_ms, wsync_err_t *err)
@@ -400,28 +420,16 @@ wsync_client_heads(wsync_client_t *c, const wsync_heads_ask_t *a, wsync_head_t *
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
 	const msgpack_object *all;
-	uint64_t id = wsync_client_request(c, &e, "heads", a->worker ? 3 : 1);
+	uint64_t id = wsync_client_request(c, &e, "heads", 1);
 
 	wsync_enc_str(&e, "models");
 	msgpack_pack_array(&e.pk, (size_t)a->n);
 	for (int i = 0; i < a->n; i++)
 		wsync_enc_str(&e, a->models[i]);
-	if (a->worker != NULL) {
-		wsync_enc_kv_str(&e, "worker", a->worker);
-		wsync_enc_str(&e, "applied");
-		msgpack_pack_map(&e.pk, (size_t)a->n);
-		for (int i = 0; i < a->n; i++)
-			wsync_enc_kv_u64(&e, a->models[i], a->applied[i]);
-	}
 	if (wsync_client_call(c, &e, id, NULL, 0, timeout_ms, "heads", &m, &p, err) < 0)
 		return -1;
-	if (from != NULL && wsync_msg_str(&m, "hub", from->hub, sizeof(from->hub)) < 0)
-		from->hub[0] = '\0';
-	if (from != NULL && wsync_msg_str(&m, "store", from->store, sizeof(from->store)) < 0)
-		from->store[0] = '\0';
-	/* A hub that names no origin is a tree of its own: its store is the origin. */
-	if (from != NULL && wsync_msg_str(&m, "origin", from->origin, sizeof(from->origin)) < 0)
-		snprintf(from->origin, sizeof(from->origin), "%s", from->store);
+	if (from != NULL)
+		wsync_client_heads_from(&m, from);
 	all = wsync_msg_get(&m, "heads");
 	for (int i = 0; i < a->n; i++) {
 		const msgpack_object *h = wsync_obj_get(all, a->models[i]);

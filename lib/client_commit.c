@@ -4,20 +4,6 @@
 
 #include "push_session_int.h"
 
-static const char *const s_wait_modes[] = { "all", "count", "ids" };
-
-int
-wsync_wait_parse(const char *name)
-{
-	return wsync_name_index(s_wait_modes, 3, name);
-}
-
-const char *
-wsync_wait_name(int mode)
-{
-	return wsync_name_of(s_wait_modes, 3, mode);
-}
-
 /* Fields of a wait (mode, timeout_ms, count or ids) to pack after a request's own. */
 static size_t
 s_wait_fields(const wsync_wait_t *w)

@@ -66,22 +66,10 @@ wsync_ms_left(int64_t deadline)
 	return left > 0 ? (int)left : 0;
 }
 
-/* The index of name in the n names (the enum value it stands for); -1 when absent. */
-static inline int
-wsync_name_index(const char *const *names, int n, const char *name)
-{
-	for (int i = 0; i < n; i++)
-		if (strcmp(name, names[i]) == 0)
-			return i;
-	return -1;
-}
+/* ---- the connection (client.c) ---- */
 
-/* The name of enum value i of the n names; "?" out of range. */
-static inline const char *
-wsync_name_of(const char *const *names, int n, int i)
-{
-	return i >= 0 && i < n ? names[i] : "?";
-}
+/* The error (64) for a transfer mode asked for that needs the hub's store visible here. */
+int wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err);
 
 /* ---- a push sent as a delta (client_pushdelta.c) ---- */
 
@@ -122,8 +110,6 @@ void wsync_client_pushdelta_end(struct wsync_push_send *send);
  */
 int wsync_client_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size,
     int64_t deadline, wsync_err_t *err);
-/* The error (64) for a transfer mode asked for that needs the hub's store visible here. */
-int wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err);
 /*
  * Gets bytes [0, size) of version of model (with base non-zero: of the delta
  * from base to it) into fd, up to the window of gets in flight, each chunk

@@ -374,14 +374,6 @@ out:
 	return rc;
 }
 
-int
-wsync_client_not_visible(const wsync_client_t *c, wsync_err_t *err)
-{
-	return wsync_err_set(err, EX_USAGE, "transfer by %s: the hub's store is not visible "
-	    "from here (another host, user or mount namespace); socket or auto works",
-	    wsync_transfer_name(c->transfer));
-}
-
 /*
  * Puts version out->head of model into a new file beside path, in buf, open
  * as *fd: a hard link to the store's file when the mode allows and the file
@@ -726,69 +718,49 @@ wsync_client_pull(wsync_client_t *c, const wsync_fetch_t *f, const char *path,
 }
 
 
-/* Unlinks and frees the n temporary files of a pull of several models. */
+/* Unlinks and frees the temporary files of the n models of a pull of several. */
 static void
-s_drop_temps(char **tmp, int n)
+s_drop_temps(wsync_round_model_t *r, int n)
 {
 	for (int i = 0; i < n; i++) {
-		if (tmp[i] != NULL)
-			unlink(tmp[i]);
-		free(tmp[i]);
-		tmp[i] = NULL;
+		if (r[i].tmp != NULL)
+			unlink(r[i].tmp);
+		free(r[i].tmp);
+		r[i].tmp = NULL;
 	}
 }
 
-/* Fetches the heads got of n models into tmp, beside paths; -1 with err. */
+/* Fetches the heads of the n models of r into their tmp, beside paths; -1 with err. */
 static int
 s_fetch_round(wsync_client_t *c, const wsync_fetch_t *f, int n, const char *const *paths,
-    wsync_head_t *got, char **tmp, int64_t deadline, wsync_err_t *err)
+    wsync_round_model_t *r, int64_t deadline, wsync_err_t *err)
 {
 	for (int i = 0; i < n; i++) {
-		wsync_fetch_temp_t into = { .what = f[i], .known = &got[i], .beside = paths[i] };
+		wsync_fetch_temp_t into = { .what = f[i], .known = &r[i].head, .beside = paths[i] };
 		wsync_fetched_t one;
-		into.what.version = got[i].version;
-		if (wsync_client_fetch_temp(c, &into, &tmp[i], &one, wsync_ms_left(deadline),
+		into.what.version = r[i].head.version;
+		if (wsync_client_fetch_temp(c, &into, &r[i].tmp, &one, wsync_ms_left(deadline),
 		    err) < 0)
 			return -1;
-		got[i] = one.head;
+		r[i].head = one.head;
 	}
 	return 0;
 }
 
-/* With keys, the round of n fetched models as one (signround.c); -1 with err (77). */
+/* With keys, the round r of n fetched models as one (signround.c); -1 with err (77). */
 static int
-s_check_round(const wsync_fetch_t *f, int n, const char *const *paths, char **tmp,
-    const wsync_head_t *got, wsync_err_t *err)
+s_check_round(const wsync_fetch_t *f, int n, const char *const *models,
+    const char *const *paths, wsync_round_model_t *r, wsync_err_t *err)
 {
-	const char **models = calloc((size_t)n, sizeof(*models));
-	wsync_applied_t *in_place = calloc((size_t)n, sizeof(*in_place));
-	wsync_applied_t *next = calloc((size_t)n, sizeof(*next));
-	char (*why)[WSYNC_MAX_REASON] = calloc((size_t)n, sizeof(*why));
-	int rc = -1;
-
-	if (models == NULL || in_place == NULL || next == NULL || why == NULL) {
-		wsync_err_set(err, EX_SOFTWARE, "out of memory");
-		goto out;
-	}
-	for (int i = 0; i < n; i++) {
-		models[i] = f[i].model;
-		wsync_applied_read(paths[i], &in_place[i]);
-	}
+	for (int i = 0; i < n; i++)
+		wsync_applied_read(paths[i], &r[i].in_place);
 	if (wsync_check_round(&(wsync_round_t){ .models = models, .n = n, .keys = f[0].keys,
-	    .nkeys = f[0].nkeys }, in_place, tmp, got, why, next) < 0) {
-		wsync_err_set(err, EX_SOFTWARE, "out of memory");
-		goto out;
-	}
-	rc = 0;
-	for (int i = 0; i < n && rc == 0; i++)
-		if (why[i][0] != '\0')
-			rc = wsync_err_set(err, EX_NOPERM, "%s", why[i]);
-out:
-	free(models);
-	free(in_place);
-	free(next);
-	free(why);
-	return rc;
+	    .nkeys = f[0].nkeys }, r) < 0)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	for (int i = 0; i < n; i++)
+		if (r[i].why[0] != '\0')
+			return wsync_err_set(err, EX_NOPERM, "%s", r[i].why);
+	return 0;
 }
 
 int
@@ -797,10 +769,10 @@ wsync_client_pull_models(wsync_client_t *c, const wsync_fetch_t *f, int n,
 {
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char **models = calloc((size_t)n, sizeof(*models));
-	char **tmp = calloc((size_t)n, sizeof(*tmp));
+	wsync_round_model_t *r = calloc((size_t)n, sizeof(*r));
 	int rc = -1;
 
-	if (models == NULL || tmp == NULL) {
+	if (models == NULL || r == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -815,36 +787,40 @@ wsync_client_pull_models(wsync_client_t *c, const wsync_fetch_t *f, int n,
 		if (wsync_client_heads(c, &(wsync_heads_ask_t){ .models = models, .n = n }, got,
 		    NULL, wsync_ms_left(deadline), err) < 0)
 			goto out;
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			if (got[i].version == 0) {
 				wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", models[i]);
 				goto out;
 			}
-		if (s_fetch_round(c, f, n, paths, got, tmp, deadline, err) == 0)
+			r[i].head = got[i];
+		}
+		if (s_fetch_round(c, f, n, paths, r, deadline, err) == 0)
 			break;
-		s_drop_temps(tmp, n);
+		s_drop_temps(r, n);
 		if (err->code != EX_NOINPUT || wsync_ms_left(deadline) == 0)
 			goto out;
 	}
-	if (f[0].nkeys > 0 && s_check_round(f, n, paths, tmp, got, err) < 0)
+	for (int i = 0; i < n; i++)
+		got[i] = r[i].head;
+	if (f[0].nkeys > 0 && s_check_round(f, n, models, paths, r, err) < 0)
 		goto out;
 	/* Every version is whole and verified: only now is any put in place. */
 	for (int i = 0; i < n; i++) {
-		if (rename(tmp[i], paths[i]) < 0) {
+		if (rename(r[i].tmp, paths[i]) < 0) {
 			wsync_err_set(err, EX_IOERR, "%s: cannot rename into place: %s", paths[i],
 			    strerror(errno));
 			goto out;
 		}
 		/* Also when paths[i] was a link to the same file already: rename left it. */
-		unlink(tmp[i]);
-		free(tmp[i]);
-		tmp[i] = NULL;
+		unlink(r[i].tmp);
+		free(r[i].tmp);
+		r[i].tmp = NULL;
 	}
 	rc = 0;
 out:
-	if (tmp != NULL)
-		s_drop_temps(tmp, n);
-	free(tmp);
+	if (r != NULL)
+		s_drop_temps(r, n);
+	free(r);
 	free(models);
 	return rc;
 }

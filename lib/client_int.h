@@ -43,6 +43,9 @@ int wsync_client_call(wsync_client_t *c, wsync_enc_t *e, uint64_t id, const void
     size_t dlen, int timeout_ms, const char *what, wsync_msg_t *m, wsync_parts_t *p,
     wsync_err_t *err);
 
+/* Reads who answered a heads request from its reply m into from. */
+void wsync_client_heads_from(const wsync_msg_t *m, wsync_heads_from_t *from);
+
 /* The hub's identity, from hello; borrowed until the client is destroyed or reconnects. */
 const char *wsync_client_hub(const wsync_client_t *c);
 /* The hub's PUB endpoint as this client reaches it; borrowed as wsync_client_hub. */

@@ -47,6 +47,10 @@ wsync_client_sign_trees(wsync_client_t *c, wsync_tree_t *const *trees, int n,
 
 	if (ps == NULL || ps->sign == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "no signing key");
+	/* A part is signed for its group: the key's counter is the whole pushes'. */
+	if (ps->parts != 0)
+		return n != 1 ? wsync_err_set(err, EX_USAGE, "a part is one model") :
+		    wsync_sign_part(trees[0], ps->sign, ps->group, ps->part, ps->parts, NULL, err);
 	if (wsync_signseq_next(ps->sign_path, ps->sign_seq, &seq, err) < 0)
 		return -1;
 	/* A --seq is for one push; the next one takes the counter's next. */

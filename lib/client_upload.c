@@ -39,7 +39,7 @@ s_read(wsync_source_t *src, const struct wsync_push_send *send, uint64_t off, vo
  * what it sends.
  */
 static int
-s_upload(wsync_client_t *c, uint64_t upload, wsync_source_t **src,
+s_upload(wsync_client_t *c, uint64_t upload, unsigned window, wsync_source_t **src,
     const struct wsync_push_send *send, const uint64_t *sizes, int n, int64_t deadline,
     wsync_err_t *err)
 {
@@ -61,7 +61,7 @@ s_upload(wsync_client_t *c, uint64_t upload, wsync_source_t **src,
 		unsigned at;
 
 		rc = -1;
-		while (inflight < c->window && file < n) {
+		while (inflight < window && file < n) {
 			wsync_enc_t e;
 			size_t len = sizes[file] - off < c->chunk ? (size_t)(sizes[file] - off) :
 			    c->chunk;
@@ -347,7 +347,7 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
     const struct wsync_push_send *send, const wsync_slot_ask_t *files, int hand_over,
     int64_t deadline, wsync_err_t *err)
 {
-	uint64_t *sizes = calloc((size_t)files->n + 1, sizeof(*sizes)), id, upload = 0;
+	uint64_t *sizes = calloc((size_t)files->n + 1, sizeof(*sizes)), id, upload = 0, window;
 	wsync_enc_t e;
 	wsync_msg_t m;
 	wsync_parts_t p = { .n = 0 };
@@ -367,6 +367,9 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 	if ((rc = wsync_client_call(c, &e, id, NULL, 0, wsync_ms_left(deadline), "begin", &m, &p,
 	    err)) < 0)
 		goto out;
+	/* The hub's share of its window for this upload, when it gives one. */
+	if (wsync_msg_u64(&m, "window", &window) < 0 || window == 0 || window > c->window)
+		window = c->window;
 	if ((rc = wsync_msg_u64(&m, "upload", &upload)) < 0)
 		wsync_err_set(err, EX_PROTOCOL, "%s: a begin reply without upload", c->endpoint);
 	else if (hand_over && (rc = s_hand_over(c, &m, src, files, err)) == 1)
@@ -380,8 +383,8 @@ s_send(wsync_client_t *c, wsync_push_item_t *items, wsync_source_t **src,
 #ifdef WSYNC_TEST_HOOKS
 	s_gate();
 #endif
-	if (!hand_over && (rc = s_upload(c, upload, src, send, sizes, files->n, deadline,
-	    err)) < 0) {
+	if (!hand_over && (rc = s_upload(c, upload, (unsigned)window, src, send, sizes, files->n,
+	    deadline, err)) < 0) {
 		wsync_client_abort_quietly(c, upload);
 		goto out;
 	}

@@ -12,8 +12,7 @@
 
 #include "file_int.h"
 #include "hub_int.h"
-
-#define HUB_GROUP_MODELS 256            /* models whose last committed group key is kept */
+#include "tree_int.h"
 
 /* One part of a group: its attempt (an upload), then, whole, its file and the commit to answer. */
 struct hub_part {
@@ -40,31 +39,7 @@ struct hub_group {
 
 struct hub_groups {
 	struct hub_group groups[HUB_GROUPS];
-	struct {
-		char model[WSYNC_MAX_MODEL + 1];
-		uint64_t key;
-	} last[HUB_GROUP_MODELS];       /* the last group key committed of each model */
-	size_t nlast;
 };
-
-/* The last group key committed of model since the hub started; 0: none. */
-static uint64_t *
-s_last(struct hub_groups *gs, const char *model, int make)
-{
-	for (size_t i = 0; i < gs->nlast; i++)
-		if (strcmp(gs->last[i].model, model) == 0)
-			return &gs->last[i].key;
-	if (!make)
-		return NULL;
-	/* The oldest entry makes room: a model not pushed in parts for long forgets its key. */
-	if (gs->nlast == HUB_GROUP_MODELS) {
-		memmove(&gs->last[0], &gs->last[1], (HUB_GROUP_MODELS - 1) * sizeof(gs->last[0]));
-		gs->nlast--;
-	}
-	snprintf(gs->last[gs->nlast].model, sizeof(gs->last[0].model), "%s", model);
-	gs->last[gs->nlast].key = 0;
-	return &gs->last[gs->nlast++].key;
-}
 
 size_t
 hub_groups_open(const wsync_hub_t *h)
@@ -73,6 +48,19 @@ hub_groups_open(const wsync_hub_t *h)
 
 	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++)
 		n += h->groups->groups[i].key != 0;
+	return n;
+}
+
+size_t
+hub_groups_sending(const wsync_hub_t *h)
+{
+	size_t n = 0;
+
+	for (int i = 0; h->groups != NULL && i < HUB_GROUPS; i++) {
+		const struct hub_group *g = &h->groups->groups[i];
+		for (uint32_t j = 0; g->key != 0 && j < g->nparts; j++)
+			n += g->parts[j].up.id != 0 && !g->parts[j].whole;
+	}
 	return n;
 }
 
@@ -220,7 +208,7 @@ int
 hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync_err_t *err)
 {
 	char model[WSYNC_MAX_MODEL + 1];
-	uint64_t key, part, nparts, timeout = HUB_UPLOAD_IDLE_MS, *last;
+	uint64_t key, part, nparts, timeout = HUB_UPLOAD_IDLE_MS, last;
 	int64_t now = wsync_now_ms();
 	struct hub_group *g;
 	struct hub_part *p;
@@ -240,11 +228,12 @@ hub_group_begin(wsync_hub_t *h, struct hub_req *r, struct hub_upload **up, wsync
 		timeout = HUB_MAX_WAIT_MS;
 	if (h->groups == NULL && (h->groups = calloc(1, sizeof(*h->groups))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
-	last = s_last(h->groups, model, 0);
-	if (last != NULL && key <= *last)
+	/* The store's journal keeps the last key: a restarted hub refuses the same. */
+	last = wsync_store_group_last(h->store, model);
+	if (last != 0 && key <= last)
 		return wsync_err_set(err, EX_DATAERR, "model %s group %" PRIu64 " (part %" PRIu64
 		    " of %" PRIu64 ") is not above the last group committed, %" PRIu64, model, key,
-		    part, nparts, *last);
+		    part, nparts, last);
 	if (key == 0)
 		return wsync_err_set(err, EX_DATAERR, "model %s group 0 (part %" PRIu64 " of %"
 		    PRIu64 "): a group key is 1 or more", model, part, nparts);
@@ -357,19 +346,23 @@ s_union_add(wsync_tree_t *tree, const wsync_tensor_t *t, wsync_err_t *err)
 }
 
 /*
- * Writes the union of g's whole parts into a new upload file t: every tensor
- * copied and hashed once (wsync_tree_write_map), the meta of every part.
+ * Writes the union of g's whole parts into a new upload file t, the meta of
+ * every part. The parts are file mappings: each tensor is hashed, then
+ * written, a stride at a time, each stride's pages let go once done
+ * (release_sources), so the hub's memory stays a stride whatever the model's
+ * size, where a mapped output filled in one pass holds every page of the
+ * parts and of the union until the end (8 GiB resident for a 4 GiB model).
  */
 static int
 s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
     wsync_err_t *err)
 {
 	wsync_tree_t *tree = wsync_tree_new(g->model, err);
-	uint64_t size;
 	int rc = -1;
 
 	if (tree == NULL)
 		return -1;
+	tree->release_sources = 1;
 	for (uint32_t q = 0; q < g->nparts; q++) {
 		const wsync_file_t *f = g->parts[q].file;
 		for (size_t i = 0; i < wsync_file_count(f); i++)
@@ -380,17 +373,10 @@ s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 			    wsync_file_meta(f, i)->value, err) < 0)
 				goto done;
 	}
-	if (wsync_tree_size(tree, &size, err) < 0 ||
-	    wsync_store_temp_open(h->store, g->model, t, err) < 0)
+	if (wsync_store_temp_open(h->store, g->model, t, err) < 0 ||
+	    wsync_tree_write_fd(tree, t->fd, t->path, err) < 0)
 		goto done;
-	if (ftruncate(t->fd, (off_t)size) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot size the union of group %" PRIu64 ": %s",
-		    t->path, g->key, strerror(errno));
-		goto done;
-	}
-	if (wsync_tree_write_map(tree, t->fd, err) < 0)
-		goto done;
-	/* Hashed from the very bytes copied, out of parts each verified: the commit trusts them. */
+	/* Hashed from the very bytes written, out of parts each verified: the commit trusts them. */
 	t->verified = 1;
 	rc = 0;
 done:
@@ -404,7 +390,8 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 {
 	wsync_store_temp_t t = { .fd = -1 };
 	wsync_committed_t out;
-	wsync_commit_info_t info = { .pusher = g->parts[0].up.pusher, .time = wsync_wall_time() };
+	wsync_commit_info_t info = { .pusher = g->parts[0].up.pusher, .time = wsync_wall_time(),
+	    .group = g->key };
 	wsync_err_t err;
 	int64_t start = wsync_now_ms();
 
@@ -415,7 +402,6 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 		return;
 	}
 	h->counts.commits++;
-	*s_last(h->groups, g->model, 1) = g->key;
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
 	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union_ms=%" PRId64, out.model,
 	    out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-", g->key,

@@ -29,6 +29,12 @@
 
 #define HUB_MAX_WAIT_MS 3600000         /* one hour: the longest wait a peer may ask */
 #define HUB_UPLOADS 16                  /* uploads in flight per hub */
+/*
+ * Chunks the uploads sent over the socket keep in flight together, shared
+ * among them as each begins (at least one each): what the hub's queues hold
+ * of them, 32 MiB of 4 MiB chunks, whatever the number of ranks pushing.
+ */
+#define HUB_UPLOAD_WINDOW 8
 #define HUB_PEER_WAITS 64               /* waits pending per peer */
 #define HUB_UPLOAD_FILES 64             /* files in one upload */
 #define HUB_UPLOAD_IDLE_MS 60000        /* an upload not touched for this long expires */
@@ -40,6 +46,8 @@
 #define HUB_MAX_WAITS 1024
 #define HUB_MAX_LIST 1024               /* entries in a list or map of a request */
 #define HUB_VIA 512                     /* bytes of a worker's path of relays */
+#define HUB_HOP_MS 1500                 /* what a relay on its path may add to a worker's silence */
+#define HUB_MAX_HOPS 256                /* relays counted on a worker's path; a longer one counts so */
 #define HUB_MAX_NAME (WSYNC_MAX_ID > WSYNC_MAX_MODEL ? WSYNC_MAX_ID : WSYNC_MAX_MODEL)
 #define HUB_DELTAS 64                   /* deltas kept, being made or waiting to be */
 #define HUB_ARRIVE_GETS 64              /* gets waiting for an arriving version's bytes */
@@ -75,6 +83,7 @@ struct hub_worker {
 	char transfer[8];               /* how its last applied version came: link, copy, socket, delta */
 	uint64_t wire;                  /* bytes of that version on the wire; 0: none or not said */
 	char via[HUB_VIA];              /* the relays it is reached by, "r1>r2"; "": directly */
+	uint64_t hops;                  /* how many relays via names (0: it talks to this hub) */
 	struct hub_wmodel *models;
 	size_t nmodels, cap;
 	char **select;                  /* its tensor selection, from its hello; owned */
@@ -345,7 +354,12 @@ void hub_reply_data(wsync_hub_t *h, const struct hub_req *r, wsync_enc_t *e,
 
 /* ---- hub_worker.c: the worker registry (hello, heads, acks and failures, bye) ---- */
 
-/* 1 when w said no bye and was seen within WSYNC_ALIVE_MS of now. */
+/*
+ * How long w may go unheard of and stay alive: WSYNC_ALIVE_MS, and
+ * HUB_HOP_MS more for each relay on its path.
+ */
+int64_t hub_worker_silence_ms(const struct hub_worker *w);
+/* 1 when w said no bye and was heard of within hub_worker_silence_ms(w) of now. */
 int hub_worker_alive(const struct hub_worker *w, int64_t now);
 /* The worker with this id; NULL when the hub does not know it. */
 struct hub_worker *hub_worker_find(const wsync_hub_t *h, const char *id);
@@ -447,6 +461,8 @@ int hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u,
     wsync_err_t *err);
 /* Groups open: each counts as one upload against HUB_UPLOADS. */
 size_t hub_groups_open(const wsync_hub_t *h);
+/* Parts being sent (an attempt begun, not yet whole), for HUB_UPLOAD_WINDOW. */
+size_t hub_groups_sending(const wsync_hub_t *h);
 /* Answers the parts whose pusher's bound ran out at now; drops groups past every bound. */
 void hub_groups_expire(wsync_hub_t *h, int64_t now);
 /* Drops every group as the hub stops, its parts refused (69). */

@@ -7,20 +7,25 @@
 
 #include "hub_int.h"
 
-/* Workers reported long dead are left out: the upstream forgets them the same way. */
-#define S_REPORT_DEAD_MS (10 * WSYNC_ALIVE_MS)
+/* 1 when w is to be reported: workers long dead are left out, the upstream forgets them too. */
+static int
+s_reported(const struct hub_worker *w, int64_t now)
+{
+	return now - w->seen <= 10 * hub_worker_silence_ms(w);
+}
 
-/* Packs one worker: {worker, host, pid, ago, gone, via, models: {model: {...}}}. */
+/* Packs one worker: {worker, host, pid, ago, gone, via, hops, models: {model: {...}}}. */
 static void
 s_pack_worker(wsync_enc_t *e, const struct hub_worker *w, int64_t now)
 {
-	msgpack_pack_map(&e->pk, 7);
+	msgpack_pack_map(&e->pk, 8);
 	wsync_enc_kv_str(e, "worker", w->id);
 	wsync_enc_kv_str(e, "host", w->host);
 	wsync_enc_kv_u64(e, "pid", w->pid);
 	wsync_enc_kv_u64(e, "ago", (uint64_t)(now > w->seen ? now - w->seen : 0));
 	wsync_enc_kv_bool(e, "gone", w->gone);
 	wsync_enc_kv_str(e, "via", w->via);
+	wsync_enc_kv_u64(e, "hops", w->hops);
 	wsync_enc_str(e, "models");
 	msgpack_pack_map(&e->pk, w->nmodels);
 	for (size_t i = 0; i < w->nmodels; i++) {
@@ -42,19 +47,23 @@ hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e)
 	size_t n = 0;
 
 	for (size_t i = 0; i < h->nworkers; i++)
-		n += now - h->workers[i]->seen <= S_REPORT_DEAD_MS;
+		n += s_reported(h->workers[i], now);
 	msgpack_pack_array(&e->pk, n);
 	for (size_t i = 0; i < h->nworkers; i++)
-		if (now - h->workers[i]->seen <= S_REPORT_DEAD_MS)
+		if (s_reported(h->workers[i], now))
 			s_pack_worker(e, h->workers[i], now);
 	return n;
 }
 
-/* Sets what one reported model record says into w's record of it. */
+/*
+ * Sets what one reported model record says into w's record of it: 1 when it
+ * brings this hub news of an ack or a failure, 0 when not, -1 with err.
+ */
 static int
 s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
     wsync_err_t *err)
 {
+	int news;
 	char reason[WSYNC_MAX_REASON + 1] = "";
 	struct hub_wmodel *wm;
 	uint64_t applied = 0, failed = 0;
@@ -71,6 +80,7 @@ s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
 	wsync_obj_u64(wsync_obj_get(o, "failures"), &wm->failures);
 	wm->watching = watching != NULL && watching->type == MSGPACK_OBJECT_BOOLEAN &&
 	    watching->via.boolean;
+	news = applied != wm->applied || failed != wm->failed;
 	wm->applied = applied;
 	if (failed != wm->failed) {
 		char *copy = failed != 0 ? strdup(reason) : NULL;
@@ -81,10 +91,13 @@ s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
 		wm->failed = failed;
 		wm->fail_time = wsync_wall_time();
 	}
-	return 0;
+	return news;
 }
 
-/* Merges one reported worker, reached through relay. */
+/*
+ * Merges one reported worker, reached through relay: 1 when it brings news
+ * (a worker new here, or as s_merge_model says), 0 when not, -1 with err.
+ */
 static int
 s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpack_object *o,
     int64_t now, wsync_err_t *err)
@@ -93,7 +106,8 @@ s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpa
 	char conn[WSYNC_PEER_NAME + 8];
 	const msgpack_object *models = wsync_obj_get(o, "models"), *gone = wsync_obj_get(o, "gone");
 	struct hub_worker *w;
-	uint64_t ago = 0, pid = 0;
+	uint64_t ago = 0, pid = 0, hops = 0;
+	int news = 0, rc;
 
 	if (wsync_obj_str(wsync_obj_get(o, "worker"), id, sizeof(id)) < 0 || wsync_id_check(id) < 0 ||
 	    wsync_obj_u64(wsync_obj_get(o, "ago"), &ago) < 0 || models == NULL ||
@@ -103,10 +117,13 @@ s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpa
 	wsync_obj_str(wsync_obj_get(o, "host"), host, sizeof(host));
 	wsync_obj_u64(wsync_obj_get(o, "pid"), &pid);
 	wsync_obj_str(wsync_obj_get(o, "via"), via, sizeof(via));
+	wsync_obj_u64(wsync_obj_get(o, "hops"), &hops);
 	/* A fresher word from elsewhere (the worker failed over to us or another relay) wins. */
 	w = hub_worker_find(h, id);
 	if (w != NULL && w->seen > now - (int64_t)ago && strncmp(w->via, relay, strlen(relay)) != 0)
 		return 0;
+	/* A worker this hub did not know is news too: a wait for all is to count it. */
+	news = w == NULL;
 	/* A relay speaks for many workers: its connection is not held to one connection's share. */
 	snprintf(conn, sizeof(conn), "relay:%s", r->conn);
 	if ((w = hub_worker_touch(h, id, conn, err)) == NULL)
@@ -116,16 +133,18 @@ s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpa
 	w->pid = pid;
 	snprintf(w->host, sizeof(w->host), "%s", host);
 	snprintf(w->via, sizeof(w->via), "%s%s%s", relay, via[0] ? ">" : "", via);
+	w->hops = hops < HUB_MAX_HOPS ? hops + 1 : HUB_MAX_HOPS;
 	for (uint32_t i = 0; i < models->via.map.size; i++) {
 		char model[WSYNC_MAX_MODEL + 1];
 		if (wsync_obj_str(&models->via.map.ptr[i].key, model, sizeof(model)) < 0 ||
 		    wsync_model_id_check(model) < 0)
 			return wsync_err_set(err, EX_PROTOCOL, "worker %s: a model that is not a "
 			    "model id", id);
-		if (s_merge_model(w, model, &models->via.map.ptr[i].val, err) < 0)
+		if ((rc = s_merge_model(w, model, &models->via.map.ptr[i].val, err)) < 0)
 			return -1;
+		news |= rc;
 	}
-	return 0;
+	return news;
 }
 
 int
@@ -135,6 +154,7 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	const msgpack_object *workers = wsync_msg_get(&r->msg, "workers");
 	int64_t now = wsync_now_ms();
 	wsync_enc_t e;
+	int news = 0, rc;
 
 	if (hub_str(r, "relay", 1, wsync_id_check, relay, sizeof(relay), err) < 0)
 		return -1;
@@ -142,9 +162,14 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	    workers->via.array.size > HUB_MAX_WORKERS)
 		return wsync_err_set(err, EX_PROTOCOL, "field \"workers\" is not a list of at most "
 		    "%d workers", HUB_MAX_WORKERS);
-	for (uint32_t i = 0; i < workers->via.array.size; i++)
-		if (s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err) < 0)
+	for (uint32_t i = 0; i < workers->via.array.size; i++) {
+		if ((rc = s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err)) < 0)
 			return -1;
+		news |= rc;
+	}
+	/* An ack from below goes on up at once, as the relay's own workers' do (hub_worker.c). */
+	if (news)
+		h->reported = 0;
 	/* A root places the relays that say where they are reached; a relay places none. */
 	if (h->relay == NULL && wsync_msg_get(&r->msg, "advertise") != NULL) {
 		if (hub_place_reply(h, r, relay, &e, err) < 0)

@@ -229,6 +229,22 @@ fail:
 	return -1;
 }
 
+/*
+ * The chunks an upload sent over the socket may keep in flight: its share of
+ * HUB_UPLOAD_WINDOW among the socket uploads open as it begins (itself too).
+ */
+static uint64_t
+s_upload_window(const wsync_hub_t *h)
+{
+	size_t n = hub_groups_sending(h);
+
+	for (int i = 0; i < HUB_UPLOADS; i++)
+		n += h->uploads[i].id != 0 && !h->uploads[i].slot;
+	if (n <= 1)
+		return HUB_UPLOAD_WINDOW;
+	return HUB_UPLOAD_WINDOW / n > 0 ? HUB_UPLOAD_WINDOW / n : 1;
+}
+
 int
 hub_op_begin(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
@@ -237,8 +253,10 @@ hub_op_begin(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 
 	if (s_upload_open(h, r, &u, err) < 0)
 		return -1;
-	hub_ok(&e, r->id, u->slot ? 2 : 1);
+	hub_ok(&e, r->id, 2);
 	wsync_enc_kv_u64(&e, "upload", u->id);
+	if (!u->slot)
+		wsync_enc_kv_u64(&e, "window", s_upload_window(h));
 	if (u->slot) {
 		/* The writer shares this host and store: it fills the slot's files in place. */
 		wsync_enc_str(&e, "paths");

@@ -11,10 +11,21 @@
 #include "hub_int.h"
 #include "index_int.h"
 
+/*
+ * Each relay on the path passes its report on at its own heartbeat, up to
+ * one later than the report it merged: what the hub hears of a worker n
+ * relays down is up to n heartbeats old however alive the worker is.
+ */
+int64_t
+hub_worker_silence_ms(const struct hub_worker *w)
+{
+	return WSYNC_ALIVE_MS + (int64_t)w->hops * HUB_HOP_MS;
+}
+
 int
 hub_worker_alive(const struct hub_worker *w, int64_t now)
 {
-	return !w->gone && w->seen > 0 && now - w->seen <= WSYNC_ALIVE_MS;
+	return !w->gone && w->seen > 0 && now - w->seen <= hub_worker_silence_ms(w);
 }
 
 static const char *
@@ -87,6 +98,7 @@ hub_worker_touch(wsync_hub_t *h, const char *id, const char *conn, wsync_err_t *
 		w->seen = now;
 		w->gone = 0;
 		w->via[0] = '\0';
+		w->hops = 0;
 		return w;
 	}
 	/*

@@ -323,3 +323,17 @@ wsync_obj_json(const msgpack_object *o)
 		return json_null();
 	}
 }
+
+static const char *const s_wait_modes[] = { "all", "count", "ids" };
+
+int
+wsync_wait_parse(const char *name)
+{
+	return wsync_name_index(s_wait_modes, 3, name);
+}
+
+const char *
+wsync_wait_name(int mode)
+{
+	return wsync_name_of(s_wait_modes, 3, mode);
+}

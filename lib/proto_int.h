@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <msgpack.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "wsync.h"
 
@@ -92,5 +93,22 @@ char *wsync_missing_text(const msgpack_object *list);
  */
 json_t *wsync_obj_json(const msgpack_object *o);
 
+
+/* The index of name in the n names (the enum value it stands for); -1 when absent. */
+static inline int
+wsync_name_index(const char *const *names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(name, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* The name of enum value i of the n names; "?" out of range. */
+static inline const char *
+wsync_name_of(const char *const *names, int n, int i)
+{
+	return i >= 0 && i < n ? names[i] : "?";
+}
 
 #endif

@@ -463,46 +463,27 @@ s_newer(struct hub_relay *rl, const char *model, const wsync_head_t *head)
 	return have != NULL && head->version > have->version && head->version != have->failed;
 }
 
-/* The version the map heads gives model; 0: none. */
-static uint64_t
-s_head_of(const msgpack_object *heads, const char *model)
-{
-	char id[WSYNC_MAX_MODEL + 1];
-	wsync_head_t head = { 0 };
-
-	for (uint32_t k = 0; k < heads->via.map.size; k++)
-		if (wsync_obj_str(&heads->via.map.ptr[k].key, id, sizeof(id)) == 0 &&
-		    strcmp(id, model) == 0 && wsync_head_decode(&heads->via.map.ptr[k].val,
-		    &head) == 0)
-			return head.version;
-	return 0;
-}
-
 /*
  * Hands over, together, the fetched versions that are the upstream's heads
- * (the map heads: a push's models all new or all old), and forgets those
- * the heads passed. With all, only when every newer head was fetched:
- * nothing else is committed without the others of its push. 0 when done,
- * -1 with err when the hub stops.
+ * (those of the heads reply r: a push's models all new or all old), and
+ * forgets those the heads passed. With all, only when every newer head was
+ * fetched: nothing else is committed without the others of its push. 0 when
+ * done, -1 with err when the hub stops.
  */
 static int
-s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, int all, const char *origin,
-    wsync_err_t *err)
+s_commit_heads(struct hub_relay *rl, const wsync_follow_heads_t *r, int all, wsync_err_t *err)
 {
-	char model[WSYNC_MAX_MODEL + 1];
 	size_t take[RELAY_GROUP_MAX], n = 0;
 	struct relay_have *have;
 	int rc = 0, whole = 1;
 
-	for (uint32_t k = 0; k < heads->via.map.size; k++) {
-		wsync_head_t head;
+	for (size_t k = 0; k < r->nheads; k++) {
+		const wsync_follow_head_t *h = &r->heads[k];
 		size_t i = 0;
-		if (wsync_obj_str(&heads->via.map.ptr[k].key, model, sizeof(model)) < 0 ||
-		    wsync_head_decode(&heads->via.map.ptr[k].val, &head) < 0 ||
-		    !s_newer(rl, model, &head))
+		if (!s_newer(rl, h->model, &h->head))
 			continue;
-		while (i < rl->nfetched && (strcmp(rl->fetched[i].model, model) != 0 ||
-		    rl->fetched[i].head.version != head.version))
+		while (i < rl->nfetched && (strcmp(rl->fetched[i].model, h->model) != 0 ||
+		    rl->fetched[i].head.version != h->head.version))
 			i++;
 		if (i < rl->nfetched && n < RELAY_GROUP_MAX)
 			take[n++] = i;
@@ -511,7 +492,7 @@ s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, int all, const
 	}
 	if (all && !whole)
 		n = 0;
-	if (n > 0 && s_hand_over(rl, take, n, origin, err) < 0) {
+	if (n > 0 && s_hand_over(rl, take, n, r->from.origin, err) < 0) {
 		if (err->code == EX_TEMPFAIL)
 			rc = -1;
 		for (size_t i = 0; i < n && rc == 0; i++)
@@ -527,56 +508,11 @@ s_commit_heads(struct hub_relay *rl, const msgpack_object *heads, int all, const
 		have = relay_have(rl, rl->fetched[i].model);
 		if (have == NULL || rl->fetched[i].head.version <= have->version ||
 		    rl->fetched[i].head.version == have->failed ||
-		    rl->fetched[i].head.version < s_head_of(heads, rl->fetched[i].model))
+		    rl->fetched[i].head.version < wsync_follow_head_of(r->heads, r->nheads,
+		    rl->fetched[i].model).version)
 			s_fetched_drop(rl, i);
 	}
 	return rc;
-}
-
-/* Decodes entry i of a heads or arriving map into model and head; -1 with err. */
-static int
-s_entry(struct hub_relay *rl, const msgpack_object *map, uint32_t i, char *model,
-    wsync_head_t *head, wsync_err_t *err)
-{
-	if (wsync_obj_str(&map->via.map.ptr[i].key, model, WSYNC_MAX_MODEL + 1) < 0 ||
-	    wsync_model_id_check(model) < 0 ||
-	    wsync_head_decode(&map->via.map.ptr[i].val, head) < 0)
-		return wsync_err_set(err, EX_PROTOCOL, "%s: a heads reply that does not decode",
-		    rl->up.endpoint);
-	return 0;
-}
-
-/* The number of the version of model arriving upstream (the map arriving); 0: none. */
-static uint64_t
-s_arriving_of(const msgpack_object *arriving, const char *model)
-{
-	char id[WSYNC_MAX_MODEL + 1];
-	wsync_head_t head;
-
-	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
-	    i < arriving->via.map.size; i++)
-		if (wsync_obj_str(&arriving->via.map.ptr[i].key, id, sizeof(id)) == 0 &&
-		    strcmp(id, model) == 0 &&
-		    wsync_head_decode(&arriving->via.map.ptr[i].val, &head) == 0)
-			return head.version;
-	return 0;
-}
-
-/* Asks the upstream for its heads and the versions arriving there: the reply in m and p. */
-static int
-s_heads(struct hub_relay *rl, wsync_msg_t *m, wsync_parts_t *p, wsync_err_t *err)
-{
-	wsync_enc_t e;
-	uint64_t id = wsync_client_request(rl->up.client, &e, "heads", rl->models ? 2 : 1);
-
-	wsync_enc_kv_bool(&e, "arriving", 1);
-	if (rl->models != NULL) {
-		wsync_enc_str(&e, "models");
-		msgpack_pack_array(&e.pk, (size_t)rl->nmodels);
-		for (int i = 0; i < rl->nmodels; i++)
-			wsync_enc_str(&e, rl->models[i]);
-	}
-	return wsync_client_call(rl->up.client, &e, id, NULL, 0, S_CALL_MS, "heads", m, p, err);
 }
 
 /*
@@ -588,49 +524,34 @@ s_heads(struct hub_relay *rl, wsync_msg_t *m, wsync_parts_t *p, wsync_err_t *err
 static int
 s_round(struct hub_relay *rl, wsync_err_t *err)
 {
-	char origin[64] = "", model[WSYNC_MAX_MODEL + 1];
-	const msgpack_object *heads, *arriving;
-	wsync_parts_t p = { .n = 0 };
-	wsync_msg_t m;
+	const wsync_follow_ask_t a = { .models = (const char *const *)rl->models,
+	    .n = rl->nmodels, .arriving = 1 };
+	wsync_follow_heads_t r;
 	int rc = 0, others = 0;
 
-	if (s_heads(rl, &m, &p, err) < 0)
+	if (wsync_follow_heads(&rl->up, &a, &r, S_CALL_MS, err) < 0) {
+		wsync_follow_heads_free(&r);
 		return -1;
-	if (wsync_msg_str(&m, "origin", origin, sizeof(origin)) < 0 &&
-	    wsync_msg_str(&m, "store", origin, sizeof(origin)) < 0)
-		origin[0] = '\0';
-	heads = wsync_msg_get(&m, "heads");
-	arriving = wsync_msg_get(&m, "arriving");
-	if (heads == NULL || heads->type != MSGPACK_OBJECT_MAP)
-		heads = NULL;
+	}
 	/*
 	 * A head with a newer version on its way is skipped for that one, taken
 	 * as it arrives, unless another model moved too: then every newer head
 	 * is fetched, so that the models of one push are committed together.
 	 */
-	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && rc == 0; i++) {
-		wsync_head_t head;
-		if ((rc = s_entry(rl, heads, i, model, &head, err)) == 0 &&
-		    s_newer(rl, model, &head) && s_arriving_of(arriving, model) <= head.version)
+	for (size_t i = 0; i < r.nheads; i++)
+		if (s_newer(rl, r.heads[i].model, &r.heads[i].head) && wsync_follow_head_of(
+		    r.arriving, r.narriving, r.heads[i].model).version <= r.heads[i].head.version)
 			others++;
-	}
-	for (uint32_t i = 0; heads != NULL && i < heads->via.map.size && !rl->stop &&
-	    rc == 0; i++) {
-		wsync_head_t head;
-		if ((rc = s_entry(rl, heads, i, model, &head, err)) == 0 &&
-		    (others > 0 || s_arriving_of(arriving, model) <= head.version))
-			rc = s_fetch(rl, model, &head, err);
-	}
-	for (uint32_t i = 0; arriving != NULL && arriving->type == MSGPACK_OBJECT_MAP &&
-	    i < arriving->via.map.size && !rl->stop && rc == 0; i++) {
-		wsync_head_t head;
-		if ((rc = s_entry(rl, arriving, i, model, &head, err)) == 0)
-			rc = s_fetch(rl, model, &head, err);
-	}
+	for (size_t i = 0; i < r.nheads && !rl->stop && rc == 0; i++)
+		if (others > 0 || wsync_follow_head_of(r.arriving, r.narriving,
+		    r.heads[i].model).version <= r.heads[i].head.version)
+			rc = s_fetch(rl, r.heads[i].model, &r.heads[i].head, err);
+	for (size_t i = 0; i < r.narriving && !rl->stop && rc == 0; i++)
+		rc = s_fetch(rl, r.arriving[i].model, &r.arriving[i].head, err);
 	/* The heads are what the upstream committed together: so are they here. */
-	if (rc == 0 && heads != NULL && !rl->stop)
-		rc = s_commit_heads(rl, heads, others > 0, origin, err);
-	wsync_client_release(&m, &p);
+	if (rc == 0 && !rl->stop)
+		rc = s_commit_heads(rl, &r, others > 0, err);
+	wsync_follow_heads_free(&r);
 	return rc;
 }
 

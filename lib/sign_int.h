@@ -53,6 +53,8 @@ typedef struct wsync_digest_item {
  */
 int wsync_model_digest(wsync_digest_item_t *items, size_t n, uint8_t *digest,
     uint64_t *content, wsync_err_t *err);
+/* The value of meta key in file; NULL when absent. Borrowed from file. */
+const char *wsync_meta_value(const wsync_file_t *file, const char *key);
 /* The meta digest: SHA-256 over the entries sorted by key, but the two of a signature. */
 int wsync_meta_digest(const char *const *keys, const char *const *values, size_t n,
     uint8_t *out, wsync_err_t *err);

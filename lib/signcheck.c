@@ -7,21 +7,22 @@
 #include <sysexits.h>
 #include <time.h>
 
+#include "sign_int.h"
 #include "signcheck_int.h"
 
 int
 wsync_manifest_of(const wsync_file_t *file, wsync_manifest_t *m)
 {
-	const char *b64 = NULL;
+	const char *b64 = wsync_meta_value(file, WSYNC_META_MANIFEST);
 	unsigned char *bytes;
 	wsync_err_t ignored;
 	size_t cap, len;
 	int rc = -1;
 
 	memset(m, 0, sizeof(*m));
-	for (size_t i = 0; i < wsync_file_meta_count(file) && b64 == NULL; i++)
-		if (strcmp(wsync_file_meta(file, i)->key, WSYNC_META_MANIFEST) == 0)
-			b64 = wsync_file_meta(file, i)->value;
+	/* A version in parts: part 0's manifest says its group (seq) and time. */
+	if (b64 == NULL)
+		b64 = wsync_meta_value(file, WSYNC_META_MANIFEST ".0");
 	if (b64 == NULL)
 		return -1;
 	cap = strlen(b64) / 4 * 3 + 3;

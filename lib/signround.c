@@ -8,25 +8,23 @@
 #include "signround_int.h"
 
 /*
- * Model i's manifest lists another watched model j at a content that is not
- * the one j has once the round is done: the reason into why[i]; 1 when so.
+ * Model i's manifest ms lists another watched model j at a content that is
+ * not the one j has once the round is done: the reason into m[i].why; 1 when so.
  */
 static int
-s_mixed(const wsync_round_t *o, int i, const wsync_manifest_t *m,
-    const wsync_applied_t *in_place, char *const *tmp, const wsync_head_t *heads,
-    char (*why)[WSYNC_MAX_REASON])
+s_mixed(const wsync_round_t *o, int i, const wsync_manifest_t *ms, wsync_round_model_t *m)
 {
 	for (int j = 0; j < o->n; j++) {
-		const wsync_signed_model_t *entry = wsync_manifest_find(m, o->models[j]);
-		int coming = tmp[j] != NULL && why[j][0] == '\0';
-		uint64_t have = coming ? heads[j].content : in_place[j].content;
+		const wsync_signed_model_t *entry = wsync_manifest_find(ms, o->models[j]);
+		int coming = m[j].tmp != NULL && m[j].why[0] == '\0';
+		uint64_t have = coming ? m[j].head.content : m[j].in_place.content;
 		if (j == i || entry == NULL || entry->content == have)
 			continue;
-		snprintf(why[i], WSYNC_MAX_REASON, "refused (%s): %s version %" PRIu64 ": its "
+		snprintf(m[i].why, WSYNC_MAX_REASON, "refused (%s): %s version %" PRIu64 ": its "
 		    "signed push (seq %" PRIu64 ") has %s at content %016" PRIx64 ", but %s %s "
 		    "%016" PRIx64 ": the models of one push are applied together or not at all",
-		    wsync_verify_reason(WSYNC_VERIFY_MIXED), o->models[i], heads[i].version,
-		    m->seq, o->models[j], entry->content, o->models[j],
+		    wsync_verify_reason(WSYNC_VERIFY_MIXED), o->models[i], m[i].head.version,
+		    ms->seq, o->models[j], entry->content, o->models[j],
 		    coming ? "comes at" : "in place is", have);
 		return 1;
 	}
@@ -34,9 +32,7 @@ s_mixed(const wsync_round_t *o, int i, const wsync_manifest_t *m,
 }
 
 int
-wsync_check_round(const wsync_round_t *o, const wsync_applied_t *in_place,
-    char *const *tmp, const wsync_head_t *heads, char (*why)[WSYNC_MAX_REASON],
-    wsync_applied_t *next)
+wsync_check_round(const wsync_round_t *o, wsync_round_model_t *m)
 {
 	wsync_manifest_t *ms = calloc((size_t)o->n, sizeof(*ms));
 	int changed = 1;
@@ -44,25 +40,25 @@ wsync_check_round(const wsync_round_t *o, const wsync_applied_t *in_place,
 	if (ms == NULL)
 		return -1;
 	for (int i = 0; i < o->n; i++) {
+		wsync_round_model_t *r = &m[i];
 		wsync_err_t err;
-		why[i][0] = '\0';
-		if (tmp[i] == NULL)
+		r->why[0] = '\0';
+		if (r->tmp == NULL)
 			continue;
-		if (wsync_verify_fetched(tmp[i], o->models[i], heads[i].version, o->keys,
-		    o->nkeys, &in_place[i], &ms[i], &err) != 0) {
-			snprintf(why[i], WSYNC_MAX_REASON, "%.*s", WSYNC_MAX_REASON - 1, err.msg);
+		if (wsync_verify_fetched(r->tmp, o->models[i], r->head.version, o->keys,
+		    o->nkeys, &r->in_place, &ms[i], &err) != 0) {
+			snprintf(r->why, WSYNC_MAX_REASON, "%.*s", WSYNC_MAX_REASON - 1, err.msg);
 			continue;
 		}
-		next[i] = (wsync_applied_t){ .content = heads[i].content, .is_signed = 1,
+		r->next = (wsync_applied_t){ .content = r->head.content, .is_signed = 1,
 		    .seq = ms[i].seq, .time = ms[i].time };
-		memcpy(next[i].key, ms[i].key, WSYNC_KEYID);
+		memcpy(r->next.key, ms[i].key, WSYNC_KEYID);
 	}
 	/* A refusal can leave another model's push without its partner: until none does. */
 	while (changed) {
 		changed = 0;
 		for (int i = 0; i < o->n; i++)
-			if (tmp[i] != NULL && why[i][0] == '\0' &&
-			    s_mixed(o, i, &ms[i], in_place, tmp, heads, why))
+			if (m[i].tmp != NULL && m[i].why[0] == '\0' && s_mixed(o, i, &ms[i], m))
 				changed = 1;
 	}
 	for (int i = 0; i < o->n; i++)

@@ -3,19 +3,19 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sysexits.h>
 #include <unistd.h>
 
-#include "batch_int.h"
 #include "tempfile_int.h"
 
 /* Reads the counter at path into *last: 0 when there is no file yet; -1 with err. */
 static int
 s_read(const char *path, uint64_t *last, wsync_err_t *err)
 {
-	char text[32];
+	char text[32], *end = text;
 	FILE *f = fopen(path, "re");
 	int ok;
 
@@ -26,9 +26,13 @@ s_read(const char *path, uint64_t *last, wsync_err_t *err)
 	/* An empty file leaves text as it was: never look for its end then. */
 	ok = fgets(text, sizeof(text), f) != NULL;
 	fclose(f);
-	if (ok)
+	if (ok) {
 		text[strcspn(text, "\n")] = '\0';
-	if (!ok || wsync_parse_number(text, last) < 0)
+		errno = 0;
+		*last = strtoull(text, &end, 10);
+	}
+	/* Digits alone: strtoull would take a sign or spaces before them. */
+	if (!ok || text[0] < '0' || text[0] > '9' || *end != '\0' || errno != 0)
 		return wsync_err_set(err, EX_DATAERR, "%s: not a sequence number (one decimal "
 		    "number a line)", path);
 	return 0;

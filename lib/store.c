@@ -622,7 +622,7 @@ wsync_store_open(const char *dir, unsigned keep, wsync_log_fn log, void *log_arg
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
-	if ((s->numbers = json_object()) == NULL) {
+	if ((s->numbers = json_object()) == NULL || (s->groups = json_object()) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
@@ -668,6 +668,7 @@ wsync_store_close(wsync_store_t **sp)
 	if (s->lock >= 0)
 		close(s->lock);
 	json_decref(s->numbers);
+	json_decref(s->groups);
 	free(s->models);
 	free(s->uploads);
 	free(s->dir);

@@ -209,7 +209,7 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
     const wsync_commit_info_t *info, wsync_committed_t *out, wsync_err_t *err)
 {
 	struct wsync_staged *st = calloc(n > 0 ? n : 1, sizeof(*st));
-	json_t *saved = NULL;
+	json_t *saved = NULL, *saved_groups = NULL;
 	char dir[PATH_MAX];
 	int rc = -1;
 
@@ -243,16 +243,22 @@ wsync_store_commit(wsync_store_t *s, wsync_store_temp_t *files, size_t n,
 			goto fail;
 	}
 	/* The commit point: once the journal names the renames, they happen. */
-	if ((saved = json_deep_copy(s->numbers)) == NULL) {
+	if ((saved = json_deep_copy(s->numbers)) == NULL ||
+	    (saved_groups = json_deep_copy(s->groups)) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto fail;
 	}
 	for (size_t i = 0; i < n; i++)
 		wsync_journal_last_set(s, files[i].model, st[i].version);
-	if (wsync_journal_write(s, files, n, st, err) < 0) {
+	/* A group's key is committed with its version: the same journal says both. */
+	if ((info->group != 0 && wsync_journal_group_set(s, files[0].model, info->group) < 0 &&
+	    wsync_err_set(err, EX_SOFTWARE, "out of memory") < 0) ||
+	    wsync_journal_write(s, files, n, st, err) < 0) {
 		json_decref(s->numbers);
+		json_decref(s->groups);
 		s->numbers = saved;
-		saved = NULL;
+		s->groups = saved_groups;
+		saved = saved_groups = NULL;
 		goto fail;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -287,6 +293,7 @@ fail:
 	s_unstage(n, st);
 done:
 	json_decref(saved);
+	json_decref(saved_groups);
 	free(st);
 	return rc;
 }

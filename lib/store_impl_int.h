@@ -31,6 +31,7 @@ struct wsync_store {
 	wsync_model_t **models;         /* sorted by id */
 	size_t nmodels, cap;
 	json_t *numbers;                /* model id -> last number given (decimal string) */
+	json_t *groups;                 /* model id -> last group key committed (decimal string) */
 #ifdef WSYNC_TEST_HOOKS
 	int crash_at;                   /* WSYNC_TEST_CRASH_AT: 0, or a commit step to die at */
 	int step;                       /* commit steps taken so far */
@@ -81,6 +82,8 @@ void wsync_store_retain(wsync_store_t *s, wsync_model_t *m);
 uint64_t wsync_journal_last(const wsync_store_t *s, const char *model);
 /* Records number as given to model when it is above what the journal has. */
 int wsync_journal_last_set(wsync_store_t *s, const char *model, uint64_t number);
+/* Records key as model's last group committed; -1 when out of memory. */
+int wsync_journal_group_set(wsync_store_t *s, const char *model, uint64_t key);
 /*
  * Writes STORE/.journal atomically: the numbers given so far and, when n > 0,
  * the renames of a commit (st[i] for files[i]). Once it is in place the

@@ -5,7 +5,8 @@
  *   STORE/MODEL/VERSION.wsync   a committed version, stamped with its number
  *   STORE/MODEL/VERSION.json    its sidecar: {"pusher", "time", "targets"}
  *   STORE/.uploads/             uploads in progress; emptied when the store opens
- *   STORE/.journal              numbers given, and the renames of the last commit
+ *   STORE/.journal              numbers given, the last group key committed of each
+ *                               model (a version in parts), the renames of the last commit
  * Directories are 0700, files 0600, a committed version 0444 (read-only: a
  * client's hard link is this very file; the directory keeps others out).
  * Writing the journal is a commit's commit point: opening the store finishes
@@ -193,6 +194,8 @@ typedef struct wsync_commit_info {
 	 * model had is refused (65).
 	 */
 	const uint64_t *versions;
+	/* A version in parts (n is 1): its group key, kept by the journal; 0: none. */
+	uint64_t group;
 } wsync_commit_info_t;
 
 /*
@@ -208,5 +211,7 @@ typedef struct wsync_commit_info {
  */
 int wsync_store_commit(wsync_store_t *store, wsync_store_temp_t *files, size_t n,
     const wsync_commit_info_t *info, wsync_committed_t *out, wsync_err_t *err);
+/* The last group key committed of model (0: none), across restarts: the journal's. */
+uint64_t wsync_store_group_last(const wsync_store_t *store, const char *model);
 
 #endif

@@ -17,10 +17,11 @@
 #include "proto_int.h"
 #include "store_impl_int.h"
 
-uint64_t
-wsync_journal_last(const wsync_store_t *s, const char *model)
+/* The decimal string under model in map, as a number; 0 when absent or not one. */
+static uint64_t
+s_number(const json_t *map, const char *model)
 {
-	const char *v = json_string_value(json_object_get(s->numbers, model));
+	const char *v = json_string_value(json_object_get(map, model));
 	char *end;
 	unsigned long long n;
 
@@ -29,6 +30,27 @@ wsync_journal_last(const wsync_store_t *s, const char *model)
 	errno = 0;
 	n = strtoull(v, &end, 10);
 	return errno == 0 && *end == '\0' ? (uint64_t)n : 0;
+}
+
+uint64_t
+wsync_journal_last(const wsync_store_t *s, const char *model)
+{
+	return s_number(s->numbers, model);
+}
+
+uint64_t
+wsync_store_group_last(const wsync_store_t *s, const char *model)
+{
+	return s_number(s->groups, model);
+}
+
+int
+wsync_journal_group_set(wsync_store_t *s, const char *model, uint64_t key)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%" PRIu64, key);
+	return json_object_set_new(s->groups, model, json_string(buf));
 }
 
 int
@@ -66,6 +88,9 @@ wsync_journal_write(wsync_store_t *s, const wsync_store_temp_t *files, size_t n,
 		    strrchr(st[i].sidecar, '/') + 1, "content", content));
 	}
 	json_object_set(doc, "numbers", s->numbers);
+	/* Written once a model has a version in parts: older journals have none. */
+	if (json_object_size(s->groups) > 0)
+		json_object_set(doc, "groups", s->groups);
 	json_object_set_new(doc, "commit", list);
 	if ((text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS)) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
@@ -162,7 +187,7 @@ wsync_journal_recover(wsync_store_t *s, wsync_err_t *err)
 {
 	char path[PATH_MAX], q[4 * PATH_MAX];
 	json_error_t jerr;
-	json_t *doc, *numbers, *list, *e;
+	json_t *doc, *numbers, *groups, *list, *e;
 	size_t i, done = 0;
 
 	if (wsync_store_path(path, sizeof(path), "%s/.journal", s->dir) < 0)
@@ -175,11 +200,15 @@ wsync_journal_recover(wsync_store_t *s, wsync_err_t *err)
 	}
 	numbers = json_object_get(doc, "numbers");
 	list = json_object_get(doc, "commit");
-	if (!json_is_object(numbers) || !json_is_array(list)) {
+	groups = json_object_get(doc, "groups");
+	if (!json_is_object(numbers) || !json_is_array(list) ||
+	    (groups != NULL && !json_is_object(groups))) {
 		json_decref(doc);
 		return wsync_err_set(err, EX_DATAERR, "%s: not a wsync store journal", path);
 	}
 	json_object_update(s->numbers, numbers);
+	if (groups != NULL)
+		json_object_update(s->groups, groups);
 	json_array_foreach(list, i, e) {
 		const char *model = json_string_value(json_object_get(e, "model"));
 		const char *file = json_string_value(json_object_get(e, "file"));

@@ -20,31 +20,11 @@
 #define S_RETRY_MS 1000         /* between attempts to reach a hub */
 #define S_PROBE_MS 5000         /* failed over: between looks at the first hub */
 
-/* What a watcher knows of one model it follows. */
-struct s_model {
-	uint64_t failed;        /* the last version whose apply failed */
-	int how;                /* how the version fetched came (WSYNC_TRANSFER_*) */
-	uint64_t wire;          /* its bytes on the wire */
-	uint64_t aged;          /* verifying: the seq last said to be too old */
-	int own;                /* the output is a file this watcher wrote */
-	wsync_recycle_t spare;  /* replaced outputs, with --recycle */
-};
-
-/*
- * A watcher's state. What a round passes to wsync_client_heads and
- * wsync_check_round, which take one array each, stays in arrays beside m:
- * applied, heads, tmp, in_place and next, per model.
- */
+/* A watcher's state. */
 struct s_watch {
 	const wsync_watch_opts_t *o;
 	wsync_follower_t hub;   /* the hub followed, and its announcements */
-	struct s_model *m;      /* per model */
-	uint64_t *applied;      /* per model: the last version applied (0: none) */
-	wsync_head_t *heads;
-	char **tmp;             /* per model: a fetched version not yet in place */
-	int *leases;            /* per model, keep + 1 a model: leased outputs, newest last */
-	wsync_applied_t *in_place;  /* verifying: per model, what its output holds */
-	wsync_applied_t *next;  /* verifying: per model, what this round puts in place */
+	wsync_round_model_t *m; /* per model, o->models[i]'s at m[i] */
 	char store[64];         /* the origin (else store) id the applied versions come from */
 	int64_t last_heads;     /* when the last heads round was (monotonic ms) */
 	wsync_err_t failure;    /* --once: the first version that could not be applied */
@@ -104,10 +84,10 @@ static void
 s_drop_temps(struct s_watch *w)
 {
 	for (int i = 0; i < w->o->nmodels; i++) {
-		if (w->tmp[i] != NULL)
-			unlink(w->tmp[i]);
-		free(w->tmp[i]);
-		w->tmp[i] = NULL;
+		if (w->m[i].tmp != NULL)
+			unlink(w->m[i].tmp);
+		free(w->m[i].tmp);
+		w->m[i].tmp = NULL;
 	}
 }
 
@@ -142,7 +122,7 @@ static void
 s_lease(struct s_watch *w, int i)
 {
 	unsigned ring = w->o->keep + 1;
-	int *held = &w->leases[(size_t)i * ring];
+	int *held = w->m[i].leases;
 
 	if (w->o->keep == 0)
 		return;
@@ -158,14 +138,13 @@ static void
 s_beat(void *ctx)
 {
 	struct s_watch *w = ctx;
-	const wsync_heads_ask_t a = { .models = w->o->models, .n = w->o->nmodels,
-	    .worker = w->o->worker, .applied = w->applied };
-	wsync_head_t *heads = calloc((size_t)w->o->nmodels, sizeof(*heads));
+	const wsync_follow_ask_t a = { .models = w->o->models, .n = w->o->nmodels,
+	    .worker = w->o->worker, .m = w->m };
+	wsync_follow_heads_t r;
 	wsync_err_t ignored;
 
-	if (heads != NULL)
-		wsync_client_heads(w->hub.client, &a, heads, NULL, S_CALL_MS, &ignored);
-	free(heads);
+	wsync_follow_heads(&w->hub, &a, &r, S_CALL_MS, &ignored);
+	wsync_follow_heads_free(&r);
 }
 
 /*
@@ -185,9 +164,8 @@ s_store_changed(struct s_watch *w, const char *now)
 	s_log(w, "the hub keeps another store (%s, was %s): following it from its first "
 	    "version", now, w->store);
 	snprintf(w->store, sizeof(w->store), "%s", now);
-	memset(w->applied, 0, (size_t)w->o->nmodels * sizeof(*w->applied));
 	for (int i = 0; i < w->o->nmodels; i++)
-		w->m[i].failed = 0;
+		w->m[i].applied = w->m[i].failed = 0;
 }
 
 /*
@@ -197,25 +175,22 @@ s_store_changed(struct s_watch *w, const char *now)
 static int
 s_check_signed(struct s_watch *w, wsync_err_t *err)
 {
-	char (*why)[WSYNC_MAX_REASON] = calloc((size_t)w->o->nmodels, sizeof(*why));
 	wsync_round_t round = { .models = w->o->models, .n = w->o->nmodels,
 	    .keys = w->o->verify, .nkeys = w->o->nverify };
 
-	if (why == NULL || wsync_check_round(&round, w->in_place, w->tmp, w->heads, why,
-	    w->next) < 0) {
-		free(why);
+	if (wsync_check_round(&round, w->m) < 0) {
 		s_drop_temps(w);
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	}
 	for (int i = 0; i < w->o->nmodels; i++) {
-		if (w->tmp[i] == NULL || why[i][0] == '\0')
+		wsync_round_model_t *m = &w->m[i];
+		if (m->tmp == NULL || m->why[0] == '\0')
 			continue;
-		unlink(w->tmp[i]);
-		free(w->tmp[i]);
-		w->tmp[i] = NULL;
-		s_failed(w, i, w->heads[i].version, EX_DATAERR, why[i]);
+		unlink(m->tmp);
+		free(m->tmp);
+		m->tmp = NULL;
+		s_failed(w, i, m->head.version, EX_DATAERR, m->why);
 	}
-	free(why);
 	return 0;
 }
 
@@ -224,7 +199,7 @@ static void
 s_check_age(struct s_watch *w)
 {
 	for (int i = 0; i < w->o->nmodels && w->o->max_age_s > 0; i++) {
-		const wsync_applied_t *a = &w->in_place[i];
+		const wsync_applied_t *a = &w->m[i].in_place;
 		uint64_t age = wsync_applied_age_over(a, w->o->max_age_s);
 		if (age == 0 || w->m[i].aged == a->seq)
 			continue;
@@ -246,36 +221,42 @@ static int
 s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t *err)
 {
 	const wsync_watch_opts_t *o = w->o;
-	const wsync_heads_ask_t a = { .models = o->models, .n = o->nmodels,
-	    .worker = o->worker, .applied = w->applied };
-	wsync_heads_from_t from;
+	const wsync_follow_ask_t a = { .models = o->models, .n = o->nmodels,
+	    .worker = o->worker, .m = w->m };
+	wsync_follow_heads_t r;
 	int moved = 0;
 
 	if (only >= 0)
-		w->heads[only] = *announced;
+		w->m[only].head = *announced;
 	else {
-		if (wsync_client_heads(w->hub.client, &a, w->heads, &from, S_CALL_MS, err) < 0)
+		if (wsync_follow_heads(&w->hub, &a, &r, S_CALL_MS, err) < 0) {
+			wsync_follow_heads_free(&r);
 			return -1;
+		}
+		for (int i = 0; i < o->nmodels; i++)
+			w->m[i].head = wsync_follow_head_of(r.heads, r.nheads, o->models[i]);
+		wsync_follow_heads_free(&r);
 		w->last_heads = wsync_now_ms();
 		/* A restarted hub behind the same endpoint: hello again, subscribe anew. */
-		if (from.hub[0] != '\0' && strcmp(from.hub, wsync_client_hub(w->hub.client)) != 0)
+		if (r.from.hub[0] != '\0' && strcmp(r.from.hub, wsync_client_hub(w->hub.client)) != 0)
 			return wsync_err_set(err, EX_TEMPFAIL, "hub %s answers in place of %s",
-			    from.hub, wsync_client_hub(w->hub.client));
+			    r.from.hub, wsync_client_hub(w->hub.client));
 		/* A relay that does not know its tree yet cannot tell: nothing to judge. */
-		if (from.origin[0] != '\0')
-			s_store_changed(w, from.origin);
+		if (r.from.origin[0] != '\0')
+			s_store_changed(w, r.from.origin);
 	}
 	for (int i = 0; i < o->nmodels; i++) {
-		uint64_t v = w->heads[i].version;
+		wsync_round_model_t *m = &w->m[i];
+		uint64_t v = m->head.version;
 		/* The output holds the version applied last: the base of a delta to the head. */
 		const wsync_fetch_temp_t f = { .what = { .model = o->models[i], .version = v,
 		    .worker = o->worker, .base = o->no_delta ? NULL : o->paths[i] },
-		    .known = &w->heads[i], .beside = o->paths[i],
-		    .recycle = o->recycle ? &w->m[i].spare : NULL, .select = o->select };
+		    .known = &m->head, .beside = o->paths[i],
+		    .recycle = o->recycle ? &m->spare : NULL, .select = o->select };
 		wsync_fetched_t got;
-		if ((only >= 0 && i != only) || v <= w->applied[i] || v == w->m[i].failed)
+		if ((only >= 0 && i != only) || v <= m->applied || v == m->failed)
 			continue;
-		if (wsync_client_fetch_temp(w->hub.client, &f, &w->tmp[i], &got, S_CALL_MS, err) < 0) {
+		if (wsync_client_fetch_temp(w->hub.client, &f, &m->tmp, &got, S_CALL_MS, err) < 0) {
 			s_drop_temps(w);
 			/* A version retired while we fetched it: the next round finds the newer one. */
 			if (err->code == EX_NOINPUT)
@@ -290,12 +271,12 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		if (got.delta_note[0] != '\0')
 			s_log(w, "%s version %" PRIu64 " fetched whole: %s", o->models[i], v,
 			    got.delta_note);
-		w->heads[i] = got.head;
-		w->m[i].how = got.transfer;
-		if (o->select != NULL && o->select->nselect > 0 && w->m[i].how == WSYNC_TRANSFER_SOCKET)
+		m->head = got.head;
+		m->transfer = got.transfer;
+		if (o->select != NULL && o->select->nselect > 0 && m->transfer == WSYNC_TRANSFER_SOCKET)
 			s_log(w, "%s version %" PRIu64 ": fetched %" PRIu64 " of %" PRIu64 " bytes "
 			    "for the selection", o->models[i], v, got.asked, got.head.size);
-		w->m[i].wire = got.wire;
+		m->wire = got.wire;
 		moved = 1;
 	}
 	if (!moved)
@@ -303,49 +284,51 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 	if (o->nverify > 0 && s_check_signed(w, err) < 0)
 		return -1;
 	for (int i = 0; i < o->nmodels; i++) {
+		wsync_round_model_t *m = &w->m[i];
 		int rc;
 		/* The file being replaced, when this watcher wrote it, is the next one's spare. */
-		if (o->recycle && w->tmp[i] != NULL && w->m[i].own)
-			wsync_recycle_keep(&w->m[i].spare, o->paths[i]);
-		rc = w->tmp[i] != NULL ? rename(w->tmp[i], o->paths[i]) : 0;
-		if (rc == 0 && w->tmp[i] != NULL)
-			w->m[i].own = w->m[i].how == WSYNC_TRANSFER_SOCKET ||
-			    w->m[i].how == WSYNC_TRANSFER_DELTA;
+		if (o->recycle && m->tmp != NULL && m->own)
+			wsync_recycle_keep(&m->spare, o->paths[i]);
+		rc = m->tmp != NULL ? rename(m->tmp, o->paths[i]) : 0;
+		if (rc == 0 && m->tmp != NULL)
+			m->own = m->transfer == WSYNC_TRANSFER_SOCKET ||
+			    m->transfer == WSYNC_TRANSFER_DELTA;
 		/* A link to the file the output already is: rename leaves the temporary name. */
-		if (rc == 0 && w->tmp[i] != NULL)
-			unlink(w->tmp[i]);
+		if (rc == 0 && m->tmp != NULL)
+			unlink(m->tmp);
 		if (rc < 0) {
 			char why[WSYNC_MAX_REASON];
 			snprintf(why, sizeof(why), "%s: cannot rename into place: %s", o->paths[i],
 			    strerror(errno));
 			for (int j = 0; j < o->nmodels; j++)
-				if (w->tmp[j] != NULL)
-					s_failed(w, j, w->heads[j].version, EX_IOERR, why);
+				if (w->m[j].tmp != NULL)
+					s_failed(w, j, w->m[j].head.version, EX_IOERR, why);
 			s_drop_temps(w);
 			return 0;
 		}
 	}
 	for (int i = 0; i < o->nmodels; i++) {
-		wsync_update_t u = { .model = o->models[i], .version = w->heads[i].version,
+		wsync_round_model_t *m = &w->m[i];
+		wsync_update_t u = { .model = o->models[i], .version = m->head.version,
 		    .path = o->paths[i], .beat_ms = (int)wsync_client_heartbeat_ms(w->hub.client),
 		    .beat = s_beat, .beat_ctx = w };
-		wsync_report_t r = { .worker = o->worker, .model = o->models[i],
-		    .transfer = w->m[i].how, .wire = w->m[i].wire };
+		wsync_report_t rep = { .worker = o->worker, .model = o->models[i],
+		    .transfer = m->transfer, .wire = m->wire };
 		wsync_err_t rerr;
 
-		if (w->tmp[i] == NULL)
+		if (m->tmp == NULL)
 			continue;
-		free(w->tmp[i]);
-		w->tmp[i] = NULL;
+		free(m->tmp);
+		m->tmp = NULL;
 		s_lease(w, i);
 		if (o->apply(o->arg, &u) < 0) {
 			s_failed(w, i, u.version, 1, u.reason);
 			continue;
 		}
-		w->applied[i] = r.version = u.version;
+		m->applied = rep.version = u.version;
 		if (o->nverify > 0)
-			w->in_place[i] = w->next[i];
-		if (wsync_client_report(w->hub.client, &r, S_CALL_MS, &rerr) < 0)
+			m->in_place = m->next;
+		if (wsync_client_report(w->hub.client, &rep, S_CALL_MS, &rerr) < 0)
 			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
 	}
@@ -388,7 +371,7 @@ s_announcement(struct s_watch *w, wsync_parts_t *p, int i, wsync_head_t *head)
 	memset(head, 0, sizeof(*head));
 	if (wsync_msg_u64(&m, "version", &head->version) < 0)
 		rc = 1;
-	else if (head->version <= w->applied[i] || head->version == w->m[i].failed ||
+	else if (head->version <= w->m[i].applied || head->version == w->m[i].failed ||
 	    !s_for_me(wsync_msg_get(&m, "workers"), w->o->worker))
 		rc = 0;
 	else if (w->o->nmodels > 1 || wsync_msg_u64(&m, "size", &head->size) < 0 ||
@@ -474,14 +457,14 @@ s_once_timed_out(struct s_watch *w, wsync_err_t *err)
 	const wsync_watch_opts_t *o = w->o;
 	int i = 0;
 
-	while (i < o->nmodels - 1 && w->applied[i] > 0)
+	while (i < o->nmodels - 1 && w->m[i].applied > 0)
 		i++;
-	if (w->heads[i].version == 0)
+	if (w->m[i].head.version == 0)
 		return wsync_err_set(err, EX_TEMPFAIL, "%s: no version within %.1f s (the hub "
 		    "at %s has none yet)", o->models[i], o->connect_timeout_ms / 1000.0,
 		    w->hub.endpoint);
 	return wsync_err_set(err, EX_TEMPFAIL, "%s: version %" PRIu64 " not applied within "
-	    "%.1f s", o->models[i], w->heads[i].version, o->connect_timeout_ms / 1000.0);
+	    "%.1f s", o->models[i], w->m[i].head.version, o->connect_timeout_ms / 1000.0);
 }
 
 /*
@@ -494,29 +477,29 @@ static int
 s_first_back(struct s_watch *w)
 {
 	const wsync_watch_opts_t *o = w->o;
-	const wsync_heads_ask_t a = { .models = o->models, .n = o->nmodels };
-	char first[sizeof(w->hub.endpoint)];
-	wsync_heads_from_t from;
-	wsync_client_t *c = NULL;
-	wsync_head_t *heads = NULL;
+	const wsync_follow_ask_t a = { .models = o->models, .n = o->nmodels };
+	wsync_follower_t first = { .client = NULL };
+	wsync_follow_heads_t r = { .heads = NULL };
 	wsync_err_t ignored;
 	int back = 0;
 
 	if (o->nendpoints < 2 || w->hub.next == 1 || wsync_now_ms() - w->last_probe < S_PROBE_MS)
 		return 0;
 	w->last_probe = wsync_now_ms();
-	if (wsync_endpoint_resolve(o->endpoints[0], first, sizeof(first), &ignored) < 0 ||
-	    (heads = calloc((size_t)o->nmodels, sizeof(*heads))) == NULL ||
-	    (c = wsync_client_new(&(wsync_client_opts_t){ .endpoint = first, .role = "pull",
-	    .timeout_ms = 500, .key = o->key, .hub_key = o->hub_key }, &ignored)) == NULL ||
-	    wsync_client_heads(c, &a, heads, &from, S_CALL_MS, &ignored) < 0)
+	if (wsync_endpoint_resolve(o->endpoints[0], first.endpoint, sizeof(first.endpoint),
+	    &ignored) < 0 ||
+	    (first.client = wsync_client_new(&(wsync_client_opts_t){ .endpoint = first.endpoint,
+	    .role = "pull", .timeout_ms = 500, .key = o->key, .hub_key = o->hub_key },
+	    &ignored)) == NULL ||
+	    wsync_follow_heads(&first, &a, &r, S_CALL_MS, &ignored) < 0)
 		goto out;
-	back = strcmp(from.origin, w->store) == 0;
+	back = strcmp(r.from.origin, w->store) == 0;
 	for (int i = 0; back && i < o->nmodels; i++)
-		back = heads[i].version >= w->applied[i];
+		back = wsync_follow_head_of(r.heads, r.nheads, o->models[i]).version >=
+		    w->m[i].applied;
 out:
-	wsync_client_destroy(&c);
-	free(heads);
+	wsync_follow_heads_free(&r);
+	wsync_follow_disconnect(&first);
 	return back;
 }
 
@@ -593,11 +576,12 @@ s_run(struct s_watch *w, wsync_err_t *err)
 		if (o->nverify > 0)
 			s_check_age(w);
 		for (int i = 0; i < o->nmodels; i++) {
-			if (o->max_lag && w->heads[i].version > w->applied[i] + o->max_lag)
+			const wsync_round_model_t *m = &w->m[i];
+			if (o->max_lag && m->head.version > m->applied + o->max_lag)
 				return wsync_err_set(err, EX_TEMPFAIL, "%s: applied version %" PRIu64
 				    " is %" PRIu64 " behind the head %" PRIu64 " (more than %" PRIu64 ")",
-				    o->models[i], w->applied[i], w->heads[i].version - w->applied[i],
-				    w->heads[i].version, o->max_lag);
+				    o->models[i], m->applied, m->head.version - m->applied,
+				    m->head.version, o->max_lag);
 		}
 		if (o->once) {
 			int all = 1;
@@ -606,7 +590,7 @@ s_run(struct s_watch *w, wsync_err_t *err)
 				return -1;
 			}
 			for (int i = 0; i < o->nmodels; i++)
-				all &= w->applied[i] > 0;
+				all &= w->m[i].applied > 0;
 			if (all)
 				return 0;
 			if (end != 0 && wsync_now_ms() >= end)
@@ -625,27 +609,24 @@ int
 wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 {
 	struct s_watch w = { .o = o };
-	size_t n = (size_t)o->nmodels;
 	int rc = -1;
 
-	w.m = calloc(n, sizeof(*w.m));
-	w.applied = calloc(n, sizeof(*w.applied));
-	w.heads = calloc(n, sizeof(*w.heads));
-	w.tmp = calloc(n, sizeof(*w.tmp));
-	w.leases = calloc(n * (o->keep + 1), sizeof(*w.leases));
-	w.in_place = calloc(n, sizeof(*w.in_place));
-	w.next = calloc(n, sizeof(*w.next));
-	if (w.m == NULL || w.applied == NULL || w.heads == NULL || w.tmp == NULL || w.leases == NULL ||
-	    w.in_place == NULL || w.next == NULL) {
+	if ((w.m = calloc((size_t)o->nmodels, sizeof(*w.m))) == NULL) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n * (o->keep + 1); i++)
-		w.leases[i] = -1;
+	for (int i = 0; o->keep > 0 && i < o->nmodels; i++) {
+		if ((w.m[i].leases = malloc((o->keep + 1) * sizeof(*w.m[i].leases))) == NULL) {
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
+			goto out;
+		}
+		for (unsigned j = 0; j < o->keep + 1; j++)
+			w.m[i].leases[j] = -1;
+	}
 	s_remove_leftovers(o);
 	/* The seq last applied is the one the output holds: it outlives the watcher. */
 	for (int i = 0; o->nverify > 0 && i < o->nmodels; i++)
-		wsync_applied_read(o->paths[i], &w.in_place[i]);
+		wsync_applied_read(o->paths[i], &w.m[i].in_place);
 	if (o->nendpoints > 0 ? s_next_endpoint(&w, err) == 0 :
 	    wsync_endpoint_resolve(o->endpoint, w.hub.endpoint, sizeof(w.hub.endpoint), err) == 0)
 		rc = s_run(&w, err);
@@ -655,19 +636,16 @@ wsync_watch_run(const wsync_watch_opts_t *o, wsync_err_t *err)
 	}
 out:
 	wsync_follow_disconnect(&w.hub);
-	if (w.tmp != NULL)
+	if (w.m != NULL)
 		s_drop_temps(&w);
-	free(w.applied);
-	free(w.heads);
-	free(w.tmp);
-	for (size_t i = 0; w.leases != NULL && i < n * (o->keep + 1); i++)
-		if (w.leases[i] >= 0)
-			close(w.leases[i]);
-	free(w.leases);
-	free(w.in_place);
-	free(w.next);
-	for (size_t i = 0; w.m != NULL && i < n; i++)
-		wsync_recycle_clear(&w.m[i].spare);
+	for (int i = 0; w.m != NULL && i < o->nmodels; i++) {
+		wsync_round_model_t *m = &w.m[i];
+		for (unsigned j = 0; m->leases != NULL && j < o->keep + 1; j++)
+			if (m->leases[j] >= 0)
+				close(m->leases[j]);
+		free(m->leases);
+		wsync_recycle_clear(&m->spare);
+	}
 	free(w.m);
 	return rc;
 }

@@ -386,9 +386,14 @@ void wsync_keyid_hex(const uint8_t *id, char *hex);
 
 #define WSYNC_DIGEST 32             /* bytes in a model's digest: SHA-256 */
 #define WSYNC_MAX_SIGNED 256        /* models in one manifest */
-/* The meta keys that carry a signed push; the meta digest leaves them out. */
+/*
+ * The meta keys that carry a signed push; the meta digest leaves them out.
+ * Part R of a signed version in parts is carried in the same keys followed
+ * by "." and R in decimal ("wsync.manifest.0").
+ */
 #define WSYNC_META_MANIFEST "wsync.manifest"
 #define WSYNC_META_SIGNATURE "wsync.signature"
+#define WSYNC_MAX_GROUP 256         /* parts of one version in parts */
 
 /* What a manifest says about one model of a push. */
 typedef struct wsync_signed_model {
@@ -398,13 +403,18 @@ typedef struct wsync_signed_model {
 	uint8_t meta[WSYNC_DIGEST];     /* meta digest: every meta entry but the two above */
 } wsync_signed_model_t;
 
-/* The signed statement of one push. */
+/* The signed statement of one push, or of one part of a version in parts. */
 typedef struct wsync_manifest {
-	uint64_t seq;                   /* only grows from one push to the next */
+	uint64_t seq;                   /* only grows from one push to the next; a part's: its group */
 	uint64_t time;                  /* signing time, seconds since the epoch */
 	uint8_t key[WSYNC_KEYID];       /* the signing key's id */
 	size_t nmodels;
 	wsync_signed_model_t *models;   /* sorted by model id; owned */
+	/* A part's manifest (format 2) has one model; parts 0: a whole push's (format 1). */
+	uint32_t part, parts;
+	size_t ntensors, nmetakeys;
+	char **tensors;                 /* the part's tensor paths, sorted bytewise; owned */
+	char **metakeys;                /* the part's meta keys, sorted bytewise; owned */
 } wsync_manifest_t;
 
 /* The canonical bytes of a manifest (wsync-format(5), SIGNATURES); caller frees *buf. */
@@ -414,6 +424,14 @@ int wsync_manifest_encode(const wsync_manifest_t *m, unsigned char **buf, size_t
 int wsync_manifest_decode(const void *buf, size_t len, wsync_manifest_t *m, wsync_err_t *err);
 /* Frees what a manifest owns and empties it; a zeroed manifest is fine. */
 void wsync_manifest_free(wsync_manifest_t *m);
+/*
+ * Sets a part's names in m: copies of the n tensor paths and nkeys meta keys,
+ * sorted (the manifest owns them); -1 with err when out of memory.
+ */
+int wsync_manifest_set_names(wsync_manifest_t *m, const char *const *paths, size_t n,
+    const char *const *keys, size_t nkeys, wsync_err_t *err);
+/* Whether key is one a signature is carried in: the two above, or a part's (".R"). */
+int wsync_meta_is_signature(const char *key);
 /* The manifest's entry for model; NULL when it has none. Borrowed from m. */
 const wsync_signed_model_t *wsync_manifest_find(const wsync_manifest_t *m, const char *model);
 
@@ -436,6 +454,14 @@ int wsync_file_digest(const wsync_file_t *file, wsync_signed_model_t *out, wsync
  */
 int wsync_sign_trees(wsync_tree_t *const *trees, int n, const wsync_signkey_t *key,
     uint64_t seq, wsync_manifest_t *out, wsync_err_t *err);
+/*
+ * Signs part part of parts of the version named group: a part's manifest
+ * (seq group, the tree's digests, its tensor paths and meta keys) in the
+ * tree's meta under the keys of that part ("wsync.manifest.R"), every other
+ * signature in its meta (its input's) dropped first. As above.
+ */
+int wsync_sign_part(wsync_tree_t *tree, const wsync_signkey_t *key, uint64_t group,
+    uint32_t part, uint32_t parts, wsync_manifest_t *out, wsync_err_t *err);
 
 /* Why wsync_verify_file refused a file; wsync_verify_reason names them. */
 typedef enum wsync_verify {
@@ -449,7 +475,8 @@ typedef enum wsync_verify {
 	WSYNC_VERIFY_META,              /* its meta is not the signed meta */
 	WSYNC_VERIFY_DIGEST,            /* its tensors' bytes are not the signed ones */
 	WSYNC_VERIFY_ROLLBACK,          /* its seq is not above the one applied */
-	WSYNC_VERIFY_MIXED              /* its push's other models are not beside it */
+	WSYNC_VERIFY_MIXED,             /* its push's other models are not beside it */
+	WSYNC_VERIFY_GROUP              /* its parts are not the parts of one signed group */
 } wsync_verify_t;
 
 /* A reason's name for logs and reports ("unsigned", "bad-signature"...). */
@@ -461,6 +488,9 @@ const char *wsync_verify_reason(wsync_verify_t reason);
  * and fills manifest (may be NULL; wsync_manifest_free it) for the caller's
  * own checks (seq, time, the other models); otherwise the reason, with err
  * (77, naming the file) saying it. -1 with err on an internal error.
+ * A version in parts is vouched for when each part's manifest is, over the
+ * tensors and meta it names, and the parts are one group: 0 to N-1, each of
+ * N, one seq, every tensor in one part; manifest gets part 0's.
  */
 int wsync_verify_file(const wsync_file_t *file, const wsync_verifykey_t *keys, int nkeys,
     wsync_manifest_t *manifest, wsync_err_t *err);
@@ -647,12 +677,10 @@ const char *wsync_client_endpoint(const wsync_client_t *client);
 /* Drops the socket (and anything queued on it), connects anew and says hello again. */
 int wsync_client_reconnect(wsync_client_t *client, int timeout_ms, wsync_err_t *err);
 
-/* Whose heads a heads request asks for; every pointer borrowed for the call. */
+/* Whose heads a heads request asks for, as any client sees them; borrowed for the call. */
 typedef struct wsync_heads_ask {
 	const char *const *models;
 	int n;
-	const char *worker;             /* NULL: as any client sees them */
-	const uint64_t *applied;        /* with worker: n versions applied (0: none), a heartbeat */
 } wsync_heads_ask_t;
 /* Who answered a heads request (the reply's hub and store fields). */
 typedef struct wsync_heads_from {
@@ -796,10 +824,6 @@ typedef enum wsync_wait_mode {
 	WSYNC_WAIT_COUNT,               /* count workers */
 	WSYNC_WAIT_IDS                  /* the nids workers named */
 } wsync_wait_mode_t;
-/* The mode a name (all, count, ids) stands for; -1 for anything else. */
-int wsync_wait_parse(const char *name);
-/* The name of a mode ("?" out of range); static. */
-const char *wsync_wait_name(int mode);
 /* Whom a wait waits for; ids borrowed for the call. */
 typedef struct wsync_wait {
 	wsync_wait_mode_t mode;
@@ -969,10 +993,14 @@ int wsync_keygen(const char *base, int force, char *public, wsync_err_t *err);
 /* Monotonic milliseconds, for deadlines. */
 int64_t wsync_now_ms(void);
 
-/* ---- lib/proto.c: worker ids ---- */
+/* ---- lib/proto.c: worker ids, the names of wait modes ---- */
 
 /* 0 when s is a worker id fit for logs: 1..128 printable ASCII bytes, no spaces. */
 int wsync_id_check(const char *s);
+/* The wait mode (wsync_wait_mode_t) a name (all, count, ids) stands for; -1 for anything else. */
+int wsync_wait_parse(const char *name);
+/* The name of a wait mode ("?" out of range); static. */
+const char *wsync_wait_name(int mode);
 
 /* ---- lib/endpoint.c: where a hub listens when nobody says; who reaches it ---- */
 

@@ -19,3 +19,35 @@ load test_helper
 	# Every process it started is gone, and the hub's store with them.
 	run -1 pgrep -f "$BATS_TEST_TMPDIR"
 }
+
+@test "bench/update measures a small model's update beside memcpy and its floors, every row with its target" {
+	run -0 --separate-stderr env BUILD="${WSYNC_BIN%/bin}" TMPDIR="$BATS_TEST_TMPDIR" \
+	    BENCH_SHM="$BATS_TEST_TMPDIR" "$ROOT/bench/update" 16 1 16
+	assert_line --index 0 "## A large model's update (bench/update)"
+	assert_line --index 1 '| benchmark | median | p90 | baseline (same run) | ratio | target | met |'
+	t='[0-9.]+ (us|ms|s)'
+	assert_line --index 3 --regexp "^\| memcpy of the model into existing pages \(the unit\) \| $t \| $t \| - \| - \| - \| - \|$"
+	assert_line --index 4 --regexp "^\| floor of the delta push: hash and diff the two inputs \([0-9]+ threads?\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
+	assert_line --index 5 --regexp "^\| floor of a rebuild: copy, patch and hash \([0-9]+ threads?\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
+	assert_line --index 6 --regexp "^\| commit to ack, the update pushed whole on the hub's host \(the hub's log; the watcher fetched [0-9.]+ MiB\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| <= 3x memcpy \| (met|missed) \|$"
+	assert_line --index 7 --regexp "^\| the same pushes, push until acked \(context\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
+	assert_line --index 8 --regexp "^\| the trainer's delta push alone \(--batch --transfer socket\) \| $t \| $t \| memcpy: $t; floor, hash\+diff: $t \| [0-9.]+x; [0-9.]+x \| <= 2x memcpy, or <= 1.2x the floor \| (met|missed) \|$"
+	assert_line --index 9 --regexp "^\| the trainer's delta push until acked \(-w all\) \| $t \| $t \| memcpy: $t; floor, diff \+ 2 rebuilds: $t \| [0-9.]+x; [0-9.]+x \| <= 4x memcpy, or <= 1.2x the floor \| (met|missed) \|$"
+	assert_line --index 10 --regexp "^\| one rank, the whole model \(--transfer socket --base\), until acked, 1 thread each \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
+	assert_line --index 11 --regexp "^\| two ranks, a half each \(--part R/2 --group KEY( --base its half before|; whole parts: --base per part not yet)\), until acked, 1 thread each \| $t \| $t \| one rank: $t \| [0-9.]+x \| <= 0.7x one rank \| (met|missed) \|$"
+	i=12
+	for pass in 'pusher diff' 'hub diff' 'hub rebuild' 'watcher rebuild'; do
+		assert_line --index "$i" --regexp "^\| $pass on 2 threads \(bench/passes, best of runs\) \| [0-9.]+ s \| - \| 1 thread: [0-9.]+ s \| [0-9.]+x faster \| >= 1.6x faster \| (met|missed) \|$"
+		i=$((i + 1))
+	done
+	i=18
+	for who in 'wsync-push --transfer socket --base \(a 1% delta\)' 'wsync-serve \(the hub: ' \
+	    'wsync-serve --upstream \(a relay' 'wsync-watch --transfer socket --recycle'; do
+		assert_line --index "$i" --regexp "^\| peak RSS, $who.*, 16 MiB model on disk, 2 threads \| [0-9.]+ MiB \| - \| bound: 64 MiB \| [0-9.]+x \| <= 64 MiB \| (met|missed) \|$"
+		i=$((i + 1))
+	done
+	# Every process it started is gone, and its files with them.
+	run -1 pgrep -f "$BATS_TEST_TMPDIR"
+	run -0 find "$BATS_TEST_TMPDIR" -mindepth 1 -name 'wsync-update*'
+	assert_output ''
+}

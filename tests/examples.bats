@@ -252,6 +252,16 @@ print(*msgpack.unpackb(open(sys.argv[1], "rb").read())["tree"])' relayed.wsync
 	run -0 wsync-inspect diff pulled.safetensors m.safetensors
 }
 
+@test "push-ranks.sh with SIGN_KEY signs every part: a verifying pull takes the version" {
+	"$PY" "$FIXTURES/mkparts.py" m 2
+	wsync-keygen --sign trainer >/dev/null
+	start_hub
+	SIGN_KEY=trainer.key run -0 "$EX/sharded/push-ranks.sh" policy 100 m.0.safetensors \
+		m.1.safetensors
+	run -0 wsync-pull -q --verify-key trainer.pub -m policy -o pulled.wsync
+	assert_output "1"
+}
+
 @test "push-ranks.sh exits 65 when two shards hold one tensor, and nothing is committed" {
 	"$PY" "$FIXTURES/mkparts.py" m 2
 	start_hub

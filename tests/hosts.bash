@@ -29,6 +29,8 @@
 #
 # Functions:
 #   hosts_up N RATE        builds hosts 1..N; HOSTS_N is N
+#   host_rate I RATE       host I's link carries RATE each way from now on (a
+#                          slow host among fast ones)
 #   host_addr I            prints host I's address
 #   host_run I CMD...      runs CMD on host I (its network and mount namespace)
 #                          in the background; HOST_PID is its PID, recorded
@@ -42,6 +44,26 @@
 #                          the connection to the last
 #   hosts_down             stops every process host_run started (by PID),
 #                          deletes the namespaces; safe to call twice
+#
+# A fleet on the hosts: host 1 runs the root hub, every other host a relay
+# (wsync-serve --upstream) and a watcher of $FLEET_MODEL (default policy) on
+# its own relay, which links the version from the relay's store (the watcher
+# costs the link nothing). Endpoints are tcp://ADDRESS:$FLEET_PORT; logs and
+# watcher output go to $FLEET_LOGS (default $HOSTS_DIR/logs, outside every
+# host): root.log, rI.log (relay), wI.out and wI.err (watcher, id wI).
+#   fleet_up N RATE        builds hosts 1..N+1 at RATE, starts the root on
+#                          host 1 and hosts 2..N+1, each naming the root
+#   fleet_root [OPTION...] starts the root hub on host 1 (store
+#                          $HOSTS_DIR/h1/store: a restart keeps it);
+#                          FLEET_ROOT is its endpoint, FLEET_ROOT_PID its PID
+#   fleet_host I [UP]      starts host I's relay, its upstream UP (default the
+#                          root), and its watcher; FLEET_RELAY_PID[I] and
+#                          FLEET_WATCH_PID[I] their PIDs
+#   fleet_endpoint I       prints host I's hub endpoint
+#   fleet_applied I V      0 when host I's watcher printed version V
+#   fleet_versions I       the versions host I's watcher printed, in order
+#   fleet_stop I           stops host I's relay and watcher, removing what
+#                          they wrote on the host
 #   hosts_setup_file       skips the bats file where hosts cannot be made
 #   hosts_setup            a test's own directory, and no default endpoint
 # Loaded by a bats file (load ../hosts, after the other helpers), it gives the
@@ -119,6 +141,16 @@ hosts_up() {
 		mkdir -p "$HOSTS_DIR/h$i"
 		s_hosts_keeper "$i" || return
 	done
+}
+
+# host_rate I RATE: host I's link at RATE each way, replacing both tbfs.
+host_rate() {
+	local tbf
+	tbf=$(s_hosts_tbf "$2") || return
+	# shellcheck disable=SC2086
+	tc -n "$HOSTS_ID-h$1" qdisc replace dev eth0 root tbf $tbf limit 4mb || return
+	# shellcheck disable=SC2086
+	tc -n "$HOSTS_ID-br" qdisc replace dev "h$1" root tbf $tbf latency 20ms
 }
 
 # Starts host I's keeper: a process that holds the host's mount namespace (a
@@ -224,6 +256,98 @@ hosts_down() {
 	# The bridge's namespace goes last: deleting it deletes its veth ends and br0.
 	ip netns del "$HOSTS_ID-br" 2>/dev/null || true
 	HOSTS_N=0
+}
+
+FLEET_PORT=7355
+FLEET_MODEL=${FLEET_MODEL:-policy}
+declare -gA FLEET_RELAY_PID FLEET_WATCH_PID
+
+fleet_endpoint() {
+	echo "tcp://$(host_addr "$1"):$FLEET_PORT"
+}
+
+# s_fleet_wait SECONDS FILE PATTERN PID: until FILE has a line matching
+# PATTERN; fails at once when PID has ended, at the bound otherwise.
+s_fleet_wait() {
+	local deadline=$((SECONDS + $1))
+	until grep -q -- "$3" "$2" 2>/dev/null; do
+		if ((SECONDS >= deadline)) || ! kill -0 "$4" 2>/dev/null; then
+			grep -q -- "$3" "$2" 2>/dev/null && return 0
+			echo "fleet: $2 never showed '$3':" >&2
+			tail -n 5 "$2" >&2 2>/dev/null
+			return 1
+		fi
+		sleep 0.02
+	done
+}
+
+# fleet_root [wsync-serve option...]: the root hub on host 1.
+# shellcheck disable=SC2120
+fleet_root() {
+	FLEET_LOGS=${FLEET_LOGS:-$HOSTS_DIR/logs}
+	mkdir -p "$FLEET_LOGS"
+	FLEET_ROOT=$(fleet_endpoint 1)
+	# A restart's log goes on after the last's: wait for a listen line of its own.
+	local from=$(($(cat "$FLEET_LOGS/root.log" 2>/dev/null | wc -l) + 1))
+	host_run 1 wsync-serve -e "$FLEET_ROOT" --insecure --store "$HOSTS_DIR/h1/store" "$@" \
+		2>>"$FLEET_LOGS/root.log"
+	FLEET_ROOT_PID=$HOST_PID
+	local deadline=$((SECONDS + 10))
+	until tail -n +"$from" "$FLEET_LOGS/root.log" | grep -q 'event=listen'; do
+		if ((SECONDS >= deadline)) || ! kill -0 "$FLEET_ROOT_PID" 2>/dev/null; then
+			echo "fleet: the root did not start:" >&2
+			tail -n 5 "$FLEET_LOGS/root.log" >&2
+			return 1
+		fi
+		sleep 0.02
+	done
+}
+
+# fleet_host I [UPSTREAM]: host I's relay (upstream the root unless given) and
+# its watcher, which follows only the relay.
+fleet_host() {
+	local i=$1 up=${2:-$FLEET_ROOT} ep
+	ep=$(fleet_endpoint "$i")
+	host_run "$i" wsync-serve -e "$ep" --insecure --store "$HOSTS_DIR/h$i/relay" \
+		--upstream "$up" --model "$FLEET_MODEL" 2>>"$FLEET_LOGS/r$i.log"
+	FLEET_RELAY_PID[$i]=$HOST_PID
+	s_fleet_wait 10 "$FLEET_LOGS/r$i.log" event=listen "$HOST_PID" || return
+	host_run "$i" wsync-watch --id "w$i" -e "$ep" -m "$FLEET_MODEL" \
+		-o "$HOSTS_DIR/h$i/$FLEET_MODEL.wsync" >>"$FLEET_LOGS/w$i.out" 2>>"$FLEET_LOGS/w$i.err"
+	FLEET_WATCH_PID[$i]=$HOST_PID
+}
+
+# fleet_up N RATE: hosts 1..N+1 at RATE, the root on host 1, hosts 2..N+1
+# each a relay naming the root and a watcher.
+fleet_up() {
+	local i
+	hosts_up $(($1 + 1)) "$2" || return
+	fleet_root || return
+	for ((i = 2; i <= $1 + 1; i++)); do
+		fleet_host "$i" || return
+	done
+}
+
+fleet_applied() {
+	grep -q "^$FLEET_MODEL $2 " "$FLEET_LOGS/w$1.out" 2>/dev/null
+}
+
+fleet_versions() {
+	awk -v m="$FLEET_MODEL" '$1 == m { print $2 }' "$FLEET_LOGS/w$1.out" 2>/dev/null
+}
+
+# fleet_stop I: ends host I's relay and watcher (by PID), then removes the
+# relay's store and the watcher's output from the host.
+fleet_stop() {
+	local pid
+	# Either may have ended already (a test killed the relay): neither fails the caller.
+	for pid in "${FLEET_WATCH_PID[$1]:-}" "${FLEET_RELAY_PID[$1]:-}"; do
+		[ -n "$pid" ] || continue
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	unset "FLEET_WATCH_PID[$1]" "FLEET_RELAY_PID[$1]"
+	host_exec "$1" rm -rf "$HOSTS_DIR/h$1/relay" "$HOSTS_DIR/h$1/$FLEET_MODEL.wsync"
 }
 
 HOSTS_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/fixtures

@@ -144,13 +144,14 @@ PYEOF
 	done
 }
 
-# Makes $TMP/big.safetensors: one uint8 tensor of $1 MiB of seeded random bytes.
+# make_big MIB [SEED [NAME]]: makes $TMP/NAME.safetensors (default big): one
+# uint8 tensor of MIB MiB of random bytes drawn from SEED (default 7).
 make_big() {
-	"$PY" - "$TMP/big.safetensors" "$1" <<'PYEOF'
+	"$PY" - "$TMP/${3:-big}.safetensors" "$1" "${2:-7}" <<'PYEOF'
 import json, struct, sys
 import numpy as np
-out, mib = sys.argv[1], int(sys.argv[2])
-raw = np.random.default_rng(7).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
+out, mib, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+raw = np.random.default_rng(seed).integers(0, 256, mib << 20, dtype=np.uint8).tobytes()
 head = json.dumps({"w": {"dtype": "U8", "shape": [len(raw)],
                          "data_offsets": [0, len(raw)]}}).encode()
 head += b" " * (-len(head) % 8)

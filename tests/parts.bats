@@ -149,7 +149,7 @@ no_version() {
 	run -75 wsync-push -q -t 3 --part 0/3 --group 1 -m policy "$TMP/m.0.safetensors"
 	assert_output "wsync-push: model policy group 1: part 1 of 3 missing after 3.0 s; nothing committed"
 	wait_until ended 2
-	assert_equal "$(cat "$TMP/r2.rc")" "75"
+	assert_equal "$(cat "$TMP/r2.rc") $(cat "$TMP/r2.err")" "75 $output"
 	assert_equal "$(wsync-inspect --hub --json | jq -r '.models[0].head')" "1"
 	[ ! -e "$STORE/policy/2.wsync" ]
 	wait_log "event=drop model=policy group=1 parts=3 missing=1 reason=\"timeout\""
@@ -179,7 +179,7 @@ push_alone() {
 	wait_log "event=replace model=policy group=1 part=0 upload=1"
 }
 
-@test "a group of 64 parts commits one version of all their tensors" {
+@test "a group of 64 parts commits one version of all their tensors: a group counts as one of the hub's 16 uploads" {
 	parts 64 64 4096
 	start_hub
 	for ((r = 0; r < 63; r++)); do
@@ -207,9 +207,9 @@ Try 'wsync-push --help'."
 Try 'wsync-push --help'."
 }
 
-@test "--part with --sign-key is a usage error: a group is not signed yet" {
-	run -64 wsync-push --part 0/2 --group 1 --sign-key k.key -m policy m.safetensors
-	assert_output "wsync-push: --part goes over the socket to every worker, unsigned and whole: not with -W, --base, --sign-key or --transfer copy|link
+@test "--part with --seq is a usage error: a part is signed with its group's key" {
+	run -64 wsync-push --part 0/2 --group 1 --sign-key k.key --seq 3 -m policy m.safetensors
+	assert_output "wsync-push: --part goes over the socket to every worker, whole, signed for its group: not with -W, --base, --seq or --transfer copy|link
 Try 'wsync-push --help'."
 }
 
@@ -232,4 +232,89 @@ open(sys.argv[1], "wb").write(build([("layers.1.weight", "BF16", [50], bytes(100
 PYEOF
 	start_hub
 	both_refused 2 'wsync-push: model policy group 2: parts 0 and 1 give meta "format" two values; nothing committed'
+}
+
+@test "a group key not above the last committed one is refused after the hub restarts too" {
+	parts 1
+	start_hub
+	wsync-push -q --part 0/1 --group 5 -m policy "$TMP/m.0.safetensors"
+	stop_hub
+	start_hub
+	run -65 wsync-push -q --part 0/1 --group 4 -m policy "$TMP/m.0.safetensors"
+	assert_output "wsync-push: model policy group 4 (part 0 of 1) is not above the last group committed, 5"
+	no_version_2
+}
+
+# no_version_2: the hub holds no second version of policy.
+no_version_2() {
+	[ ! -e "$STORE/policy/2.wsync" ]
+}
+
+# signed_group KEY [RANK1_FILE]: ranks 0 and 1 push their parts of group KEY,
+# each signed with key.key (made once), rank 1 from RANK1_FILE when given
+# (unsigned then: a part spliced in as a hub could); both print the version.
+signed_group() {
+	[ -e "$TMP/key.key" ] || wsync-keygen --sign "$TMP/key" >/dev/null
+	push_part 0/2 "$1" --sign-key "$TMP/key.key"
+	if [ -n "${2:-}" ]; then
+		cp "$2" "$TMP/m.1.safetensors"
+		run wsync-push -q --part 1/2 --group "$1" -m policy "$TMP/m.1.safetensors"
+	else
+		run wsync-push -q --part 1/2 --group "$1" --sign-key "$TMP/key.key" -m policy \
+			"$TMP/m.1.safetensors"
+	fi
+	assert_success
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc") $(cat "$TMP/r0.out")" "0 $output"
+}
+
+@test "a group whose ranks each signed their part is applied by a verifying watcher" {
+	parts 2
+	start_hub
+	wsync-keygen --sign "$TMP/key" >/dev/null
+	start_watcher w1 --verify-key "$TMP/key.pub"
+	signed_group 3
+	assert_output "1"
+	wait_until watcher_at w1 1
+	run -0 wsync-pull -q --verify-key "$TMP/key.pub" -m policy -o "$TMP/p.wsync"
+	assert_output "1"
+	run -0 wsync-inspect --verify-key "$TMP/key.pub" "$TMP/p.wsync"
+	assert_line 'signature holds'
+}
+
+@test "a version whose part was signed for another group is refused, naming both groups" {
+	parts 2
+	start_hub
+	signed_group 7
+	wsync-convert "$STORE/policy/1.wsync" "$TMP/v1.safetensors"
+	# Rank 1's part as group 7 signed it: its tensors, its manifest and signature.
+	"$PY" - "$TMP/v1.safetensors" "$TMP/m.1.safetensors" "$TMP/spliced.safetensors" <<'PYEOF'
+import json, struct, sys
+def read(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+signed, _ = read(sys.argv[1])
+head, data = read(sys.argv[2])
+for k in ("wsync.manifest.1", "wsync.signature.1"):
+    head["__metadata__"][k] = signed["__metadata__"][k]
+t = json.dumps(head).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[3], "wb").write(struct.pack("<Q", len(t)) + t + data)
+PYEOF
+	signed_group 8 "$TMP/spliced.safetensors"
+	assert_output "2"
+	run -77 wsync-pull -q --verify-key "$TMP/key.pub" -m policy -o "$TMP/p.wsync"
+	assert_output "wsync-pull: refused (not-one-group): policy version 2: part 1 is signed for group 7, part 0 for group 8: its parts are not one signed group"
+	[ ! -e "$TMP/p.wsync" ]
+}
+
+@test "a signed part naming more tensors than a manifest holds is refused before it is sent" {
+	parts 1 3000 2
+	wsync-keygen --sign "$TMP/key" >/dev/null
+	start_hub
+	run -65 wsync-push -q --sign-key "$TMP/key.key" --part 0/1 --group 1 -m policy \
+		"$TMP/m.0.safetensors"
+	assert_output "wsync-push: part 0 of 1: its manifest, naming 3000 tensors, is 74788 bytes in base64, over the 65536 of a meta value; push the model in more parts"
+	no_version
 }

@@ -25,7 +25,7 @@ s_need() {
 
 @test "sharded ranks publish one version together with Publisher(part=...) (test_parts.py)" {
 	s_need pytest
-	s_pytest test_parts.py 4
+	s_pytest test_parts.py 6
 }
 
 @test "the package writes and reads torch state_dicts without a copy (test_torch_files.py)" {

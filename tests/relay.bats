@@ -131,6 +131,30 @@ head_at() {
 	assert_equal "$(content_of deep.wsync)" "$(content_of v3.wsync)"
 }
 
+# 0 when the root counts $1 workers alive and reaches the deepest, w$1, by $2.
+root_lists() {
+	wsync-inspect --hub --json -t 1 2>/dev/null |
+	    jq -e --argjson n "$1" --arg via "$2" '([.workers[] | select(.alive)] | length) == $n and
+	    any(.workers[]; .worker == "w\($n)" and .via == $via)' >/dev/null
+}
+
+@test "a chain of 8 relays laid by hand: the root lists all 8 workers and --wait all returns once they applied" {
+	local i via= up=$WSYNC_ENDPOINT
+	make_versions 1
+	start_hub
+	# Each relay's upstream is the one before it; a watcher on each.
+	for ((i = 1; i <= 8; i++)); do
+		WSYNC_ENDPOINT=$up start_relay "r$i"
+		start_watcher "w$i" -e "ipc://$TMP/r$i"
+		via="$via${via:+>}$(hostname):${RPID[r$i]}"
+		up="ipc://$TMP/r$i"
+	done
+	WAIT_S=30 wait_until root_lists 8 "$via"
+	run -0 wsync-push --wait all --timeout 60 -m policy v1.wsync
+	assert_output 1
+	for ((i = 1; i <= 8; i++)); do assert_equal "w$i $(last_version "w$i")" "w$i 1"; done
+}
+
 @test "a relay killed with -9 and restarted resumes mirroring from where it was" {
 	make_versions 4
 	start_hub
@@ -202,8 +226,8 @@ root_has() {
 	start_watcher a -e "ipc://$TMP/r1"
 	wait_until root_has a "$(hostname):${RPID[r1]}"
 	kill -9 "${RPID[r1]}"
-	# Within the liveness window (5 s) and a heartbeat.
-	WAIT_S=8 wait_until bash -c "wsync-inspect --hub --json | jq -e '.workers[] | select(.worker == \"a\" and (.alive | not))'"
+	# Within the liveness window (5 s), 1.5 s for the relay on its path, and a heartbeat.
+	WAIT_S=10 wait_until bash -c "wsync-inspect --hub --json | jq -e '.workers[] | select(.worker == \"a\" and (.alive | not))'"
 }
 
 @test "with keys, a relay whose key is on the root's pull list mirrors and reports over CURVE" {

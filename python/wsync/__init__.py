@@ -24,6 +24,13 @@ numpy, and torch only for torch tensors.
 Publisher(model, sign_key="trainer.key") signs every publish (wsync-push
 --sign-key); watch and pull take verify_key= to apply only what it signed.
 
+A sharded trainer's ranks each publish their own shard as a part of one
+version (wsync-push --part, wsync(7) SHARDED TRAINERS), signed by each rank
+with the trainer's key when sign_key is given:
+
+    with wsync.Publisher("policy", part=(rank, world), sign_key="trainer.key") as pub:
+        version = pub.publish(shard_state_dict, group=step)   # once all parts are in
+
 Every dtype of wsync travels, bf16 and fp8 included, without ml_dtypes
 (module wsync.tensors says how). A failure raises a WsyncError whose status
 is the exit status of wsync(7): TimedOut (75), HubUnavailable (69),

@@ -50,8 +50,12 @@ class Publisher:
     group=step) pushes them as part rank of world of the version named step
     (wsync-push --part, wsync(7) SHARDED TRAINERS). Every rank's publish
     returns the same version once all world parts are in; a part missing when
-    timeout runs out raises TimedOut (75) naming it. Parts are pushed whole and
-    unsigned, one model a publisher, announced to every worker.
+    timeout runs out raises TimedOut (75) naming it. Parts are pushed whole,
+    one model a publisher, announced to every worker. With sign_key too, each
+    rank signs its own part with the trainer's key (every rank holds a copy):
+    a part's manifest names its group, its part and its tensors, and a worker
+    run with --verify-key applies the version only when its parts are one
+    signed group (wsync-format(5), SIGNATURES); the group is its seq.
     """
 
     def __init__(self, model: Union[str, Sequence[str]], endpoint: Optional[str] = None,
@@ -62,9 +66,9 @@ class Publisher:
         self.models: List[str] = [model] if isinstance(model, str) else list(model)
         self.part = part
         if part is not None and (len(part) != 2 or not 0 <= part[0] < part[1] <= 256 or
-                                 len(self.models) != 1 or workers or sign_key is not None):
+                                 len(self.models) != 1 or workers):
             raise UsageError(64, "part=(rank, world) wants 0 <= rank < world <= 256, one "
-                             "model, no workers and no sign_key")
+                             "model and no workers")
         if not self.models or len(set(self.models)) != len(self.models):
             raise UsageError(64, "Publisher wants one model id or several different ones")
         for m in self.models:
@@ -76,6 +80,7 @@ class Publisher:
         self.args = ["wsync-push", "--batch"] + self.client
         # Signed here, not by the coprocess: the trees are written into slots.
         self.sign_key = signing.SignKey(sign_key) if sign_key is not None else None
+        self.sign_path = sign_key
         self.seq: Optional[int] = None      # of the last signed publish
         self.proc: Optional["subprocess.Popen[str]"] = None
         try:
@@ -167,9 +172,12 @@ class Publisher:
         bits ({model: {name: dtype}} for several models). seq: the sequence number
         of a signed publish (see Publisher), 1 or more; it is kept in self.seq.
         group: with part (see Publisher), the version the ranks build together,
-        above the last group of the model (the trainer's step)."""
+        above the last group of the model (the trainer's step); a signed part's
+        seq is its group."""
         if (group is None) != (self.part is None):
             raise UsageError(64, "group goes with a publisher made with part=(rank, world)")
+        if group is not None and seq is not None:
+            raise UsageError(64, "seq goes with a whole publish: a part is signed for its group")
         if group is not None:
             return self._publish_part(state_dict, meta, wait, timeout, dtypes, group)
         signing.check_seq(seq, self.sign_key is not None)
@@ -224,7 +232,12 @@ class Publisher:
                                                      "--group", str(group)]
         if wait is not None:
             args += ["-w", wait_arg(wait)]
-        return int(run(args + ["-m", self.models[0], path]))
+        if self.sign_path is not None:
+            args += ["--sign-key", self.sign_path]
+        version = int(run(args + ["-m", self.models[0], path]))
+        if self.sign_path is not None:
+            self.seq = group
+        return version
 
     def close(self) -> None:
         """Ends the coprocess (which gives back a slot asked for ahead)."""

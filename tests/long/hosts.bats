@@ -63,6 +63,18 @@ rate_within() {
 	((received >= 32 << 20 && received <= (32 << 20) * 105 / 100))
 }
 
+@test "host_rate slows one host's link to 20 Mbit/s within 20%, both ways, and the others' not" {
+	local s
+	hosts_up 3 100mbit
+	host_rate 2 20mbit
+	s=$(host_tcp_seconds 1 2 $((4 << 20)))
+	rate_within 20 $((4 << 20)) "$s" >&3
+	s=$(host_tcp_seconds 2 1 $((4 << 20)))
+	rate_within 20 $((4 << 20)) "$s" >&3
+	s=$(host_tcp_seconds 1 3 $((16 << 20)))
+	rate_within 100 $((16 << 20)) "$s" >&3
+}
+
 @test "two hosts sending to a third share its link" {
 	local p1 p2 t0 t1
 	hosts_up 3 20mbit

@@ -1,5 +1,6 @@
 """wsync.Publisher(part=(rank, world)): the ranks of a sharded trainer publish
 one version together, against a real hub."""
+import subprocess
 import threading
 
 import numpy as np
@@ -12,12 +13,13 @@ def shard(rank, step):
     return {f"layers.{rank}.weight": np.full((4, 8), step + rank, np.float32)}
 
 
-def publish_all(endpoint, world, step, timeout=30):
+def publish_all(endpoint, world, step, timeout=30, sign_key=None):
     """Every rank publishes its shard at step in a thread of its own; [version or error]."""
     out = [None] * world
 
     def rank_main(rank):
-        with wsync.Publisher("policy", endpoint=endpoint, part=(rank, world)) as pub:
+        with wsync.Publisher("policy", endpoint=endpoint, part=(rank, world),
+                             sign_key=sign_key) as pub:
             try:
                 out[rank] = pub.publish(shard(rank, step), meta={"step": step}, group=step,
                                         timeout=timeout)
@@ -65,3 +67,21 @@ def test_group_without_part_and_part_without_group_are_usage_errors(hub):
             pub.publish(shard(0, 1))
     with pytest.raises(wsync.UsageError):
         wsync.Publisher("policy", endpoint=hub.endpoint, part=(2, 2))
+
+
+def test_ranks_signing_their_parts_make_a_version_a_verifying_pull_takes(hub, tmp_path):
+    subprocess.run(["wsync-keygen", "--sign", str(tmp_path / "trainer")], check=True,
+                   stdout=subprocess.DEVNULL)
+    assert publish_all(hub.endpoint, 2, 12, sign_key=str(tmp_path / "trainer.key")) == [1, 1]
+    assert wsync.pull("policy", str(tmp_path / "p.wsync"), endpoint=hub.endpoint,
+                      verify_key=str(tmp_path / "trainer.pub")) == 1
+
+
+def test_seq_with_group_is_a_usage_error(hub, tmp_path):
+    subprocess.run(["wsync-keygen", "--sign", str(tmp_path / "trainer")], check=True,
+                   stdout=subprocess.DEVNULL)
+    with wsync.Publisher("policy", endpoint=hub.endpoint, part=(0, 1),
+                         sign_key=str(tmp_path / "trainer.key")) as pub:
+        with pytest.raises(wsync.UsageError) as e:
+            pub.publish(shard(0, 1), group=1, seq=1)
+    assert str(e.value) == "seq goes with a whole publish: a part is signed for its group"

@@ -315,6 +315,127 @@ test_manifest_encoding(void)
 	    strcmp(err.msg, "manifest: model a twice") == 0, "a model twice is refused");
 }
 
+/*
+ * Part r of 2 of model policy: tensor "pR" of data, meta step=7, and a stale
+ * whole push's manifest that signing drops; signed for group.
+ */
+static wsync_tree_t *
+s_part(uint32_t r, const float *data, uint64_t group)
+{
+	uint64_t shape[1] = { S_N };
+	char path[8];
+	wsync_err_t err;
+	wsync_tree_t *tree = wsync_tree_new("policy", &err);
+
+	snprintf(path, sizeof(path), "p%u", r);
+	wsync_tree_set_meta(tree, "step", "7", &err);
+	wsync_tree_set_meta(tree, WSYNC_META_MANIFEST, "stale", &err);
+	wsync_tree_add(tree, path, WSYNC_F32, 1, shape, data, sizeof(float) * S_N, &err);
+	if (wsync_sign_part(tree, s_key, group, r, 2, NULL, &err) < 0)
+		printf("# sign part: %s\n", err.msg);
+	return tree;
+}
+
+/* The union of two parts, as a hub makes it: every tensor, every meta entry; extra adds "x". */
+static wsync_tree_t *
+s_union(wsync_tree_t *a, wsync_tree_t *b, int extra)
+{
+	uint64_t shape[1] = { S_N };
+	wsync_err_t err;
+	wsync_tree_t *u = wsync_tree_new("policy", &err);
+	wsync_tree_t *parts[2] = { a, b };
+
+	for (int i = 0; i < 2; i++) {
+		void *image;
+		wsync_file_t *f = s_open(parts[i], &image);
+		for (size_t j = 0; f != NULL && j < wsync_file_meta_count(f); j++)
+			wsync_tree_set_meta(u, wsync_file_meta(f, j)->key, wsync_file_meta(f, j)->value,
+			    &err);
+		wsync_file_close(&f);
+		free(image);
+	}
+	wsync_tree_add(u, "p0", WSYNC_F32, 1, shape, s_actor, sizeof(float) * S_N, &err);
+	wsync_tree_add(u, "p1", WSYNC_F32, 1, shape, s_critic, sizeof(float) * S_N, &err);
+	if (extra)
+		wsync_tree_add(u, "x", WSYNC_F32, 1, shape, s_critic, sizeof(float) * S_N, &err);
+	return u;
+}
+
+static void
+test_parts(void)
+{
+	wsync_tree_t *a = s_part(0, s_actor, 5), *b = s_part(1, s_critic, 5);
+	wsync_tree_t *late = s_part(1, s_critic, 6), *u;
+	wsync_manifest_t got;
+	wsync_err_t err;
+	char msg[1024];
+
+	u = s_union(a, b, 0);
+	ok(s_verify(u, &s_pub, 1, &got, msg, sizeof(msg)) == WSYNC_VERIFY_OK && got.seq == 5 &&
+	    got.part == 0 && got.parts == 2 && got.ntensors == 1 &&
+	    strcmp(got.tensors[0], "p0") == 0, "the union of two signed parts holds: %s", msg);
+	wsync_manifest_free(&got);
+	wsync_tree_destroy(&u);
+	u = s_union(a, late, 0);
+	ok(s_verify(u, &s_pub, 1, NULL, msg, sizeof(msg)) == WSYNC_VERIFY_GROUP &&
+	    strcmp(msg, "v.wsync: part 1 is signed for group 6, part 0 for group 5: its parts "
+	    "are not one signed group") == 0, "a part of another group is refused: %s", msg);
+	wsync_tree_destroy(&u);
+	u = s_union(a, b, 1);
+	ok(s_verify(u, &s_pub, 1, NULL, msg, sizeof(msg)) == WSYNC_VERIFY_DIGEST &&
+	    strcmp(msg, "v.wsync: tensor \"x\" is in none of its 2 signed parts") == 0,
+	    "a tensor no part signed is refused: %s", msg);
+	wsync_tree_destroy(&u);
+	u = s_union(a, b, 0);
+	wsync_tree_set_meta(u, "step", "8", &err);
+	ok(s_verify(u, &s_pub, 1, NULL, msg, sizeof(msg)) == WSYNC_VERIFY_META &&
+	    strcmp(msg, "v.wsync: part 0: its meta is not the meta the manifest (seq 5) signs") == 0,
+	    "a meta value changed after signing is refused: %s", msg);
+	wsync_tree_destroy(&u);
+	wsync_tree_destroy(&a);
+	wsync_tree_destroy(&b);
+	wsync_tree_destroy(&late);
+	ok(wsync_meta_is_signature("wsync.manifest") && wsync_meta_is_signature("wsync.signature.12") &&
+	    !wsync_meta_is_signature("wsync.manifest.01") && !wsync_meta_is_signature("wsync.manifests") &&
+	    !wsync_meta_is_signature("wsync.signature.") && !wsync_meta_is_signature("step"),
+	    "the keys a signature is carried in: the two, and a part's by its number");
+}
+
+static void
+test_part_manifest_encoding(void)
+{
+	wsync_signed_model_t model = { .model = "policy", .content = 9 };
+	const char *paths[2] = { "b", "a" }, *keys[1] = { "step" };
+	wsync_manifest_t m = { .seq = 4, .time = 1700000000, .nmodels = 1, .models = &model,
+	    .part = 1, .parts = 3 }, back;
+	unsigned char *buf;
+	size_t len;
+	wsync_err_t err;
+
+	ok(wsync_manifest_set_names(&m, paths, 2, keys, 1, &err) == 0 &&
+	    strcmp(m.tensors[0], "a") == 0, "a part's names are kept sorted");
+	ok(wsync_manifest_encode(&m, &buf, &len, &err) == 0 && buf[0] == 0x89 &&
+	    memcmp(buf + 1, "\xa8manifest\x02", 10) == 0,
+	    "a part's manifest encodes as a map of nine, format 2");
+	ok(wsync_manifest_decode(buf, len, &back, &err) == 0 && back.part == 1 &&
+	    back.parts == 3 && back.ntensors == 2 && strcmp(back.tensors[1], "b") == 0 &&
+	    back.nmetakeys == 1 && strcmp(back.metakeys[0], "step") == 0,
+	    "and decodes back: %s", err.msg);
+	wsync_manifest_free(&back);
+	free(buf);
+	/* The names out of order: not the canonical form. */
+	{
+		char *t = m.tensors[0];
+		m.tensors[0] = m.tensors[1];
+		m.tensors[1] = t;
+	}
+	ok(wsync_manifest_encode(&m, &buf, &len, &err) < 0 &&
+	    strcmp(err.msg, "manifest: tensor \"a\" twice or out of order (sorted bytewise)") == 0,
+	    "names out of order are refused: %s", err.msg);
+	m.models = NULL;
+	wsync_manifest_free(&m);
+}
+
 static void
 test_key_files(void)
 {
@@ -381,6 +502,8 @@ main(void)
 	test_bad_signature();
 	test_forgeries();
 	test_manifest_encoding();
+	test_parts();
+	test_part_manifest_encoding();
 	test_key_files();
 	wsync_signkey_destroy(&s_key);
 	wsync_signkey_destroy(&s_other);

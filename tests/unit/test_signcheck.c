@@ -118,42 +118,40 @@ static void
 test_round(void)
 {
 	const char *models[] = { "actor", "critic" };
-	char *tmp[2];
-	char why[2][WSYNC_MAX_REASON];
-	wsync_applied_t in_place[2], next[2];
-	wsync_head_t heads[2] = { { .version = 2 }, { .version = 2 } };
+	wsync_round_model_t m[2] = { { .head.version = 2 }, { .head.version = 2 } };
 	wsync_round_t o = { .models = models, .n = 2, .keys = &s_pub, .nkeys = 1 };
 	wsync_err_t err;
 
 	s_push(models, (int[]){ 0, 2 }, 2, 1, ".1");
 	s_push(models, (int[]){ 1, 3 }, 2, 2, ".2");
-	wsync_applied_read(s_path("actor.1"), &in_place[0]);
-	wsync_applied_read(s_path("critic.1"), &in_place[1]);
+	wsync_applied_read(s_path("actor.1"), &m[0].in_place);
+	wsync_applied_read(s_path("critic.1"), &m[1].in_place);
 	for (int i = 0; i < 2; i++) {
 		wsync_applied_t a;
 		wsync_applied_read(s_path(i == 0 ? "actor.2" : "critic.2"), &a);
-		heads[i].content = a.content;
+		m[i].head.content = a.content;
 	}
-	tmp[0] = (char *)s_path("actor.2");
-	tmp[1] = (char *)s_path("critic.2");
-	ok(wsync_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
-	    why[0][0] == '\0' && why[1][0] == '\0' && next[0].seq == 2 && next[1].seq == 2,
+	m[0].tmp = (char *)s_path("actor.2");
+	m[1].tmp = (char *)s_path("critic.2");
+	ok(wsync_check_round(&o, m) == 0 &&
+	    m[0].why[0] == '\0' && m[1].why[0] == '\0' && m[0].next.seq == 2 &&
+	    m[1].next.seq == 2,
 	    "both models of a push in one round are taken");
-	tmp[1] = NULL;
-	ok(wsync_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
-	    strncmp(why[0], "refused (mixed): actor version 2: its signed push (seq 2) has critic at "
-	    "content ", 80) == 0, "the new actor beside the old critic is refused: %s", why[0]);
+	m[1].tmp = NULL;
+	ok(wsync_check_round(&o, m) == 0 &&
+	    strncmp(m[0].why, "refused (mixed): actor version 2: its signed push (seq 2) has critic at "
+	    "content ", 80) == 0, "the new actor beside the old critic is refused: %s", m[0].why);
 	/* The critic of the same push, its signature stripped (the same bytes, unsigned). */
 	wsync_tree_t *critic = wsync_tree_new("critic", &err);
 	wsync_tree_add(critic, "w", WSYNC_F32, 1, (uint64_t[]){ 256 }, s_data[3], sizeof(s_data[3]),
 	    &err);
 	wsync_tree_write_file(critic, s_path("critic.u"), &err);
 	wsync_tree_destroy(&critic);
-	tmp[0] = (char *)s_path("actor.2");
-	tmp[1] = (char *)s_path("critic.u");
-	ok(wsync_check_round(&o, in_place, tmp, heads, why, next) == 0 &&
-	    strncmp(why[1], "refused (unsigned)", 18) == 0 &&
-	    strncmp(why[0], "refused (mixed)", 15) == 0,
+	m[0].tmp = (char *)s_path("actor.2");
+	m[1].tmp = (char *)s_path("critic.u");
+	ok(wsync_check_round(&o, m) == 0 &&
+	    strncmp(m[1].why, "refused (unsigned)", 18) == 0 &&
+	    strncmp(m[0].why, "refused (mixed)", 15) == 0,
 	    "a partner refused takes the other model of its push down with it");
 }
 

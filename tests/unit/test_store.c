@@ -77,7 +77,7 @@ static uint64_t
 s_commit_n(wsync_store_t *s, const char *model, const char *const *targets,
     size_t ntargets, uint64_t n)
 {
-	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets, 0, NULL };
+	wsync_commit_info_t info = { "unit:1", 1000.5, targets, ntargets, 0, NULL, 0 };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err;
@@ -234,7 +234,7 @@ static void
 test_bad_file_fails_the_whole_commit(void)
 {
 	wsync_store_t *s = s_open(3);
-	wsync_commit_info_t info = { "unit:1", 1, NULL, 0, 0, NULL };
+	wsync_commit_info_t info = { "unit:1", 1, NULL, 0, 0, NULL, 0 };
 	wsync_store_temp_t t[3];
 	wsync_committed_t out[3];
 	wsync_err_t err = { 0 };
@@ -275,7 +275,7 @@ test_commit_takes_a_given_number(void)
 {
 	wsync_store_t *s;
 	uint64_t given = 7;
-	wsync_commit_info_t info = { "", 1, NULL, 0, 1, &given };
+	wsync_commit_info_t info = { "", 1, NULL, 0, 1, &given, 0 };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err = { 0 };
@@ -328,7 +328,7 @@ static void
 test_refuses_a_version_it_cannot_stamp(void)
 {
 	wsync_store_t *s = s_open(3);
-	wsync_commit_info_t info = { "", 1, NULL, 0, 0, NULL };
+	wsync_commit_info_t info = { "", 1, NULL, 0, 0, NULL, 0 };
 	wsync_store_temp_t t;
 	wsync_committed_t out;
 	wsync_err_t err = { 0 };
@@ -470,7 +470,7 @@ test_crash_at_every_step_is_all_or_nothing(void)
 		p0 = s_head_after_open("policy", &pn);
 		c0 = s_head_after_open("critic", &cn);
 		if ((pid = fork()) == 0) {
-			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0, 0, NULL };
+			wsync_commit_info_t info = { "unit:crash", 1.0, NULL, 0, 0, NULL, 0 };
 			wsync_store_temp_t t[2];
 			wsync_committed_t out[2];
 			wsync_err_t err;
@@ -665,7 +665,7 @@ test_spares_prefer_the_size_asked(void)
 static void
 test_journal_recovery_finishes_a_commit(void)
 {
-	wsync_commit_info_t info = { "unit:journal", 2000.5, NULL, 0, 0, NULL };
+	wsync_commit_info_t info = { "unit:journal", 2000.5, NULL, 0, 0, NULL, 0 };
 	struct wsync_staged st = { .version = 2 };
 	wsync_store_temp_t t;
 	wsync_file_t *f;

@@ -1,0 +1,144 @@
+#!/usr/bin/env bats
+# A fleet on emulated hosts (issue 29, tests/hosts.bash): every host runs a
+# relay that names only the root (wsync-serve --upstream ROOT) and a watcher
+# on its own relay; the root decides where each relay takes a version from.
+# Each test checks what every watcher applied, never how fast: a star (the
+# root placing nobody) converges too, slowly, within the generous bounds.
+# Needs root, skipped otherwise.
+
+load ../test_helper
+load ../hub_helper
+load ../hosts
+
+# make_model NAME MIB SEED: $TMP/NAME.wsync, MIB MiB of random bytes drawn
+# from SEED, model $FLEET_MODEL.
+make_model() {
+	make_big "$2" "$3" "$1"
+	wsync-convert -m "$FLEET_MODEL" "$TMP/$1.safetensors" "$TMP/$1.wsync"
+	rm -f "$TMP/$1.safetensors"
+}
+
+# push FILE [wsync-push option...]: pushes FILE at the root from host 1.
+push() {
+	local file=$1
+	shift
+	host_exec 1 wsync-push -e "$FLEET_ROOT" -m "$FLEET_MODEL" "$@" "$file"
+}
+
+# all_at V FIRST LAST [SKIP]: the watchers of hosts FIRST..LAST, but SKIP,
+# printed version V.
+all_at() {
+	local i
+	for ((i = $2; i <= $3; i++)); do
+		((i == ${4:-0})) || fleet_applied "$i" "$1" || return 1
+	done
+}
+
+# holds FILE FIRST LAST [SKIP]: the output of every watcher of hosts
+# FIRST..LAST, but SKIP, has FILE's content id.
+# (Not i: bats's run clobbers it.)
+holds() {
+	local host want
+	want=$(content_of "$1")
+	for ((host = $2; host <= $3; host++)); do
+		((host == ${4:-0})) && continue
+		run -0 host_exec "$host" wsync-inspect --json "$HOSTS_DIR/h$host/$FLEET_MODEL.wsync"
+		assert_equal "host $host $(jq -r .content_id <<<"$output")" "host $host $want"
+	done
+}
+
+# increasing FIRST LAST: every watcher of hosts FIRST..LAST printed only
+# increasing versions, never one older than or the same as one before.
+increasing() {
+	local host
+	for ((host = $1; host <= $2; host++)); do
+		run -0 awk 'NR > 1 && $1 <= last { print "version " $1 " after " last; exit 1 }
+		    { last = $1 }' < <(fleet_versions "$host")
+	done
+}
+
+# 0 when the root counts $1 workers alive.
+root_sees() {
+	[ "$(host_exec 1 wsync-inspect -e "$FLEET_ROOT" --hub --json -t 2 2>/dev/null |
+	    jq '[.workers[] | select(.alive)] | length')" = "$1" ]
+}
+
+# received_half I BYTES0 MIB: host I's link has received half of MIB MiB
+# since it had received BYTES0.
+received_half() {
+	(($(host_received "$1") - $2 >= ($3 << 19)))
+}
+
+# all_apply NAME N: once the root sees the N workers of hosts 2..N+1, pushes
+# $TMP/NAME.wsync (the fleet's version 1) with --wait all; each of them has
+# applied it when the push returns.
+all_apply() {
+	WAIT_S=60 wait_until root_sees "$2"
+	run -0 push "$TMP/$1.wsync" --wait all --timeout 150
+	assert_output 1
+	run -0 all_at 1 2 $(($2 + 1))
+	holds "$TMP/$1.wsync" 2 $(($2 + 1))
+}
+
+# v2_halfway I: a fleet of 8 hosts (2..9) that applied v1 (1 MiB); returns
+# once host I has received half of v2 (16 MiB), pushed then.
+v2_halfway() {
+	local before
+	make_model v1 1 1
+	make_model v2 16 2
+	fleet_up 8 100mbit
+	push "$TMP/v1.wsync" >/dev/null
+	WAIT_S=60 wait_until all_at 1 2 9
+	before=$(host_received "$1")
+	push "$TMP/v2.wsync" >/dev/null
+	WAIT_S=60 wait_until received_half "$1" "$before" 16
+}
+
+@test "16 hosts naming the root all apply a pushed version, and --wait all at the root returns" {
+	make_model v1 4 1
+	fleet_up 16 100mbit
+	all_apply v1 16
+}
+
+@test "a relay killed with SIGKILL mid-version: every other host applies that version" {
+	v2_halfway 3
+	kill -9 "${FLEET_RELAY_PID[3]}"
+	WAIT_S=150 wait_until all_at 2 2 9 3
+	holds "$TMP/v2.wsync" 2 9 3
+	increasing 2 9
+}
+
+@test "a host that joins while a version flows is placed and applies it" {
+	local before i
+	make_model v1 16 1
+	hosts_up 10 100mbit
+	fleet_root
+	for ((i = 2; i <= 9; i++)); do fleet_host "$i"; done
+	WAIT_S=60 wait_until root_sees 8
+	before=$(host_received 2)
+	push "$TMP/v1.wsync" >/dev/null
+	WAIT_S=60 wait_until received_half 2 "$before" 16
+	fleet_host 10
+	WAIT_S=150 wait_until all_at 1 2 10
+	holds "$TMP/v1.wsync" 2 10
+}
+
+@test "a host behind a 20 Mbit/s link among 100 Mbit/s ones applies the version, and so do the others" {
+	make_model v1 8 1
+	fleet_up 8 100mbit
+	host_rate 5 20mbit
+	all_apply v1 8
+}
+
+@test "a root restarted from its store mid-version: every host ends on the next version, none ever older after newer" {
+	make_model v3 1 3
+	v2_halfway 2
+	kill -9 "$FLEET_ROOT_PID"
+	wait "$FLEET_ROOT_PID" 2>/dev/null || true
+	fleet_root
+	run -0 push "$TMP/v3.wsync"
+	assert_output 3
+	WAIT_S=150 wait_until all_at 3 2 9
+	holds "$TMP/v3.wsync" 2 9
+	increasing 2 9
+}
