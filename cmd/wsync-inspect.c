@@ -587,6 +587,16 @@ s_show_hub_text(json_t *st, const char *endpoint)
 			    s_jtext(w, "transfer"), wire, via[0] ? via : "-", failure);
 		}
 	}
+	/* A root that places relays: who feeds whom, in the order versions flow. */
+	if (json_array_size(json_object_get(st, "relays")) > 0)
+		printf("\n%-24s %-8s %-40s  %s\n", "RELAY", "STATE", "ENDPOINT", "PARENT");
+	json_array_foreach(json_object_get(st, "relays"), i, w) {
+		const char *parent = s_jtext(w, "parent");
+		printf("%-24s %-8s %-40s  %s\n", s_jtext(w, "relay"),
+		    json_is_true(json_object_get(w, "bad")) ? "dropped" :
+		    json_is_true(json_object_get(w, "slow")) ? "slow" : "placed",
+		    s_jtext(w, "endpoint"), parent[0] ? parent : "-");
+	}
 	/* A worker that fetches only some tensors (wsync-watch --select) says which. */
 	json_array_foreach(workers, i, w) {
 		json_t *sel = json_object_get(w, "select"), *pat;

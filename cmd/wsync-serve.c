@@ -16,7 +16,8 @@ static const char s_usage[] =
     "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--log-format text|json]\n"
     "           --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...\n"
     "       wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]\n"
-    "           --upstream ENDPOINT... [--model MODEL[,MODEL...]] [--key FILE] [--hub-key FILE]\n";
+    "           --upstream ENDPOINT... [--model MODEL[,MODEL...]] [--key FILE] [--hub-key FILE]\n"
+    "           [--advertise ENDPOINT]\n";
 
 static void
 s_help(void)
@@ -50,6 +51,9 @@ s_help(void)
 	    "                           mirrored model here are refused (77)\n"
 	    "      --key FILE           the relay's secret key for its upstream\n"
 	    "      --hub-key FILE       the upstream's public key\n"
+	    "      --advertise ENDPOINT where other relays reach this one, told to the\n"
+	    "                           upstream, which places relays in a chain (default:\n"
+	    "                           the first -e naming a host, else an ipc one)\n"
 	    "  -h, --help               show this help\n"
 	    "  -V, --version            show the version\n"
 	    "\n"
@@ -98,8 +102,9 @@ int
 main(int argc, char **argv)
 {
 	enum { OPT_KEEP = 256, OPT_STORE, OPT_LOG_FORMAT, OPT_SECRET_KEY, OPT_ALLOW_PUSH,
-	    OPT_ALLOW_PULL, OPT_INSECURE, OPT_RECYCLE, OPT_UPSTREAM, OPT_MODEL };
+	    OPT_ALLOW_PULL, OPT_INSECURE, OPT_RECYCLE, OPT_UPSTREAM, OPT_MODEL, OPT_ADVERTISE };
 	static const struct option opts[] = {
+		{ "advertise", required_argument, NULL, OPT_ADVERTISE },
 		{ "allow-pull", required_argument, NULL, OPT_ALLOW_PULL },
 		{ "allow-push", required_argument, NULL, OPT_ALLOW_PUSH },
 		{ "endpoint", required_argument, NULL, 'e' },
@@ -162,6 +167,7 @@ main(int argc, char **argv)
 				cli_usage_error("at most %d upstreams", S_MAX_ENDPOINTS);
 			upstreams[ho.nupstreams++] = optarg;
 			break;
+		case OPT_ADVERTISE: ho.advertise = optarg; break;
 		case OPT_MODEL:
 			free(models);
 			models = cli_split(optarg, &ho.nupstream_models);
@@ -182,8 +188,10 @@ main(int argc, char **argv)
 	}
 	if (optind != argc)
 		cli_usage_error("unexpected argument \"%s\"", argv[optind]);
-	if (ho.nupstreams == 0 && (models != NULL || ho.upstream_key || ho.upstream_hub_key))
-		cli_usage_error("--model, --key and --hub-key are for a relay (--upstream)");
+	if (ho.nupstreams == 0 && (models != NULL || ho.upstream_key || ho.upstream_hub_key ||
+	    ho.advertise))
+		cli_usage_error("--model, --key, --hub-key and --advertise are for a relay "
+		    "(--upstream)");
 	for (int i = 0; i < ho.nupstream_models; i++)
 		if (wsync_model_id_check(models[i]) < 0)
 			cli_usage_error("bad model id \"%s\": use 1 to %d of A-Z a-z 0-9 . _ - (not "

@@ -183,7 +183,7 @@ _wsync_optarg() {
 	wsync-convert:-m | wsync-convert:--model | wsync-convert:--shard-size) ;;
 	*:--transfer) _wsync_add auto link copy socket ;;
 	wsync-convert:*) return 1 ;;
-	*:-e | *:--endpoint | wsync-serve:--upstream) _wsync_endpoints ;;
+	*:-e | *:--endpoint | wsync-serve:--upstream | wsync-serve:--advertise) _wsync_endpoints ;;
 	wsync-serve:--store) _wsync_paths d ;;
 	wsync-pull:--base | wsync-push:--base) _wsync_paths f ;;
 	wsync-serve:--secret-key | wsync-serve:--allow-push | wsync-serve:--allow-pull | \
@@ -244,7 +244,8 @@ _wsync() {
 	prog=${words[0]##*/}
 	case $prog in
 	wsync-serve) opts="-e --endpoint --store --keep --recycle --log-format --secret-key --allow-push
-		--allow-pull --insecure --upstream --model --key --hub-key -h --help -V --version" ;;
+		--allow-pull --insecure --upstream --model --key --hub-key --advertise -h --help -V
+		--version" ;;
 	wsync-push) opts="-e --endpoint -m --model -t --timeout -w --wait -W --workers
 		--wait-for --transfer -q --quiet --progress --batch --sign-key --seq --base --no-delta
 		--exclude --max-file --part --group --key --hub-key
@@ -293,7 +294,7 @@ _wsync() {
 			*:--log-format | *:--key | *:--hub-key | *:--secret-key | *:--allow-push | \
 			*:--allow-pull | *:--sign-key | *:--seq | *:--part | *:--group | *:--verify-key | *:--max-age | \
 			*:--format | *:--shard-size | *:--select | *:--select-from | *:--cast | \
-			*:--upstream) ((i++)) ;;
+			*:--upstream | *:--advertise) ((i++)) ;;
 		*) [[ ${words[i]} == -?* ]] || ((operands++)) ;;
 		esac
 	done

@@ -129,6 +129,7 @@ complete -c wsync-serve -l upstream -x -a '(__wsync_endpoints)' -d 'Be a relay: 
 complete -c wsync-serve -l model -x -d 'Mirror only these models (default: all)'
 complete -c wsync-serve -l key -r -F -d "The relay's secret key for its upstream"
 complete -c wsync-serve -l hub-key -r -F -d "The upstream's public key"
+complete -c wsync-serve -l advertise -x -a '(__wsync_endpoints)' -d 'Where other relays reach this one (placement)'
 
 # CURVE keys, the same for every client
 for prog in wsync-push wsync-pull wsync-watch wsync-inspect

@@ -30,11 +30,15 @@ struct s_allowed {
 
 struct wsync_auth {
 	char secret[WSYNC_Z85_KEY + 1];
+	char public[WSYNC_Z85_KEY + 1];
 	char **paths;                   /* the allow lists as given, to reread on reload */
 	int *push;                      /* per path: its keys may push */
 	int npaths;
 	struct s_allowed *keys;         /* sorted by key */
 	size_t nkeys;
+	/* A relay's: the relays its root placed under it, let in to pull (wsync_auth_admit). */
+	struct s_allowed *placed;
+	size_t nplaced;
 	void *zap;
 	void *socks[S_MAX_SOCKETS], *mons[S_MAX_SOCKETS];
 	int nsocks;
@@ -147,11 +151,15 @@ static const struct s_allowed *
 s_find(const wsync_auth_t *a, const uint8_t *key)
 {
 	struct s_allowed probe;
+	const struct s_allowed *k = NULL;
 
-	if (a->nkeys == 0)
-		return NULL;
 	memcpy(probe.key, key, 32);
-	return bsearch(&probe, a->keys, a->nkeys, sizeof(*a->keys), s_key_cmp);
+	if (a->nkeys > 0)
+		k = bsearch(&probe, a->keys, a->nkeys, sizeof(*a->keys), s_key_cmp);
+	for (size_t i = 0; k == NULL && i < a->nplaced; i++)
+		if (memcmp(a->placed[i].key, key, 32) == 0)
+			k = &a->placed[i];
+	return k;
 }
 
 static int
@@ -224,6 +232,7 @@ wsync_auth_new(const wsync_hub_opts_t *o, wsync_auth_t **out, wsync_err_t *err)
 		    zmq_strerror(errno));
 		goto fail;
 	}
+	snprintf(a->public, sizeof(a->public), "%s", public);
 	s_log(a, "event=keys public=%s allowed=%zu", public, a->nkeys);
 	*out = a;
 	return 0;
@@ -248,6 +257,7 @@ wsync_auth_destroy(wsync_auth_t **ap)
 	free(a->paths);
 	free(a->push);
 	free(a->keys);
+	free(a->placed);
 	explicit_bzero(a->secret, sizeof(a->secret));
 	free(a);
 	*ap = NULL;
@@ -440,4 +450,40 @@ wsync_auth_permits(const wsync_auth_t *a, zmq_msg_t *msg, const char *op, wsync_
 		return 0;
 	return wsync_err_set(err, EX_NOPERM, "the key %s may only pull: %s is for keys on the "
 	    "hub's push list", user, op);
+}
+
+void
+wsync_auth_key_of(const wsync_auth_t *a, zmq_msg_t *msg, char *buf, size_t size)
+{
+	const char *user = a != NULL ? zmq_msg_gets(msg, "User-Id") : NULL;
+
+	snprintf(buf, size, "%s", user != NULL ? user : "");
+}
+
+const char *
+wsync_auth_public(const wsync_auth_t *a)
+{
+	return a != NULL ? a->public : "";
+}
+
+int
+wsync_auth_admit(wsync_auth_t *a, char *const *keys, size_t n)
+{
+	struct s_allowed *placed = n > 0 ? calloc(n, sizeof(*placed)) : NULL;
+	size_t kept = 0;
+
+	if (a == NULL) {
+		free(placed);
+		return 0;
+	}
+	if (n > 0 && placed == NULL)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (strlen(keys[i]) == WSYNC_Z85_KEY &&
+		    zmq_z85_decode(placed[kept].key, keys[i]) != NULL)
+			kept++;
+	free(a->placed);
+	a->placed = placed;
+	a->nplaced = kept;
+	return 0;
 }

@@ -35,5 +35,15 @@ void wsync_auth_reload(wsync_auth_t *a);
  */
 int wsync_auth_permits(const wsync_auth_t *a, zmq_msg_t *msg, const char *op,
     wsync_err_t *err);
+/* The hub's own public key (Z85); "" without keys (a NULL). Borrowed from a. */
+const char *wsync_auth_public(const wsync_auth_t *a);
+/*
+ * Lets in, to pull, the n public keys (Z85) of the relays a root placed
+ * under this relay, in place of those it let in before; a key that does not
+ * decode is left out. Nothing without keys (a NULL); -1 when out of memory.
+ */
+int wsync_auth_admit(wsync_auth_t *a, char *const *keys, size_t n);
+/* The public key (z85) of the client that sent msg, into buf; "" without keys. */
+void wsync_auth_key_of(const wsync_auth_t *a, zmq_msg_t *msg, char *buf, size_t size);
 
 #endif

@@ -288,6 +288,8 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	if (wsync_endpoint_resolve(o->endpoint, c->endpoint, sizeof(c->endpoint), err) < 0 ||
 	    wsync_curve_load(&c->curve, o->key, o->hub_key, err) < 0)
 		goto fail;
+	if (c->curve.on && o->hub_public != NULL)
+		snprintf(c->curve.server, sizeof(c->curve.server), "%s", o->hub_public);
 	snprintf(c->role, sizeof(c->role), "%s", o->role);
 	c->progress = o->progress;
 	c->progress_arg = o->progress_arg;

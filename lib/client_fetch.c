@@ -63,6 +63,7 @@ struct s_gets {
 	size_t nranges;
 	wsync_stream_hash_t *sh;
 	unsigned window;
+	uint64_t piece;
 	int arriving;
 	void (*written)(void *arg, const char *tmp, uint64_t upto);
 	void *written_arg;
@@ -111,8 +112,11 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 	int64_t asked[64];
 	unsigned inflight = 0;
 	wsync_pace_t pace;
-	/* One range from 0: what is in without a gap can be told (g->written). */
-	int from0 = nranges == 1 && ranges[0].off == 0;
+	/*
+	 * One range to the end, from 0 or from what a cut-off fetch left: what
+	 * is in without a gap can be told (g->written).
+	 */
+	int from0 = nranges == 1 && ranges[0].off + ranges[0].len == h->size;
 	/*
 	 * The whole file: its pages are allocated ahead of the chunks, unless it
 	 * has them all already (a recycled file), when asking costs a look-up a page.
@@ -124,7 +128,8 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 	if (whole && fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 >= h->size)
 		whole = 0;
 
-	wsync_pace_init(&pace, c->chunk, c->idle_ms);
+	wsync_pace_init(&pace, g->piece > 0 && g->piece < c->chunk ? g->piece : c->chunk,
+	    c->idle_ms);
 	for (size_t i = 0; i < nranges; i++) {
 		if (ranges[i].off > h->size || ranges[i].len > h->size - ranges[i].off)
 			return wsync_err_set(err, EX_SOFTWARE, "%s version %" PRIu64 ": a range "
@@ -466,6 +471,31 @@ s_layout_hash(wsync_client_t *c, const char *model, const wsync_head_t *got,
 	return sh;
 }
 
+/*
+ * Opens f->resume, what a cut-off fetch of version got left, to be written
+ * on (its name into buf); -1 with err when it is not that version's size.
+ */
+static int
+s_resume_open(const wsync_fetch_temp_t *f, const wsync_head_t *got, char *buf, size_t size,
+    wsync_err_t *err)
+{
+	struct stat st;
+	int fd;
+
+	snprintf(buf, size, "%s", f->resume);
+	if ((fd = open(buf, O_RDWR | O_CLOEXEC)) < 0) {
+		buf[0] = '\0';
+		return wsync_err_set(err, EX_IOERR, "%s: %s", f->resume, strerror(errno));
+	}
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != got->size ||
+	    f->resume_upto > got->size) {
+		close(fd);
+		return wsync_err_set(err, EX_IOERR, "%s: not a part of %s version %" PRIu64,
+		    f->resume, f->what.model, got->version);
+	}
+	return fd;
+}
+
 int
 wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **tmp,
     wsync_fetched_t *out, int timeout_ms, wsync_err_t *err)
@@ -474,7 +504,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	int64_t deadline = wsync_now_ms() + timeout_ms;
 	const char *model = f->what.model, *path = f->beside;
 	char buf[PATH_MAX];
-	int fd = -1, linked = 0, selected = 0, rebuilt = 0;
+	int fd = -1, linked = 0, selected = 0, rebuilt = 0, cut_kept = 0;
 	wsync_stream_hash_t *sh = NULL;
 
 	*tmp = NULL;
@@ -487,7 +517,18 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 		*got = *f->known;
 	else if (s_stat(c, &f->what, got, timeout_ms, err) < 0)
 		return -1;
-	if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
+	if (f->resume != NULL) {
+		if ((fd = s_resume_open(f, got, buf, sizeof(buf), err)) < 0)
+			return -1;
+		out->transfer = WSYNC_TRANSFER_SOCKET;
+		cut_kept = f->keep_cut;
+		const struct s_gets g = { .ranges = &(wsync_range_t){ f->resume_upto,
+		    got->size - f->resume_upto }, .nranges = 1, .window = f->window,
+		    .piece = f->piece, .arriving = f->arriving, .written = f->written,
+		    .written_arg = f->written_arg, .tmp = buf, .out = out };
+		if (s_get_ranges(c, model, got, f->what.worker, fd, &g, deadline, err) < 0)
+			goto fail;
+	} else if (c->store_here && c->transfer != WSYNC_TRANSFER_SOCKET) {
 		if ((linked = s_fetch_from_store(c, model, out, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
 	} else if ((rebuilt = s_try_delta(c, &f->what, out, path, buf, sizeof(buf), &fd,
@@ -521,9 +562,10 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			if (sh == NULL && got->size >= S_LAYOUT_MIN)
 				sh = s_layout_hash(c, model, got, f->what.worker, deadline);
 			const struct s_gets g = { .ranges = &(wsync_range_t){ 0, got->size },
-			    .nranges = 1, .sh = sh, .window = f->window, .arriving = f->arriving,
-			    .written = f->written, .written_arg = f->written_arg, .tmp = buf,
-			    .out = out };
+			    .nranges = 1, .sh = sh, .window = f->window, .piece = f->piece,
+			    .arriving = f->arriving, .written = f->written,
+			    .written_arg = f->written_arg, .tmp = buf, .out = out };
+			cut_kept = f->keep_cut;
 			if (s_get_ranges(c, model, got, f->what.worker, fd, &g, deadline, err) < 0)
 				goto fail;
 		}
@@ -540,6 +582,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	    err) < 0 : !(linked && s_unchanged(fd, got)) &&
 	    s_verify_fd(fd, model, got, 1, sh, err) < 0)
 		goto fail;
+	cut_kept = 0;
 	wsync_stream_hash_destroy(&sh);
 	if (!linked && (fchmod(fd, 0644) < 0 || fsync(fd) < 0)) {
 		wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
@@ -559,7 +602,8 @@ fail:
 	wsync_stream_hash_destroy(&sh);
 	if (fd >= 0)
 		close(fd);
-	if (buf[0] != '\0')
+	/* Cut off, not refused: what came stays for a later fetch to resume. */
+	if (buf[0] != '\0' && !(cut_kept && err->code != EX_DATAERR))
 		unlink(buf);
 	return -1;
 }

@@ -86,6 +86,21 @@ typedef struct wsync_fetch_temp {
 	unsigned window;
 	/* Gets may read a version still arriving at the hub (a relay's; wsync(7), get). */
 	int arriving;
+	/* > 0: no get asks for more than this many bytes (a relay's piece, wsync(7) RELAYS). */
+	uint64_t piece;
+	/*
+	 * NULL, or a temporary file beside f->beside holding the first
+	 * resume_upto bytes of this same version, from a fetch that was cut off:
+	 * only the rest is fetched, into it, and the whole is verified.
+	 */
+	const char *resume;
+	uint64_t resume_upto;
+	/*
+	 * Set: a fetch over the socket that is cut off (not one whose bytes do
+	 * not verify) keeps its temporary file, for a later fetch to resume; its
+	 * name and how much is in were told to written.
+	 */
+	int keep_cut;
 	/*
 	 * NULL, or told, as a fetch over the socket writes the whole version into
 	 * its temporary file tmp, how much of it is in from offset 0 without a

@@ -155,6 +155,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	if (h == NULL)
 		return;
 	hub_relay_stop(h);
+	hub_place_free(h);
 	hub_arrive_end(h, EX_TEMPFAIL, "the hub stops");
 	for (int i = 0; i < HUB_UPLOADS; i++)
 		hub_upload_end(&h->uploads[i]);

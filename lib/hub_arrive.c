@@ -87,6 +87,18 @@ hub_arrive_has(const wsync_hub_t *h, const char *model, uint64_t version)
 }
 
 int
+hub_arrive_failed(const wsync_hub_t *h, const char *model, uint64_t version, wsync_err_t *err)
+{
+	const struct hub_arriving *a = &h->arriving;
+
+	if (a->failed == 0 || a->failed != version || strcmp(a->failed_model, model) != 0)
+		return 0;
+	wsync_err_set(err, EX_DATAERR, "model \"%s\" version %" PRIu64 " did not arrive whole at "
+	    "this relay: it failed verification", model, version);
+	return 1;
+}
+
+int
 hub_arrive_get(wsync_hub_t *h, const struct hub_req *r, uint64_t off, uint64_t len,
     wsync_err_t *err)
 {
@@ -129,6 +141,7 @@ hub_arrive_begin(wsync_hub_t *h, const char *model, const wsync_head_t *v, const
 	}
 	snprintf(a->model, sizeof(a->model), "%s", model);
 	a->version = v->version;
+	a->failed = 0;
 	a->size = v->size;
 	a->content = v->content;
 	a->upto = 0;
@@ -176,6 +189,10 @@ hub_arrive_end(wsync_hub_t *h, int code, const char *why)
 			s_refuse(h, &a->gets[i], &err);
 		hub_log(h, "event=arriving-drop model=%s version=%" PRIu64 " code=%d", a->model,
 		    a->version, code);
+		if (code == EX_DATAERR) {
+			snprintf(a->failed_model, sizeof(a->failed_model), "%s", a->model);
+			a->failed = a->version;
+		}
 	}
 	a->ngets = 0;
 	close(a->fd);

@@ -2,7 +2,7 @@
  * hub_int.h - the hub inside: its state, one request, and the functions its
  * files share, in one section per file: hub_endpoint.c, hub_request.c,
  * hub_worker.c, hub_wait.c, hub_upload.c, hub_group.c, hub_read.c, hub_relay.c, hub_arrive.c,
- * hub_subtree.c,
+ * hub_subtree.c, hub_place.c,
  * hub_status.c (hub.c,
  * the loop, shares nothing). Names shared between these files start with
  * hub_; those of one file are static and start with s_.
@@ -55,6 +55,8 @@
 #define HUB_GROUPS 4                    /* groups (versions in parts) open at once */
 #define HUB_GROUP_PARTS 256             /* parts in one group */
 #define HUB_PART_LIVE_MS 3000           /* a part's attempt silent this long may be replaced */
+#define HUB_PLACES 256                  /* relays a root places */
+#define HUB_PLACE_ALIVE_MS WSYNC_ALIVE_MS /* a relay not reporting for this long is placed no more */
 #define HUB_ARRIVE_TOPIC ".arriving"    /* announcements of arriving versions: no model id starts so */
 
 /* ---- the hub's state ---- */
@@ -186,6 +188,9 @@ struct hub_arriving {
 	int fd;                         /* the file the relay's thread writes, read-only */
 	uint64_t upto;                  /* bytes in, from offset 0 without a gap */
 	int passed;                     /* a range was served before it was whole (logged once) */
+	/* The last one that failed verification here: gets of it still on their way are refused so. */
+	char failed_model[WSYNC_MAX_MODEL + 1];
+	uint64_t failed;
 	struct hub_early_get gets[HUB_ARRIVE_GETS];
 	size_t ngets;
 };
@@ -239,6 +244,8 @@ struct wsync_hub {
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
 	struct hub_arriving arriving;   /* a relay: the version its thread is fetching */
+	struct hub_place *places;       /* a root: the relays it places, as they came (hub_place.c) */
+	size_t nplaces;
 	/* Connections that said hello as relays, the newest last: only they read arriving versions. */
 	char relay_conns[HUB_RELAY_CONNS][WSYNC_PEER_NAME];
 	size_t nrelay_conns;
@@ -534,6 +541,12 @@ int hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 
 /* 1 when version of model is the one arriving at h (not committed yet). */
 int hub_arrive_has(const wsync_hub_t *h, const char *model, uint64_t version);
+/*
+ * 1 with err (65) when version of model arrived at h and failed verification:
+ * a downstream relay's get of it, sent before it heard, learns that, not 66.
+ */
+int hub_arrive_failed(const wsync_hub_t *h, const char *model, uint64_t version,
+    wsync_err_t *err);
 /* Connection conn said hello as a relay: it may read arriving versions. */
 void hub_arrive_reader_add(wsync_hub_t *h, const char *conn);
 /*
@@ -569,6 +582,23 @@ void hub_arrive_pack(const wsync_hub_t *h, char *const *models, size_t nmodels,
 size_t hub_subtree_pack(const wsync_hub_t *h, wsync_enc_t *e);
 /* The op subtree: merges a relay's report into the registry, each worker with its path. */
 int hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err);
+
+/* ---- hub_place.c: a root places the relays reporting to it in a chain ---- */
+
+/*
+ * A relay's report r (op subtree) with "advertise": keeps where relay is
+ * reached (and its hub's key), its "rate" and a parent it "lost" (then no
+ * one's parent), and starts r's ok reply in e with the relay's parent ("": this hub), that parent's key, and the keys of
+ * the relays placed under it. -1 with err.
+ */
+int hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsync_enc_t *e,
+    wsync_err_t *err);
+/* Forgets the relays that stopped reporting; how many are placed. */
+size_t hub_place_expire(wsync_hub_t *h);
+/* Packs "relays": [{relay, endpoint, parent, rate, slow, bad}], in the chain's order. */
+void hub_place_pack(const wsync_hub_t *h, wsync_enc_t *e);
+/* Frees the places. */
+void hub_place_free(wsync_hub_t *h);
 
 /* ---- hub_delta.c: deltas between versions, made once in a thread, served by get ---- */
 

@@ -197,6 +197,8 @@ hub_op_get(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	/* A downstream relay may read a version still arriving here (hub_arrive.c). */
 	if (arriving && base == 0 && hub_arrive_has(h, model, version))
 		return hub_arrive_get(h, r, off, len, err);
+	if (arriving && base == 0 && hub_arrive_failed(h, model, version, err))
+		return -1;
 	/* With a base: the bytes of the delta from it to version (hub_delta.c). */
 	if ((v = base != 0 ? hub_delta_file(h, model, base, version, err) :
 	    s_lookup(h, model, version, NULL, err)) == NULL)

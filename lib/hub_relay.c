@@ -65,6 +65,33 @@ s_origin_set(wsync_hub_t *h, const char *origin)
 		    sizeof(quoted)));
 }
 
+/*
+ * Where downstream relays reach this hub (wsync_hub_opts_t's advertise):
+ * as given, else the first endpoint naming a host, else the first ipc one.
+ */
+static void
+s_advertise(struct hub_relay *rl, const wsync_hub_opts_t *o)
+{
+	const char *ipc = NULL;
+
+	if (o->advertise != NULL) {
+		snprintf(rl->advertise, sizeof(rl->advertise), "%s", o->advertise);
+		return;
+	}
+	for (int i = 0; i < o->nendpoints; i++) {
+		const char *e = o->endpoints[i];
+		if (strncmp(e, "tcp://", 6) == 0 && strncmp(e + 6, "*:", 2) != 0 &&
+		    strncmp(e + 6, "0.0.0.0:", 8) != 0 && strncmp(e + 6, "[::]:", 5) != 0 &&
+		    strchr(e + 6, '*') == NULL) {
+			snprintf(rl->advertise, sizeof(rl->advertise), "%s", e);
+			return;
+		}
+		if (ipc == NULL && strncmp(e, "ipc://", 6) == 0)
+			ipc = e;
+	}
+	snprintf(rl->advertise, sizeof(rl->advertise), "%s", ipc != NULL ? ipc : "");
+}
+
 int
 hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 {
@@ -94,6 +121,8 @@ hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	rl->log = h->log;
 	rl->log_arg = h->log_arg;
+	s_advertise(rl, o);
+	snprintf(rl->advertise_key, sizeof(rl->advertise_key), "%s", wsync_auth_public(h->auth));
 	snprintf(rl->name, sizeof(rl->name), "%s", h->name);
 	snprintf(rl->beside, sizeof(rl->beside), "%s/.uploads/relay", wsync_store_dir(h->store));
 	/* What the store has: the thread mirrors only what is newer. */
@@ -151,6 +180,8 @@ hub_relay_stop(wsync_hub_t *h)
 	}
 	free(rl->group);
 	free(rl->report);
+	free(rl->admitted);
+	wsync_client_destroy(&rl->home);
 	free(rl);
 	h->relay = NULL;
 }
@@ -294,6 +325,22 @@ s_hand_over(wsync_hub_t *h, const wsync_msg_t *m)
 	relay_send(h->relay_pair, RELAY_MSG_REPLY, &e, ZMQ_DONTWAIT);
 }
 
+/* The thread's word on the relays the root placed under this one: their keys get in. */
+static void
+s_admit(wsync_hub_t *h, const wsync_msg_t *m)
+{
+	char **keys = NULL;
+	size_t n = 0;
+	wsync_err_t err;
+
+	if (h->auth == NULL || hub_list(wsync_msg_get(m, "keys"), "keys", 1, wsync_id_check, &keys,
+	    &n, &err) < 0)
+		return;
+	if (wsync_auth_admit(h->auth, keys, n) == 0)
+		hub_log(h, "event=relay-admit keys=%zu", n);
+	hub_strv_free(keys, n);
+}
+
 void
 hub_relay_serve(wsync_hub_t *h)
 {
@@ -308,6 +355,8 @@ hub_relay_serve(wsync_hub_t *h)
 			s_dropped(h, &m);
 		else if (k == RELAY_MSG_HAND_OVER)
 			s_hand_over(h, &m);
+		else if (k == RELAY_MSG_ADMIT)
+			s_admit(h, &m);
 		wsync_msg_free(&m);
 		wsync_parts_close(&p);
 	}

@@ -122,11 +122,11 @@ int
 hub_op_status(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 {
 	int64_t now = wsync_now_ms();
-	size_t nmodels = wsync_store_count(h->store);
+	size_t nmodels = wsync_store_count(h->store), placed = hub_place_expire(h);
 	wsync_enc_t e;
 
 	(void)err;
-	hub_ok(&e, r->id, 4);
+	hub_ok(&e, r->id, 4 + (placed > 0));
 	wsync_enc_kv_str(&e, "hub", h->name);
 	s_pack_counters(&e, h);
 	wsync_enc_str(&e, "models");
@@ -137,6 +137,9 @@ hub_op_status(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	msgpack_pack_array(&e.pk, h->nworkers);
 	for (size_t i = 0; i < h->nworkers; i++)
 		s_pack_worker(&e, h->workers[i], now);
+	/* A root with relays placed: who feeds whom. */
+	if (placed > 0)
+		hub_place_pack(h, &e);
 	hub_reply(h, r, &e);
 	return 0;
 }

@@ -170,10 +170,16 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	/* An ack from below goes on up at once, as the relay's own workers' do (hub_worker.c). */
 	if (news)
 		h->reported = 0;
+	/* A root places the relays that say where they are reached; a relay places none. */
+	if (h->relay == NULL && wsync_msg_get(&r->msg, "advertise") != NULL) {
+		if (hub_place_reply(h, r, relay, &e, err) < 0)
+			return -1;
+	} else {
+		hub_ok(&e, r->id, 0);
+	}
 	/* Any model may have moved: every wait is checked. */
 	for (size_t i = 0; i < wsync_store_count(h->store); i++)
 		hub_waits_check(h, wsync_store_model(h->store, i)->id);
-	hub_ok(&e, r->id, 0);
 	hub_reply(h, r, &e);
 	return 0;
 }

@@ -14,7 +14,7 @@
 #define S_CALL_MS 3000          /* bound on one request to the upstream while connected */
 #define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
 #define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
-#define S_WINDOW 4              /* gets in flight: half a client's, a relay holding a hub's memory too */
+#define S_REFUSALS 3            /* a placed parent's refusals of this relay's key, at most */
 
 #define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
 
@@ -35,11 +35,14 @@ relay_have(struct hub_relay *rl, const char *model)
 	return n;
 }
 
+static void s_report_now(struct hub_relay *rl);
+
 #ifdef WSYNC_TEST_HOOKS
 /*
  * The test-only pause of wsync-serve(1) (WSYNC_TEST_RELAY_GATE=PATH): with
  * half of a version in, the fetch waits until PATH exists (at most 60 s), so
- * that a test sees a downstream relay read it before it is whole.
+ * that a test sees a downstream relay read it before it is whole. The relay
+ * goes on reporting home meanwhile: it is slow, not gone.
  */
 static void
 s_gate(struct hub_relay *rl, uint64_t upto)
@@ -49,8 +52,11 @@ s_gate(struct hub_relay *rl, uint64_t upto)
 
 	if (gate == NULL || upto < rl->arriving.size / 2 || rl->told >= rl->arriving.size / 2)
 		return;
-	while (access(gate, F_OK) < 0 && !rl->stop && wsync_now_ms() < until)
+	while (access(gate, F_OK) < 0 && !rl->stop && wsync_now_ms() < until) {
 		zmq_poll(NULL, 0, 20);
+		if (wsync_now_ms() - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
+			s_report_now(rl);
+	}
 }
 #endif
 
@@ -66,6 +72,12 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	relay_arriving_t a = { .v = rl->arriving, .upto = upto };
 	wsync_enc_t e;
 
+	snprintf(rl->tmp, sizeof(rl->tmp), "%s", tmp);
+	if (upto > rl->in)
+		rl->in = upto;
+	/* A long fetch keeps the root hearing from this relay, and the acks behind it flowing. */
+	if (wsync_now_ms() - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
+		s_report_now(rl);
 	if (rl->told != 0 && upto <= rl->told)
 		return;
 	snprintf(a.model, sizeof(a.model), "%s", rl->fetching);
@@ -105,7 +117,14 @@ s_connect(struct hub_relay *rl, wsync_err_t *err)
 	    .timeout_ms = S_CONNECT_MS, .transfer = WSYNC_TRANSFER_SOCKET,
 	    .idle_ms = S_CALL_MS, .stop = &rl->stop, .key = rl->key, .hub_key = rl->hub_key };
 
-	wsync_follow_next(&rl->up, (const char *const *)rl->upstreams, rl->nupstreams, 0, err);
+	/* Placed under another relay by the root: that one, with the key the root gave. */
+	if (rl->parent[0] != '\0') {
+		snprintf(rl->up.endpoint, sizeof(rl->up.endpoint), "%s", rl->parent);
+		co.hub_public = rl->parent_key[0] != '\0' ? rl->parent_key : NULL;
+	} else {
+		wsync_follow_next(&rl->up, (const char *const *)rl->upstreams, rl->nupstreams, 0,
+		    err);
+	}
 	if (topics == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	if (rl->models == NULL)
@@ -161,29 +180,113 @@ s_pair_read(struct hub_relay *rl, relay_reply_t *reply)
 	return got;
 }
 
-/* Sends the hub's latest report of its workers upstream (op subtree); 0 when none. */
+/*
+ * Tells the hub's loop the keys of the relays the root placed under this one
+ * (admit: a list, or NULL for none), when they changed: it lets them in.
+ */
+static void
+s_admit(struct hub_relay *rl, const msgpack_object *admit)
+{
+	wsync_enc_t e;
+
+	wsync_enc_init(&e);
+	msgpack_pack_map(&e.pk, 1);
+	wsync_enc_str(&e, "keys");
+	if (admit != NULL && admit->type == MSGPACK_OBJECT_ARRAY)
+		msgpack_pack_object(&e.pk, *admit);
+	else
+		msgpack_pack_array(&e.pk, 0);
+	if ((rl->admitted == NULL && admit == NULL) || (rl->admitted != NULL &&
+	    rl->admitted_len == e.sb.size && memcmp(rl->admitted, e.sb.data, e.sb.size) == 0)) {
+		wsync_enc_free(&e);
+		return;
+	}
+	free(rl->admitted);
+	if ((rl->admitted = malloc(e.sb.size)) != NULL)
+		memcpy(rl->admitted, e.sb.data, e.sb.size);
+	rl->admitted_len = e.sb.size;
+	relay_send(rl->pair, RELAY_MSG_ADMIT, &e, 0);
+}
+
+/* Connects home: the next upstream of the list, where the reports go. */
+static int
+s_home_connect(struct hub_relay *rl, wsync_err_t *err)
+{
+	wsync_client_opts_t co = { .endpoint = rl->upstreams[rl->home_next], .role = "relay",
+	    .timeout_ms = S_CONNECT_MS, .transfer = WSYNC_TRANSFER_SOCKET, .idle_ms = S_CALL_MS,
+	    .stop = &rl->stop, .key = rl->key, .hub_key = rl->hub_key };
+
+	rl->home_next = (rl->home_next + 1) % rl->nupstreams;
+	return (rl->home = wsync_client_new(&co, err)) != NULL ? 0 : -1;
+}
+
+/*
+ * Sends the hub's latest report of its workers home (op subtree), with where
+ * this hub is reached, its rate and a parent it lost; keeps the parent the
+ * reply names (wsync(7) RELAYS). 0 when none was due.
+ */
 static int
 s_report(struct hub_relay *rl, wsync_err_t *err)
 {
-	wsync_client_t *c = rl->up.client;
+	char parent[sizeof(rl->placed)], key[sizeof(rl->placed_key)];
+	int placing = rl->advertise[0] != '\0', lost = rl->lost[0] != '\0';
+	int keyed = placing && rl->advertise_key[0] != '\0';
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
 	wsync_enc_t e;
 	uint64_t id;
 
-	if (rl->report == NULL)
+	if (rl->report == NULL && !placing)
 		return 0;
-	id = wsync_client_request(c, &e, "subtree", 2);
+	if (rl->home == NULL && s_home_connect(rl, err) < 0)
+		return -1;
+	id = wsync_client_request(rl->home, &e, "subtree", 2 + 2 * placing + keyed + lost);
 	wsync_enc_kv_str(&e, "relay", rl->name);
+	if (placing) {
+		wsync_enc_kv_str(&e, "advertise", rl->advertise);
+		wsync_enc_kv_u64(&e, "rate", rl->rate);
+	}
+	if (keyed)
+		wsync_enc_kv_str(&e, "advertise_key", rl->advertise_key);
+	if (lost)
+		wsync_enc_kv_str(&e, "lost", rl->lost);
 	wsync_enc_str(&e, "workers");
 	/* Already packed by the hub's loop: the array goes in as it is. */
-	msgpack_sbuffer_write(&e.sb, (const char *)rl->report, rl->report_len);
+	if (rl->report != NULL)
+		msgpack_sbuffer_write(&e.sb, (const char *)rl->report, rl->report_len);
+	else
+		msgpack_pack_array(&e.pk, 0);
 	free(rl->report);
 	rl->report = NULL;
-	if (wsync_client_call(c, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p, err) < 0)
+	rl->reported_ms = wsync_now_ms();
+	if (wsync_client_call(rl->home, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p, err) < 0) {
+		wsync_client_destroy(&rl->home);
 		return -1;
+	}
+	rl->lost[0] = '\0';
+	/* A hub that places relays names a parent ("": itself); any other, none: the upstream. */
+	if (wsync_msg_str(&m, "parent", parent, sizeof(parent)) < 0)
+		parent[0] = '\0';
+	if (wsync_msg_str(&m, "parent_key", key, sizeof(key)) < 0)
+		key[0] = '\0';
+	snprintf(rl->placed, sizeof(rl->placed), "%s", parent);
+	snprintf(rl->placed_key, sizeof(rl->placed_key), "%s", key);
+	s_admit(rl, wsync_msg_get(&m, "admit"));
 	wsync_client_release(&m, &p);
 	return 0;
+}
+
+/* Reports home in the middle of a fetch: a failure is only logged, the next report retries. */
+static void
+s_report_now(struct hub_relay *rl)
+{
+	char quoted[2200];
+	wsync_err_t err;
+
+	s_pair_read(rl, NULL);
+	if (s_report(rl, &err) < 0)
+		s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->upstreams[0],
+		    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 }
 
 /* Forgets fetched version i, unlinking its file. */
@@ -232,22 +335,61 @@ s_hand_over(struct hub_relay *rl, const size_t *take, size_t n, const char *orig
 	return reply.ok ? 0 : -1;
 }
 
+/* Forgets the cut-off fetch kept, its file and its version at the hub (nothing when none). */
+static void
+s_cut_drop(struct hub_relay *rl)
+{
+	wsync_err_t err = { .code = EX_NOINPUT };
+
+	if (rl->cut.path[0] == '\0')
+		return;
+	unlink(rl->cut.path);
+	snprintf(rl->fetching, sizeof(rl->fetching), "%s", rl->cut.model);
+	rl->arriving = rl->cut.head;
+	snprintf(err.msg, sizeof(err.msg), "%s version %" PRIu64 ": its fetch was given up",
+	    rl->cut.model, rl->cut.head.version);
+	s_dropped(rl, &err);
+	rl->cut.path[0] = '\0';
+}
+
+/*
+ * After a fetch failed with err: keeps what came of it to be resumed from
+ * the next parent, when it was cut off (not refused) and left its file. 1
+ * when kept: the hub goes on passing on what is in.
+ */
+static int
+s_cut_keep(struct hub_relay *rl, const char *model, const wsync_head_t *head,
+    const wsync_err_t *err)
+{
+	if (err->code == EX_DATAERR || rl->in == 0 || rl->tmp[0] == '\0' ||
+	    access(rl->tmp, F_OK) < 0)
+		return 0;
+	s_cut_drop(rl);
+	snprintf(rl->cut.model, sizeof(rl->cut.model), "%s", model);
+	rl->cut.head = *head;
+	snprintf(rl->cut.path, sizeof(rl->cut.path), "%s", rl->tmp);
+	rl->cut.upto = rl->in;
+	return 1;
+}
+
 /*
  * Fetches version head of model unless the relay has it, fetched or
  * committed (or it failed here), passing it on while it arrives; it is kept
- * in rl->fetched. 0 when done or skipped, -1 with err when the upstream was
- * lost.
+ * in rl->fetched. A fetch of it cut off before resumes where it stopped. 0
+ * when done or skipped, -1 with err when the upstream was lost, or when the
+ * parent the root placed this relay under passed bytes that do not verify.
  */
 static int
 s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync_err_t *err)
 {
-	const wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
-	    .known = head, .beside = rl->beside, .window = S_WINDOW, .arriving = 1,
-	    .written = s_written, .written_arg = rl };
+	wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
+	    .known = head, .beside = rl->beside, .window = RELAY_WINDOW, .piece = RELAY_PIECE,
+	    .arriving = 1, .keep_cut = 1, .written = s_written, .written_arg = rl };
 	struct relay_have *have = relay_have(rl, model);
 	struct relay_fetched *to;
 	wsync_fetched_t got;
-	char *tmp = NULL;
+	char *tmp = NULL, resume[PATH_MAX];
+	int64_t start = wsync_now_ms();
 
 	if (have == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
@@ -259,10 +401,27 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 			return 0;
 	if (rl->nfetched == RELAY_GROUP_MAX)
 		return 0;
+	rl->told = rl->in = 0;
+	rl->tmp[0] = '\0';
+	if (rl->cut.path[0] != '\0' && strcmp(rl->cut.model, model) == 0) {
+		if (rl->cut.head.version == head->version && rl->cut.head.size == head->size &&
+		    rl->cut.head.content == head->content) {
+			snprintf(resume, sizeof(resume), "%s", rl->cut.path);
+			f.resume = resume;
+			f.resume_upto = rl->told = rl->in = rl->cut.upto;
+			s_log(rl, "event=relay-resume model=%s version=%" PRIu64 " upstream=%s "
+			    "from=%" PRIu64, model, head->version, rl->up.endpoint, rl->cut.upto);
+			rl->cut.path[0] = '\0';
+		} else {
+			s_cut_drop(rl);
+		}
+	}
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
 	rl->arriving = *head;
-	rl->told = 0;
 	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
+		/* Not in at the upstream in time (66): the next round resumes it, as a lost one. */
+		if (s_cut_keep(rl, model, head, err))
+			return err->code == EX_NOINPUT ? 0 : -1;
 		s_dropped(rl, err);
 		/* Retired while we fetched it (or dropped by a relay above): the next round. */
 		if (err->code == EX_NOINPUT)
@@ -270,11 +429,24 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 		if (err->code == EX_DATAERR) {
 			s_log(rl, "event=relay-fail model=%s version=%" PRIu64 " upstream=%s "
 			    "error=\"%s\"", model, head->version, rl->up.endpoint, err->msg);
+			/* Spoiled on its way: fetched again through the parent the root names next. */
+			if (rl->parent[0] != '\0')
+				return -1;
+			/* What a cut-off fetch left may be what was spoiled: whole, the next round. */
+			if (f.resume != NULL)
+				return 0;
 			have->failed = head->version;
 			return 0;
 		}
 		return -1;
 	}
+	if (f.resume == NULL && got.head.size >= RELAY_RATE_MIN)
+		rl->rate = got.head.size * 1000 / (uint64_t)(wsync_now_ms() - start + 1);
+#ifdef WSYNC_TEST_HOOKS
+	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
+	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)
+		rl->rate = strtoull(getenv("WSYNC_TEST_RELAY_RATE"), NULL, 10);
+#endif
 	to = &rl->fetched[rl->nfetched++];
 	snprintf(to->model, sizeof(to->model), "%s", model);
 	to->head = got.head;
@@ -410,17 +582,62 @@ s_wait_news(struct hub_relay *rl, int ms)
 	return news;
 }
 
+/*
+ * The parent the root placed this relay under is lost, or passed bytes that
+ * do not verify: back to the upstream, telling home, which places it again.
+ */
+static void
+s_parent_lost(struct hub_relay *rl)
+{
+	snprintf(rl->lost, sizeof(rl->lost), "%s", rl->parent);
+	rl->parent[0] = rl->placed[0] = '\0';
+	rl->parent_key[0] = rl->placed_key[0] = '\0';
+}
+
+/* Follows the parent the root named last, from the next round on. */
+static void
+s_move(struct hub_relay *rl)
+{
+	s_log(rl, "event=relay-place parent=%s", rl->placed[0] != '\0' ? rl->placed :
+	    rl->upstreams[0]);
+	snprintf(rl->parent, sizeof(rl->parent), "%s", rl->placed);
+	snprintf(rl->parent_key, sizeof(rl->parent_key), "%s", rl->placed_key);
+	wsync_follow_disconnect(&rl->up);
+}
+
 void *
 relay_follow(void *arg)
 {
 	struct hub_relay *rl = arg;
 	char quoted[2200];
-	int said = 0;
+	int said = 0, refused = 0;
 
 	while (!rl->stop) {
 		wsync_err_t err;
+		/* Placed before the first round: a joining relay takes its first version in line. */
+		if (rl->reported_ms == 0 && rl->advertise[0] != '\0' && s_report(rl, &err) < 0)
+			rl->reported_ms = wsync_now_ms();
+		if (strcmp(rl->placed, rl->parent) != 0)
+			s_move(rl);
 		if (rl->up.client == NULL) {
 			if (s_connect(rl, &err) < 0) {
+				/*
+				 * A parent lets this relay's key in once its own report
+				 * brings the root's word (a heartbeat): until then, and
+				 * twice more, a refusal is no loss.
+				 */
+				if (rl->parent[0] != '\0' && err.code == EX_NOPERM &&
+				    ++refused < S_REFUSALS) {
+					s_wait_news(rl, WSYNC_HEARTBEAT_MS);
+					continue;
+				}
+				if (rl->parent[0] != '\0') {
+					s_log(rl, "event=relay-lost upstream=%s error=\"%s\"",
+					    rl->up.endpoint, wsync_log_quote(err.msg, quoted,
+					    sizeof(quoted)));
+					s_parent_lost(rl);
+					continue;
+				}
 				if (!said++)
 					s_log(rl, "event=relay-wait upstream=%s error=\"%s\"",
 					    rl->up.endpoint, wsync_log_quote(err.msg, quoted,
@@ -430,20 +647,30 @@ relay_follow(void *arg)
 				    S_SLICE_MS);
 				continue;
 			}
-			said = 0;
+			said = refused = 0;
 			s_log(rl, "event=relay-connect upstream=%s hub=%s", rl->up.endpoint,
 			    wsync_client_hub(rl->up.client));
 		}
-		if (s_round(rl, &err) < 0 || s_report(rl, &err) < 0) {
+		if (s_round(rl, &err) < 0) {
 			if (rl->stop)
 				break;
 			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->up.endpoint,
 			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 			wsync_follow_disconnect(&rl->up);
+			if (rl->parent[0] != '\0')
+				s_parent_lost(rl);
+			s_report_now(rl);
 			continue;
 		}
-		s_wait_news(rl, (int)wsync_client_heartbeat_ms(rl->up.client));
+		if (s_report(rl, &err) < 0)
+			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->upstreams[0],
+			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
+		if (strcmp(rl->placed, rl->parent) == 0)
+			s_wait_news(rl, (int)wsync_client_heartbeat_ms(rl->up.client));
 	}
+	if (rl->cut.path[0] != '\0')
+		unlink(rl->cut.path);
+	wsync_client_destroy(&rl->home);
 	wsync_follow_disconnect(&rl->up);
 	return NULL;
 }

@@ -41,6 +41,25 @@ struct relay_fetched {
 struct relay_hand_over;
 
 /*
+ * The most bytes one get of a relay asks for: its piece. A version flowing
+ * down a chain is passed on a piece at a time, so each hop adds a piece's
+ * time on its link (wsync(7) RELAYS: 21 ms at 100 Mbit/s).
+ */
+#define RELAY_PIECE (256u << 10)
+/* Gets in flight: 2 MiB of pieces, what fills a link and holds little of a hub's memory. */
+#define RELAY_WINDOW 8
+/* A fetch this large or larger measures the relay's rate, for the root to place it. */
+#define RELAY_RATE_MIN (4u << 20)
+
+/* A fetch cut off (its upstream lost), kept for the next one to resume; path "": none. */
+struct relay_cut {
+	char model[WSYNC_MAX_MODEL + 1];
+	wsync_head_t head;
+	char path[PATH_MAX];
+	uint64_t upto;                  /* bytes in, from 0 without a gap */
+};
+
+/*
  * The relay's state. The thread owns everything here but the hub's end of
  * the pair; the hub reads only the lists, which never change.
  */
@@ -68,6 +87,23 @@ struct hub_relay {
 	uint64_t told;                  /* bytes of it the hub was told are in; 0 before the first */
 	unsigned char *report;          /* the hub's latest [worker], for upstream; NULL: none */
 	size_t report_len;
+	char tmp[PATH_MAX];             /* the file the version being fetched is written to */
+	uint64_t in;                    /* bytes of it in, from 0 without a gap (told counts 0 as 1) */
+	struct relay_cut cut;
+	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */
+	char advertise[512];            /* where downstream relays reach this hub; "": nowhere */
+	char advertise_key[64];         /* this hub's public key (Z85); "": none */
+	unsigned char *admitted;        /* the root's last "admit", as the ADMIT message sent */
+	size_t admitted_len;
+	wsync_client_t *home;           /* the connection to the upstream reports go to */
+	int home_next;                  /* the index of the upstream home tries next */
+	int64_t reported_ms;            /* when the last report went home */
+	char parent[512];               /* the relay followed, as the root placed it; "": upstream */
+	char parent_key[64];            /* its public key (z85), as the root said; "": none */
+	char placed[512];               /* the parent the root named last */
+	char placed_key[64];
+	char lost[512];                 /* a parent lost, or whose bytes did not verify: for home */
+	uint64_t rate;                  /* bytes/s of the last fetch of RELAY_RATE_MIN or more */
 	wsync_log_fn log;
 	void *log_arg;
 };
@@ -89,6 +125,7 @@ enum relay_msg_kind {
 	RELAY_MSG_HAND_OVER,            /* thread to hub: a version fetched whole, to commit */
 	RELAY_MSG_REPLY,                /* hub to thread: the hand-over's commit, or why not */
 	RELAY_MSG_REPORT,               /* hub to thread: its workers, for upstream */
+	RELAY_MSG_ADMIT,                /* thread to hub: {keys}, the relays placed under it */
 };
 
 /* Arriving: version v of model is written to path, upto bytes in from 0 without a gap. */

@@ -13,6 +13,7 @@ static const char *const s_kinds[] = {
 	[RELAY_MSG_HAND_OVER] = "hand-over",
 	[RELAY_MSG_REPLY] = "reply",
 	[RELAY_MSG_REPORT] = "report",
+	[RELAY_MSG_ADMIT] = "admit",
 };
 
 #define S_NKINDS ((int)(sizeof(s_kinds) / sizeof(s_kinds[0])))

@@ -590,6 +590,14 @@ typedef struct wsync_hub_opts {
 	int nupstream_models;
 	const char *upstream_key;
 	const char *upstream_hub_key;
+	/*
+	 * A relay: the endpoint other relays reach this hub at, told to the
+	 * upstream, which may place relays under it (wsync(7), RELAYS). NULL:
+	 * the first of endpoints that names a host (tcp, not a wildcard), else
+	 * the first ipc one; "": none, and this relay is placed under nobody's
+	 * parent or given children.
+	 */
+	const char *advertise;
 } wsync_hub_opts_t;
 
 /* Opens the store and binds the sockets; 69 (EX_UNAVAILABLE) when an endpoint is taken. */
@@ -644,6 +652,8 @@ typedef struct wsync_client_opts {
 	 * $WSYNC_KEY and $WSYNC_HUB_KEY, else none). Both or neither. */
 	const char *key;
 	const char *hub_key;
+	/* NULL, or the hub's public key itself (40 Z85 characters), in place of hub_key's. */
+	const char *hub_public;
 	/* A watcher's tensor selection (wsync-watch --select), told to the hub in hello. */
 	const char *const *select;
 	int nselect;

@@ -23,11 +23,11 @@ s_release() {
 	assert_output ""
 }
 
-@test "the test build's hub has the crash, spoiled-get, delta-stop, foreign-model, push-gate and relay-gate hooks" {
+@test "the test build's hub has the crash, spoiled-get, delta-stop, foreign-model, push-gate, relay-gate and relay-rate hooks" {
 	[[ ${BUILD:-} == *-test ]] || skip "the suite runs against a release build"
 	run -0 bash -c 'strings -a "$1" | grep -o "WSYNC_TEST_[A-Z_]*" | sort -u' _ \
 	    "$WSYNC_BIN/wsync-serve"
-	assert_output $'WSYNC_TEST_CRASH_AT\nWSYNC_TEST_DELTA_STOP\nWSYNC_TEST_FLIP_GET\nWSYNC_TEST_FOREIGN_MODEL\nWSYNC_TEST_PUSH_GATE\nWSYNC_TEST_RELAY_GATE'
+	assert_output $'WSYNC_TEST_CRASH_AT\nWSYNC_TEST_DELTA_STOP\nWSYNC_TEST_FLIP_GET\nWSYNC_TEST_FOREIGN_MODEL\nWSYNC_TEST_PUSH_GATE\nWSYNC_TEST_RELAY_GATE\nWSYNC_TEST_RELAY_RATE'
 }
 
 # upward_calls LIB: each call in the archive LIB from a file to a function of

@@ -29,6 +29,7 @@ usage: wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--recycle N] [--lo
            --secret-key FILE [--allow-push DIR|FILE]... [--allow-pull DIR|FILE]...
        wsync-serve [-e ENDPOINT]... [--store DIR] [--keep N] [--log-format text|json]
            --upstream ENDPOINT... [--model MODEL[,MODEL...]] [--key FILE] [--hub-key FILE]
+           [--advertise ENDPOINT]
 
 Run a hub: take pushed versions of models, keep them in a store, announce
 them to watchers and serve them. Log lines go to stderr.
@@ -58,6 +59,9 @@ them to watchers and serve them. Log lines go to stderr.
                            mirrored model here are refused (77)
       --key FILE           the relay's secret key for its upstream
       --hub-key FILE       the upstream's public key
+      --advertise ENDPOINT where other relays reach this one, told to the
+                           upstream, which places relays in a chain (default:
+                           the first -e naming a host, else an ipc one)
   -h, --help               show this help
   -V, --version            show the version
 
@@ -98,6 +102,12 @@ Try 'wsync-serve --help'."
 Try 'wsync-serve --help'."
 	run -64 wsync-serve -e http://x
 	assert_output "wsync-serve: endpoint \"http://x\": use tcp://HOST:PORT or ipc://PATH"
+}
+
+@test "--advertise without --upstream is a usage error: only a relay is placed" {
+	run -64 wsync-serve --advertise tcp://10.0.0.7:7355
+	assert_output "wsync-serve: --model, --key, --hub-key and --advertise are for a relay (--upstream)
+Try 'wsync-serve --help'."
 }
 
 @test "a started hub logs where it listens, after an ISO 8601 UTC timestamp" {

@@ -1,0 +1,225 @@
+/*
+ * hub_place.c - a root places the relays that report to it: one chain, in the
+ * order they came, each taking every version from the one before it (wsync(7),
+ * RELAYS, for why a chain and what it costs).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sysexits.h>
+
+#include "hub_int.h"
+
+/* A relay's place in the chain: from the relays' reports (op subtree). */
+struct hub_place {
+	char relay[WSYNC_MAX_ID + 1];   /* its name, as it reports */
+	char endpoint[512];             /* where it is reached (its advertise) */
+	char key[64];                   /* its hub's public key (Z85), as it says; "": none */
+	char client[64];                /* the key it connects with (Z85), as CURVE says; "": none */
+	int64_t seen;                   /* monotonic ms of its last report */
+	uint64_t rate;                  /* bytes/s of its last large fetch; 0: not said */
+	int slow;                       /* a third of its parent's rate or less: last in line */
+	int bad;                        /* one below lost it or got bad bytes: parent of none */
+};
+
+/* Forgets the relays not heard from within HUB_PLACE_ALIVE_MS of now. */
+static void
+s_expire(wsync_hub_t *h, int64_t now)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < h->nplaces; i++) {
+		if (now - h->places[i].seen <= HUB_PLACE_ALIVE_MS)
+			h->places[kept++] = h->places[i];
+		else
+			hub_log(h, "event=relay-gone relay=%s endpoint=%s", h->places[i].relay,
+			    h->places[i].endpoint);
+	}
+	h->nplaces = kept;
+}
+
+/*
+ * The chain: the indexes of the places, in the order the versions flow,
+ * into order (h->nplaces of them); how many of them may be parents. The
+ * relays that came first lead, slow ones follow them, bad ones are last.
+ */
+static size_t
+s_chain(const wsync_hub_t *h, size_t *order)
+{
+	size_t n = 0, parents;
+
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (!h->places[i].slow && !h->places[i].bad)
+			order[n++] = i;
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (h->places[i].slow && !h->places[i].bad)
+			order[n++] = i;
+	parents = n;
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (h->places[i].bad)
+			order[n++] = i;
+	return parents;
+}
+
+/* The parent of place i: its index in h->places, or -1 for this hub. */
+static long
+s_parent_of(const wsync_hub_t *h, size_t i)
+{
+	size_t order[HUB_PLACES], parents = s_chain(h, order), at = 0;
+
+	while (order[at] != i)
+		at++;
+	/* A bad relay takes what it can from the last good one; it passes nothing on. */
+	if (at >= parents)
+		return parents > 0 ? (long)order[parents - 1] : -1;
+	return at > 0 ? (long)order[at - 1] : -1;
+}
+
+/* The place of relay (made when new, at the end); NULL when there are HUB_PLACES already. */
+static struct hub_place *
+s_place(wsync_hub_t *h, const char *relay, const char *endpoint)
+{
+	struct hub_place *p;
+
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (strcmp(h->places[i].relay, relay) == 0)
+			return &h->places[i];
+	if (h->nplaces == HUB_PLACES)
+		return NULL;
+	p = &h->places[h->nplaces++];
+	memset(p, 0, sizeof(*p));
+	snprintf(p->relay, sizeof(p->relay), "%s", relay);
+	hub_log(h, "event=relay-join relay=%s endpoint=%s", relay, endpoint);
+	return p;
+}
+
+/* Marks the relay reached at endpoint as a parent of none: one below it lost it. */
+static void
+s_lost(wsync_hub_t *h, const char *endpoint, const char *by)
+{
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (strcmp(h->places[i].endpoint, endpoint) == 0 && !h->places[i].bad) {
+			h->places[i].bad = 1;
+			hub_log(h, "event=relay-drop relay=%s endpoint=%s by=%s", h->places[i].relay,
+			    endpoint, by);
+		}
+}
+
+/* Whether place p, at rate, is slow: a third of what its parent (or the fastest) takes in. */
+static int
+s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
+{
+	uint64_t best = 0;
+
+	if (p->rate == 0)
+		return 0;
+	if (parent >= 0)
+		best = h->places[parent].rate;
+	else
+		for (size_t i = 0; i < h->nplaces; i++)
+			if (&h->places[i] != p && h->places[i].rate > best)
+				best = h->places[i].rate;
+	return p->rate * 3 < best;
+}
+
+/* Packs "admit": the client keys of the relays placed under place i (none: nothing); 1 or 0. */
+static size_t
+s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
+{
+	size_t n = 0;
+
+	for (size_t c = 0; c < h->nplaces; c++)
+		n += h->places[c].client[0] != '\0' && s_parent_of(h, c) == (long)i;
+	if (!pack || n == 0)
+		return n > 0;
+	wsync_enc_str(e, "admit");
+	msgpack_pack_array(&e->pk, n);
+	for (size_t c = 0; c < h->nplaces; c++)
+		if (h->places[c].client[0] != '\0' && s_parent_of(h, c) == (long)i)
+			wsync_enc_str(e, h->places[c].client);
+	return 1;
+}
+
+int
+hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsync_enc_t *e,
+    wsync_err_t *err)
+{
+	char endpoint[512], lost[512], key[64];
+	int64_t now = wsync_now_ms();
+	struct hub_place *p;
+	uint64_t rate = 0;
+	long at;
+	size_t i;
+
+	if (hub_str(r, "advertise", 1, NULL, endpoint, sizeof(endpoint), err) < 0 ||
+	    hub_str(r, "advertise_key", 0, NULL, key, sizeof(key), err) < 0 ||
+	    hub_str(r, "lost", 0, NULL, lost, sizeof(lost), err) < 0 ||
+	    hub_u64(r, "rate", 0, &rate, err) < 0)
+		return -1;
+	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
+		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	s_expire(h, now);
+	if (lost[0] != '\0')
+		s_lost(h, lost, relay);
+	if ((p = s_place(h, relay, endpoint)) == NULL)
+		return wsync_err_set(err, EX_UNAVAILABLE, "this hub places %d relays at most: %s "
+		    "takes versions from it directly", HUB_PLACES, relay);
+	snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
+	snprintf(p->key, sizeof(p->key), "%s", key);
+	wsync_auth_key_of(h->auth, &r->parts->part[2], p->client, sizeof(p->client));
+	p->seen = now;
+	if (rate != 0)
+		p->rate = rate;
+	i = (size_t)(p - h->places);
+	at = s_parent_of(h, i);
+	if (!p->slow && !p->bad && s_slow(h, p, at)) {
+		p->slow = 1;
+		hub_log(h, "event=relay-slow relay=%s rate=%" PRIu64, relay, rate);
+		at = s_parent_of(h, i);
+	}
+	/* With keys: the parent's key for this relay, and the keys this one lets in. */
+	hub_ok(e, r->id, 1 + (at >= 0 && h->places[at].key[0] != '\0') +
+	    s_pack_admit(h, i, e, 0));
+	wsync_enc_kv_str(e, "parent", at >= 0 ? h->places[at].endpoint : "");
+	if (at >= 0 && h->places[at].key[0] != '\0')
+		wsync_enc_kv_str(e, "parent_key", h->places[at].key);
+	s_pack_admit(h, i, e, 1);
+	return 0;
+}
+
+size_t
+hub_place_expire(wsync_hub_t *h)
+{
+	s_expire(h, wsync_now_ms());
+	return h->nplaces;
+}
+
+void
+hub_place_pack(const wsync_hub_t *h, wsync_enc_t *e)
+{
+	size_t order[HUB_PLACES], n = h->nplaces;
+
+	s_chain(h, order);
+	wsync_enc_str(e, "relays");
+	msgpack_pack_array(&e->pk, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct hub_place *p = &h->places[order[i]];
+		long at = s_parent_of(h, order[i]);
+		msgpack_pack_map(&e->pk, 6);
+		wsync_enc_kv_str(e, "relay", p->relay);
+		wsync_enc_kv_str(e, "endpoint", p->endpoint);
+		wsync_enc_kv_str(e, "parent", at >= 0 ? h->places[at].endpoint : "");
+		wsync_enc_kv_u64(e, "rate", p->rate);
+		wsync_enc_kv_bool(e, "slow", p->slow);
+		wsync_enc_kv_bool(e, "bad", p->bad);
+	}
+}
+
+void
+hub_place_free(wsync_hub_t *h)
+{
+	free(h->places);
+	h->places = NULL;
+	h->nplaces = 0;
+}

@@ -1,0 +1,209 @@
+#!/usr/bin/env bats
+# A root places the relays that name it (wsync(7), RELAYS): one chain in the
+# order they came, each relay taking every version from the one before it;
+# relays that die or pass on bad bytes are placed around, and the ones below
+# finish the same version.
+
+load test_helper
+load hub_helper
+
+# The parent the root gave relay NAME: "root", a relay's name, or "none" when not placed.
+parent_of() {
+	local parent
+	parent=$(wsync-inspect --hub --json -t 1 2>/dev/null | jq -r --arg e "ipc://$TMP/$1" \
+	    '[.relays[]? | select(.endpoint == $e) | .parent][0] // "none"')
+	case $parent in
+	"") echo root ;;
+	ipc://"$TMP"/*) echo "${parent#ipc://"$TMP"/}" ;;
+	*) echo "$parent" ;;
+	esac
+}
+
+# 0 when the root placed relay $1 under $2 (root, or a relay's name).
+placed_under() {
+	[ "$(parent_of "$1")" = "$2" ]
+}
+
+# 0 when relay $1 follows what the root said: its log shows it connected to $2.
+follows() {
+	grep -q "event=relay-connect upstream=ipc://$TMP/$2 " "$TMP/$1.log"
+}
+
+# 0 when the root knows worker $1, alive, behind relay $2.
+root_has() {
+	wsync-inspect --hub --json -t 1 2>/dev/null | jq -e --arg id "$1" --arg via "$2" \
+	    '.workers[] | select(.worker == $id and .alive and .via == $via)' >/dev/null
+}
+
+# The content id of version 1 at the root.
+root_content() {
+	wsync-pull -m policy -v 1 -o "$TMP/root.wsync" >/dev/null && content_of "$TMP/root.wsync"
+}
+
+# start_chain N: relays r1..rN naming the root, each started once the one
+# before is placed, so that they come in that order.
+start_chain() {
+	local i prev=root
+	for ((i = 1; i <= $1; i++)); do
+		start_relay "r$i" "${@:2}"
+		wait_until placed_under "r$i" "$prev"
+		prev="r$i"
+	done
+}
+
+@test "three relays that name only the root are placed in a chain, in the order they came" {
+	start_hub
+	start_chain 3
+	wait_until follows r2 r1
+	wait_until follows r3 r2
+	run -0 wsync-inspect --hub
+	assert_equal "$(tail -n 4 <<<"$output")" "$(
+	    printf '%-24s %-8s %-40s  %s\n' RELAY STATE ENDPOINT PARENT \
+	    "$(hostname):${RPID[r1]}" placed "ipc://$TMP/r1" - \
+	    "$(hostname):${RPID[r2]}" placed "ipc://$TMP/r2" "ipc://$TMP/r1" \
+	    "$(hostname):${RPID[r3]}" placed "ipc://$TMP/r3" "ipc://$TMP/r2")"
+	run -0 grep -c "event=relay-place parent=ipc://$TMP/r2" r3.log
+	assert_output 1
+}
+
+@test "a version pushed at the root reaches the watchers of every relay of the chain, and --wait all returns" {
+	make_big 8
+	start_hub
+	start_chain 3
+	wait_until follows r3 r2
+	for i in 1 2 3; do start_watcher "w$i" -e "ipc://$TMP/r$i"; done
+	for i in 1 2 3; do wait_until root_has "w$i" "$(hostname):${RPID[r$i]}"; done
+	run -0 wsync-push --wait all --timeout 30 -m policy big.safetensors
+	assert_output 1
+	for i in 1 2 3; do
+		assert_equal "$(content_of "w$i.wsync")" "$(root_content)"
+	done
+	# r3 took it from r2, which passed it on while it arrived from r1.
+	wait_until grep -q "event=commit model=policy version=1 .*relay=ipc://$TMP/r2\$" r3.log
+	run -0 grep -q "event=pass-on model=policy version=1 " r2.log
+}
+
+@test "a middle relay killed with -9 mid-version: the one below resumes that version from the one above" {
+	need_test_hooks WSYNC_TEST_RELAY_GATE
+	make_big 16
+	start_hub
+	start_relay r1
+	wait_until placed_under r1 root
+	WSYNC_TEST_RELAY_GATE="$TMP/gate" start_relay r2
+	wait_until placed_under r2 r1
+	start_relay r3
+	wait_until placed_under r3 r2
+	wait_until follows r3 r2
+	start_watcher w3 -e "ipc://$TMP/r3"
+	wsync-push -m policy big.safetensors >/dev/null
+	# r2 holds at half the version; r3 has some of it when r2 dies.
+	wait_until grep -q "event=arriving model=policy version=1 " r3.log
+	kill -9 "${RPID[r2]}"
+	wait_until watcher_at w3 1
+	assert_equal "$(content_of w3.wsync)" "$(root_content)"
+	run -0 grep "event=relay-resume model=policy version=1 " r3.log
+	assert_output --regexp "upstream=ipc://$TMP/r1 from=[1-9][0-9]*\$"
+	run -0 placed_under r3 r1
+	run -0 grep -c "event=commit model=policy version=1 " r3.log
+	assert_output 1
+}
+
+@test "a relay that joins while a version flows is placed at the end of the chain and gets it" {
+	need_test_hooks WSYNC_TEST_RELAY_GATE
+	make_big 8
+	start_hub
+	WSYNC_TEST_RELAY_GATE="$TMP/gate" start_relay r1
+	wait_until placed_under r1 root
+	wsync-push -m policy big.safetensors >/dev/null
+	wait_until grep -q "event=arriving model=policy version=1 " r1.log
+	start_relay r2
+	wait_until placed_under r2 r1
+	start_watcher w2 -e "ipc://$TMP/r2"
+	touch gate
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(root_content)"
+	wait_until grep -q "event=commit model=policy version=1 .*relay=ipc://$TMP/r1\$" r2.log
+}
+
+@test "a relay whose upstream is another relay keeps that parent, and the root places only the first" {
+	make_versions 1
+	start_hub
+	start_chain 1
+	WSYNC_ENDPOINT="ipc://$TMP/r1" start_relay r2
+	start_watcher w2 -e "ipc://$TMP/r2"
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w2 1
+	run -1 grep -c "event=relay-place" r2.log
+	assert_output 0
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -c '[.relays[] | .endpoint]' <<<"$output")" "[\"ipc://$TMP/r1\"]"
+}
+
+@test "a relay whose bytes do not verify below it is dropped from the chain, and the one below fetches the version again" {
+	need_test_hooks WSYNC_TEST_FLIP_GET
+	make_versions 1
+	start_hub
+	# Every get r1 serves from its store arrives spoiled (a test build's hook).
+	WSYNC_TEST_FLIP_GET=1 start_relay r1
+	wait_until placed_under r1 root
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until grep -q "event=commit model=policy version=1 " r1.log
+	start_relay r2
+	start_watcher w2 -e "ipc://$TMP/r2"
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(content_of v1.wsync)"
+	run -0 grep -q "event=relay-fail model=policy version=1 upstream=ipc://$TMP/r1 " r2.log
+	wait_until grep -q "event=relay-drop relay=$(hostname):${RPID[r1]} endpoint=ipc://$TMP/r1 by=$(hostname):${RPID[r2]}\$" hub.log
+	run -0 placed_under r2 root
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -r '.relays[] | select(.bad) | .endpoint' <<<"$output")" "ipc://$TMP/r1"
+}
+
+@test "with keys, a relay lets in the relay the root placed under it, with no key copied between relays" {
+	local relay2_key
+	make_versions 1
+	mkdir push pull r1pull r2pull
+	for k in root pusher relay1 r1hub r2hub worker; do wsync-keygen "$k" >/dev/null; done
+	relay2_key=$(wsync-keygen relay2)
+	cp pusher push/
+	cp relay1 relay2 pull/
+	cp worker r1pull/
+	cp worker r2pull/
+	start_hub --secret-key root_secret --allow-push push --allow-pull pull
+	export WSYNC_KEY=pusher_secret WSYNC_HUB_KEY=root
+	start_relay r1 --key relay1_secret --hub-key root --secret-key r1hub_secret --allow-pull r1pull
+	wait_until placed_under r1 root
+	start_relay r2 --key relay2_secret --hub-key root --secret-key r2hub_secret --allow-pull r2pull
+	wait_until placed_under r2 r1
+	start_watcher w2 --key worker_secret --hub-key r2hub -e "ipc://$TMP/r2"
+	wsync-push -m policy v1.wsync >/dev/null
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(content_of v1.wsync)"
+	run -0 grep -c "event=relay-connect upstream=ipc://$TMP/r1 " r2.log
+	assert_output 1
+	# r1's lists hold no key of r2: the root told r1 to let it in.
+	run -0 grep -qF "event=admit key=$relay2_key role=pull " r1.log
+	run -0 grep -q "event=relay-admit keys=1\$" r1.log
+}
+
+@test "a relay slower than a third of the others is moved to the end of the chain, where it slows no one" {
+	need_test_hooks WSYNC_TEST_RELAY_RATE
+	make_big 8
+	start_hub
+	# r1 says it fetched at 100 kB/s: a slow link, without shaping one.
+	WSYNC_TEST_RELAY_RATE=100000 start_relay r1
+	wait_until placed_under r1 root
+	start_relay r2
+	wait_until placed_under r2 r1
+	start_relay r3
+	wait_until placed_under r3 r2
+	wsync-push -m policy big.safetensors >/dev/null
+	wait_until placed_under r1 r3
+	run -0 placed_under r2 root
+	run -0 placed_under r3 r2
+	run -0 grep -c "event=relay-slow relay=$(hostname):${RPID[r1]} rate=100000\$" hub.log
+	assert_output 1
+	run -0 wsync-inspect --hub
+	assert_equal "$(tail -n 1 <<<"$output")" "$(printf '%-24s %-8s %-40s  %s' \
+	    "$(hostname):${RPID[r1]}" slow "ipc://$TMP/r1" "ipc://$TMP/r3")"
+}
