@@ -352,7 +352,7 @@ $TMP/store/.uploads:"
 	{"op":"commit","upload":1}
 	{"op":"chunk","upload":1,"file":0,"off":0} part
 	EOF
-	assert_line --index 0 '{"id":5,"ok":true,"upload":1}'
+	assert_line --index 0 '{"id":5,"ok":true,"upload":1,"window":8}'
 	assert_line --index 1 '{"code":64,"error":"upload 1 file 0: a chunk at offset 10 leaves a gap (0 bytes received)","id":1,"ok":false}'
 	assert_line --index 2 '{"id":2,"ok":true}'
 	assert_line --index 3 '{"code":64,"error":"upload 1 file 0: a chunk of 100 bytes at offset 50 goes past its size of 144","id":3,"ok":false}'
