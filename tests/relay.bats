@@ -205,7 +205,8 @@ root_has() {
 	kill -STOP "${WPID[b]}"
 	run -75 --separate-stderr wsync-push --wait all --timeout 3 -m policy v1.wsync
 	assert_output 1
-	assert_equal "${stderr_lines[0]}" "wsync-push: policy version 1: 1 of 2 workers have not applied it after 3.0 s"
+	# The figure is what was left of -t 3 after the push: less on a busy machine.
+	assert_regex "${stderr_lines[0]}" '^wsync-push: policy version 1: 1 of 2 workers have not applied it after (2\.[0-9]|3\.0) s$'
 	assert_regex "${stderr_lines[1]}" "^  b: has no version, last seen [0-9.]+ s ago, behind relay $(hostname):${RPID[r1]}\$"
 	kill -CONT "${WPID[b]}"
 }

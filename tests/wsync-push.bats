@@ -248,6 +248,8 @@ PYEOF
 	-m policy v3.wsync -w 3090box,w1 -t 0.2
 	-m policy v3.wsync
 	EOF
+	# The wait's figure is what was left of its -t after the push: less on a busy machine.
+	output=$(sed 's/after 0\.[12] s;/after 0.2 s;/' <<<"$output")
 	assert_output "ok policy 1
 ok policy 2
 error 64 no file given (use - for stdin)
@@ -306,7 +308,7 @@ error 64 a quoted word has no closing quote'
 	-m policy v2.wsync
 	EOF
 	kill -CONT "${WPID[w1]}"
-	assert_line --index 0 --regexp '^error 75 policy version 1: 1 of 1 workers have not applied it after 1.0 s; w1: has no version, last seen [0-9.]+ s ago$'
+	assert_line --index 0 --regexp '^error 75 policy version 1: 1 of 1 workers have not applied it after (0\.[0-9]|1\.0) s; w1: has no version, last seen [0-9.]+ s ago$'
 	assert_line --index 1 "ok policy 2"
 }
 
