@@ -181,7 +181,6 @@ hub_relay_stop(wsync_hub_t *h)
 	free(rl->group);
 	free(rl->report);
 	free(rl->admitted);
-	wsync_client_destroy(&rl->home);
 	free(rl);
 	h->relay = NULL;
 }
