@@ -56,8 +56,9 @@
 #   fleet_root [OPTION...] starts the root hub on host 1 (store
 #                          $HOSTS_DIR/h1/store: a restart keeps it);
 #                          FLEET_ROOT is its endpoint, FLEET_ROOT_PID its PID
-#   fleet_host I [UP]      starts host I's relay, its upstream UP (default the
-#                          root), and its watcher; FLEET_RELAY_PID[I] and
+#   fleet_host I [UP [OPT...]]  host I's relay (upstream UP, default the root,
+#                          wsync-serve's OPTs) and its watcher;
+#                          FLEET_RELAY_PID[I] and
 #                          FLEET_WATCH_PID[I] their PIDs
 #   fleet_endpoint I       prints host I's hub endpoint
 #   fleet_applied I V      0 when host I's watcher printed version V
@@ -303,13 +304,14 @@ fleet_root() {
 	done
 }
 
-# fleet_host I [UPSTREAM]: host I's relay (upstream the root unless given) and
-# its watcher, which follows only the relay.
+# fleet_host I [UPSTREAM [OPTION...]]: host I's relay (upstream the root unless
+# given, with the wsync-serve OPTIONs given) and its watcher, which follows
+# only the relay.
 fleet_host() {
 	local i=$1 up=${2:-$FLEET_ROOT} ep
 	ep=$(fleet_endpoint "$i")
 	host_run "$i" wsync-serve -e "$ep" --insecure --store "$HOSTS_DIR/h$i/relay" \
-		--upstream "$up" --model "$FLEET_MODEL" 2>>"$FLEET_LOGS/r$i.log"
+		--upstream "$up" --model "$FLEET_MODEL" "${@:3}" 2>>"$FLEET_LOGS/r$i.log"
 	FLEET_RELAY_PID[$i]=$HOST_PID
 	s_fleet_wait 10 "$FLEET_LOGS/r$i.log" event=listen "$HOST_PID" || return
 	host_run "$i" wsync-watch --id "w$i" -e "$ep" -m "$FLEET_MODEL" \
