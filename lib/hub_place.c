@@ -62,6 +62,16 @@ s_chain(const wsync_hub_t *h, size_t *order)
 	return parents;
 }
 
+/* The parent of the place at position at of a chain: its index in h->places, or -1 for this hub. */
+static long
+s_parent_at(const size_t *order, size_t parents, size_t at)
+{
+	/* A bad relay takes what it can from the last good one; it passes nothing on. */
+	if (at >= parents)
+		return parents > 0 ? (long)order[parents - 1] : -1;
+	return at > 0 ? (long)order[at - 1] : -1;
+}
+
 /* The parent of place i: its index in h->places, or -1 for this hub. */
 static long
 s_parent_of(const wsync_hub_t *h, size_t i)
@@ -70,10 +80,7 @@ s_parent_of(const wsync_hub_t *h, size_t i)
 
 	while (order[at] != i)
 		at++;
-	/* A bad relay takes what it can from the last good one; it passes nothing on. */
-	if (at >= parents)
-		return parents > 0 ? (long)order[parents - 1] : -1;
-	return at > 0 ? (long)order[at - 1] : -1;
+	return s_parent_at(order, parents, at);
 }
 
 /* The place of relay (made when new, at the end); NULL when there are HUB_PLACES already. */
@@ -127,17 +134,17 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 static size_t
 s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
 {
-	size_t n = 0;
+	size_t order[HUB_PLACES], parents = s_chain(h, order), n = 0;
 
-	for (size_t c = 0; c < h->nplaces; c++)
-		n += h->places[c].client[0] != '\0' && s_parent_of(h, c) == (long)i;
+	for (size_t at = 0; at < h->nplaces; at++)
+		n += h->places[order[at]].client[0] != '\0' && s_parent_at(order, parents, at) == (long)i;
 	if (!pack || n == 0)
 		return n > 0;
 	wsync_enc_str(e, "admit");
 	msgpack_pack_array(&e->pk, n);
-	for (size_t c = 0; c < h->nplaces; c++)
-		if (h->places[c].client[0] != '\0' && s_parent_of(h, c) == (long)i)
-			wsync_enc_str(e, h->places[c].client);
+	for (size_t at = 0; at < h->nplaces; at++)
+		if (h->places[order[at]].client[0] != '\0' && s_parent_at(order, parents, at) == (long)i)
+			wsync_enc_str(e, h->places[order[at]].client);
 	return 1;
 }
 
@@ -198,14 +205,13 @@ hub_place_expire(wsync_hub_t *h)
 void
 hub_place_pack(const wsync_hub_t *h, wsync_enc_t *e)
 {
-	size_t order[HUB_PLACES], n = h->nplaces;
+	size_t order[HUB_PLACES], n = h->nplaces, parents = s_chain(h, order);
 
-	s_chain(h, order);
 	wsync_enc_str(e, "relays");
 	msgpack_pack_array(&e->pk, n);
 	for (size_t i = 0; i < n; i++) {
 		const struct hub_place *p = &h->places[order[i]];
-		long at = s_parent_of(h, order[i]);
+		long at = s_parent_at(order, parents, i);
 		msgpack_pack_map(&e->pk, 6);
 		wsync_enc_kv_str(e, "relay", p->relay);
 		wsync_enc_kv_str(e, "endpoint", p->endpoint);
