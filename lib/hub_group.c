@@ -417,16 +417,19 @@ static int
 s_union_add(wsync_tree_t *tree, const wsync_tensor_t *t, wsync_err_t *err)
 {
 	if (wsync_tree_add_split(tree, t->path, ".", t->dtype, t->ndim, t->shape, t->data,
-	    t->nbytes, err) == 0)
-		return 0;
-	return wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim, t->shape, t->data,
-	    t->nbytes, err);
+	    t->nbytes, err) < 0 && wsync_tree_add_keys(tree, &t->path, 1, t->dtype, t->ndim,
+	    t->shape, t->data, t->nbytes, err) < 0)
+		return -1;
+	/* The part was verified whole: its hash is the tensor's, no second read to hash it. */
+	wsync_tree_known_hash(tree, t->hash);
+	return 0;
 }
 
 /*
  * Writes the union of g's whole parts into a new upload file t, the meta of
- * every part. The parts are file mappings: each tensor is hashed, then
- * written, a stride at a time, each stride's pages let go once done
+ * every part. The parts are file mappings, each verified whole: each
+ * tensor keeps its part's hash and is written a stride at a time, each
+ * stride's pages let go once done
  * (release_sources), so the hub's memory stays a stride whatever the model's
  * size, where a mapped output filled in one pass holds every page of the
  * parts and of the union until the end (8 GiB resident for a 4 GiB model).
@@ -454,7 +457,7 @@ s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 	if (wsync_store_temp_open(h->store, g->model, t, err) < 0 ||
 	    wsync_tree_write_fd(tree, t->fd, t->path, err) < 0)
 		goto done;
-	/* Hashed from the very bytes written, out of parts each verified: the commit trusts them. */
+	/* The hashes of parts each verified whole, of the bytes written: the commit trusts them. */
 	t->verified = 1;
 	rc = 0;
 done:

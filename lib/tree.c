@@ -191,6 +191,13 @@ wsync_tree_add(wsync_tree_t *tree, const char *path, wsync_dtype_t dtype, int nd
 	return wsync_tree_add_split(tree, path, "./", dtype, ndim, shape, data, nbytes, err);
 }
 
+void
+wsync_tree_known_hash(wsync_tree_t *tree, uint64_t hash)
+{
+	tree->t[tree->n - 1].hash = hash;
+	tree->t[tree->n - 1].hash_known = 1;
+}
+
 int
 wsync_tree_add_split(wsync_tree_t *tree, const char *path, const char *seps,
     wsync_dtype_t dtype, int ndim, const uint64_t *shape, const void *data,
@@ -442,9 +449,9 @@ s_pack_tensor(msgpack_packer *pk, struct s_out *o, struct wsync_tree_tensor *t)
 	for (int i = 0; i < t->ndim; i++)
 		msgpack_pack_uint64(pk, t->shape[i]);
 	s_pack_str(pk, "hash");
-	/* A stream cannot go back: it hashes first. Memory patches the hash in later. */
-	msgpack_pack_fix_uint64(pk, o->fd < 0 || o->skeleton ? 0 : o->release ?
-	    s_hash_releasing(t) : wsync_hash(t->data, t->nbytes));
+	/* A stream cannot go back: it hashes first (unless known). Memory patches it in later. */
+	msgpack_pack_fix_uint64(pk, o->fd < 0 || o->skeleton ? 0 : t->hash_known ? t->hash :
+	    o->release ? s_hash_releasing(t) : wsync_hash(t->data, t->nbytes));
 	hash_at = o->off - 8;
 	s_pack_str(pk, "pad");
 	/* The pad bin's header (2), the "data" key (5) and the data bin's header. */

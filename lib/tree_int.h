@@ -16,6 +16,8 @@ struct wsync_tree_tensor {
 	uint64_t at;                 /* where its data is in the document, once sized */
 	uint64_t hash_at;            /* where its hash (a big-endian uint64) is, too */
 	uint64_t tag;                /* its writer's own (where its data is in the input) */
+	uint64_t hash;               /* its hash, when known: a verified source's */
+	int hash_known;
 };
 
 struct wsync_tree_meta {
@@ -49,6 +51,12 @@ struct wsync_tree {
  * prefix of another (a tensor cannot be a subtree). Writers call it first.
  */
 int wsync_tree_sort(wsync_tree_t *tree, wsync_err_t *err);
+
+/*
+ * The hash of the tensor added last, known (its source verified it): written
+ * to a descriptor, its data is not read a second time to hash it.
+ */
+void wsync_tree_known_hash(wsync_tree_t *tree, uint64_t hash);
 
 /*
  * Writes the document to fd, a file, at its offsets, but for the tensors'
