@@ -108,8 +108,11 @@ wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t
 		return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
 	/* A refused handshake is retried by ZeroMQ for ever: only its monitor tells. */
 	if (rc > 0 && (items[1].revents & ZMQ_POLLIN) &&
-	    wsync_curve_failed(c->mon, c->endpoint, &c->curve, err) < 0)
+	    wsync_curve_failed(c->mon, c->endpoint, &c->curve, &c->closed, err) < 0)
 		return -1;
+	/* Closed by the hub, with no reply of it left to read: what was asked is lost. */
+	if (c->close_lost && c->closed && !(items[0].revents & ZMQ_POLLIN))
+		return wsync_err_set(err, EX_UNAVAILABLE, "%s closed the connection", c->endpoint);
 	if (rc <= 0 || !(items[0].revents & ZMQ_POLLIN))
 		return rc <= 0 ? 1 : wsync_client_recv(c, deadline, id, m, p, keep_refusal, err);
 	if (wsync_recv(c->sock, p, 0) < 0)
@@ -320,6 +323,9 @@ wsync_client_new(const wsync_client_opts_t *o, wsync_err_t *err)
 	}
 	if (s_open_socket(c, err) < 0 || s_hello(c, o->timeout_ms, err) < 0)
 		goto fail;
+	/* From an answered hello on: a close before it is a handshake's, told otherwise. */
+	c->close_lost = o->close_lost;
+	c->closed = 0;
 	return c;
 fail:
 	wsync_client_destroy(&c);

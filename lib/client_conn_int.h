@@ -53,6 +53,8 @@ struct wsync_client {
 	char store[PATH_MAX];           /* the hub's store directory, from hello */
 	volatile sig_atomic_t *stop;    /* set non-zero: abandon a long transfer */
 	int idle_ms;                    /* > 0: a fetch's bound is on silence, not on all of it */
+	int close_lost;                 /* the hub closing the connection fails what waits on it */
+	int closed;                     /* the hub closed the connection (its monitor said) */
 	const struct wsync_conn_hooks *hooks;
 	void *hooks_arg;
 };
@@ -129,13 +131,15 @@ int wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version,
  * recycle when one is free and nothing is selected), named in buf and open
  * as *fd; with a selection (sel not NULL, not empty), only the tensors it
  * takes, and only when the delta is smaller than their bytes in the base.
+ * With keep (a buffer of PATH_MAX), the delta itself stays in a temporary
+ * file beside path, named there, for the caller ("" unless it applied).
  * 0 when done (out says so); 1 when the version must come whole (why in
  * out->delta_note; the hub heard of a delta that did not apply); -1 with err
  * when the hub is lost or the fetch was stopped.
  */
 int wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f,
     wsync_fetched_t *out, const char *path, char *buf, size_t size, int *fd,
-    const wsync_ckpt_out_t *sel, wsync_recycle_t *recycle, int64_t deadline,
+    const wsync_ckpt_out_t *sel, wsync_recycle_t *recycle, char *keep, int64_t deadline,
     wsync_err_t *err);
 
 /* ---- uploading (client_upload.c) ---- */

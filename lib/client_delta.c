@@ -154,7 +154,7 @@ s_selected_bytes(const wsync_file_t *bf, const wsync_ckpt_out_t *sel)
 int
 wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
-    wsync_recycle_t *recycle, int64_t deadline, wsync_err_t *err)
+    wsync_recycle_t *recycle, char *keep, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t base, base_content, dsize, version, content, selected = 0;
 	int base_fd, dfd = -1, rc = 1;
@@ -165,6 +165,9 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 
 	*fd = -1;
 	buf[0] = '\0';
+	dtmp[0] = '\0';
+	if (keep != NULL)
+		keep[0] = '\0';
 	if ((base_fd = open(f->base, O_RDONLY | O_CLOEXEC)) < 0)
 		return errno == ENOENT ? 1 : s_whole(out, "%s: %s", f->base, strerror(errno));
 	/* The base's header says which version it holds; its bytes are checked as it is used. */
@@ -191,12 +194,16 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 		    "(%" PRIu64 " bytes)", dsize, selected);
 		goto finish;
 	}
-	/* The delta itself needs no name: a watcher killed while it comes leaves nothing. */
+	/* The delta itself needs no name, unless kept: a watcher killed while it comes leaves nothing. */
 	if ((dfd = wsync_temp_open(path, dtmp, sizeof(dtmp), err)) < 0) {
+		dtmp[0] = '\0';
 		rc = -1;
 		goto finish;
 	}
-	unlink(dtmp);
+	if (keep == NULL) {
+		unlink(dtmp);
+		dtmp[0] = '\0';
+	}
 	if (ftruncate(dfd, (off_t)dsize) < 0) {
 		rc = s_whole(out, "cannot hold the delta: %s", strerror(errno));
 		goto finish;
@@ -251,6 +258,10 @@ finish:
 	}
 	if (rc == 0)
 		out->transfer = WSYNC_TRANSFER_DELTA;
+	if (rc == 0 && dtmp[0] != '\0')
+		snprintf(keep, PATH_MAX, "%s", dtmp);
+	else if (dtmp[0] != '\0')
+		unlink(dtmp);
 	if (dfd >= 0)
 		close(dfd);
 	close(base_fd);

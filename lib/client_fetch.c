@@ -150,6 +150,11 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 		unsigned at;
 		int rc;
 
+		/* A relay's fetch stops between pieces when told (the root moved it, or it stops). */
+		if (g->arriving && c->stop != NULL && *c->stop)
+			return wsync_err_set(err, EX_TEMPFAIL, "%s version %" PRIu64 ": interrupted",
+			    model, h->version);
+
 		while (inflight < window && r < nranges) {
 			uint64_t n = end - next_off < pace.chunk ? end - next_off : pace.chunk;
 			offs[inflight] = next_off;
@@ -435,14 +440,14 @@ s_fetch_from_store(wsync_client_t *c, const char *model, wsync_fetched_t *out,
 static int
 s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
-    wsync_recycle_t *recycle, int64_t deadline, wsync_err_t *err)
+    wsync_recycle_t *recycle, char *keep, int64_t deadline, wsync_err_t *err)
 {
 	int rc;
 
 	if (f->base == NULL)
 		return 0;
-	rc = wsync_client_fetch_delta(c, f, out, path, buf, size, fd, sel, recycle, deadline,
-	    err);
+	rc = wsync_client_fetch_delta(c, f, out, path, buf, size, fd, sel, recycle, keep,
+	    deadline, err);
 	return rc == 0 ? 1 : rc == 1 ? 0 : -1;
 }
 
@@ -510,6 +515,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 	*tmp = NULL;
 	memset(out, 0, sizeof(*out));
 	buf[0] = '\0';
+	if (f->keep_delta != NULL)
+		f->keep_delta[0] = '\0';
 	if (!c->store_here && c->transfer != WSYNC_TRANSFER_AUTO && c->transfer !=
 	    WSYNC_TRANSFER_SOCKET)
 		return wsync_client_not_visible(c, err);
@@ -532,7 +539,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 		if ((linked = s_fetch_from_store(c, model, out, path, buf, sizeof(buf), &fd, err)) < 0)
 			goto fail;
 	} else if ((rebuilt = s_try_delta(c, &f->what, out, path, buf, sizeof(buf), &fd,
-	    f->select, f->recycle, deadline, err)) < 0) {
+	    f->select, f->recycle, f->keep_delta, deadline, err)) < 0) {
 		return -1;
 	} else if (!rebuilt) {
 		out->transfer = WSYNC_TRANSFER_SOCKET;
@@ -605,6 +612,10 @@ fail:
 	/* Cut off, not refused: what came stays for a later fetch to resume. */
 	if (buf[0] != '\0' && !(cut_kept && err->code != EX_DATAERR))
 		unlink(buf);
+	if (f->keep_delta != NULL && f->keep_delta[0] != '\0') {
+		unlink(f->keep_delta);
+		f->keep_delta[0] = '\0';
+	}
 	return -1;
 }
 

@@ -108,6 +108,13 @@ typedef struct wsync_fetch_temp {
 	 */
 	void (*written)(void *arg, const char *tmp, uint64_t upto);
 	void *written_arg;
+	/*
+	 * NULL, or a buffer of PATH_MAX: a version that came as a delta from
+	 * what.base leaves the delta in a temporary file beside f->beside, named
+	 * here, for the caller to keep or remove (a relay serves it on as it came:
+	 * wsync(7) RELAYS); "" when the version came whole.
+	 */
+	char *keep_delta;
 } wsync_fetch_temp_t;
 
 /*

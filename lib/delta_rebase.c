@@ -26,13 +26,28 @@ s_pk_bin(msgpack_packer *pk, const char *key, const void *p, size_t len)
 	    msgpack_pack_bin_body(pk, p, len) < 0 ? -1 : 0;
 }
 
+/* 1 when the zstd frame z of zlen bytes holds exactly the n bytes of raw. */
+static int
+s_same_frame(const void *z, size_t zlen, const unsigned char *raw, size_t n)
+{
+	unsigned char *got = malloc(n + 1);
+	size_t len = got == NULL ? 0 : ZSTD_decompress(got, n + 1, z, zlen);
+	int same = got != NULL && !ZSTD_isError(len) && len == n && memcmp(got, raw, n) == 0;
+
+	free(got);
+	return same;
+}
+
 /*
  * head's skeleton, its bytes outside every tensor's data in file order, as
- * one zstd frame the applier accepts, in *out (caller frees); -1 with err.
+ * one zstd frame the applier accepts, in *out (caller frees): the delta's
+ * own frame (had, hadlen) when it holds the same bytes, so that a delta
+ * whose head is laid out as the hub's (a relay's) is passed on byte for
+ * byte; -1 with err.
  */
 static int
-s_skeleton(const wsync_file_t *head, int head_fd, const char *name, void **out,
-    size_t *outlen, wsync_err_t *err)
+s_skeleton(const wsync_file_t *head, int head_fd, const void *had, size_t hadlen,
+    const char *name, void **out, size_t *outlen, wsync_err_t *err)
 {
 	size_t n = 0, cap = 0;
 	uint64_t at = 0;
@@ -61,6 +76,14 @@ s_skeleton(const wsync_file_t *head, int head_fd, const char *name, void **out,
 		n += (size_t)(end - at);
 		if (t != NULL)
 			at = t->offset + t->nbytes;
+	}
+	if (s_same_frame(had, hadlen, raw, n)) {
+		if ((*out = malloc(hadlen ? hadlen : 1)) == NULL)
+			goto oom;
+		memcpy(*out, had, hadlen);
+		*outlen = hadlen;
+		rc = 0;
+		goto out;
 	}
 	if ((z = ZSTD_createCCtx()) == NULL || (*out = malloc(ZSTD_compressBound(n))) == NULL)
 		goto oom;
@@ -284,7 +307,8 @@ wsync_delta_rebase(const int *delta_fds, size_t n, int base_fd, uint64_t base, i
 	if (head_fd >= 0) {
 		if ((head = wsync_file_open_fd(head_fd, name, err)) == NULL ||
 		    s_head_order(head, e, count, name, err) < 0 ||
-		    s_skeleton(head, head_fd, name, &skel, &top.skel_len, err) < 0)
+		    s_skeleton(head, head_fd, top.skel, top.skel_len, name, &skel, &top.skel_len,
+		    err) < 0)
 			goto out;
 		top.skel = skel;
 		top.version = wsync_file_version(head);

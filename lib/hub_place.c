@@ -19,6 +19,7 @@ struct hub_place {
 	char client[64];                /* the key it connects with (Z85), as CURVE says; "": none */
 	int64_t seen;                   /* monotonic ms of its last report */
 	uint64_t rate;                  /* bytes/s of its last large fetch; 0: not said */
+	char rate_from[512];            /* the endpoint that fetch came from; "": not said */
 	int slow;                       /* a third of its parent's rate or less: last in line */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 };
@@ -113,7 +114,12 @@ s_lost(wsync_hub_t *h, const char *endpoint, const char *by)
 		}
 }
 
-/* Whether place p, at rate, is slow: a third of what its parent (or the fastest) takes in. */
+/*
+ * Whether place p, at rate, is slow: under a third of what the relay it
+ * fetched from took in (or its parent's, or under the root the fastest
+ * one's). A relay fed by a slow one took in no faster than that one: it is
+ * measured against what fed it, not against the parent it has since.
+ */
 static int
 s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 {
@@ -121,6 +127,9 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 
 	if (p->rate == 0)
 		return 0;
+	for (size_t i = 0; i < h->nplaces && p->rate_from[0] != '\0'; i++)
+		if (&h->places[i] != p && strcmp(h->places[i].endpoint, p->rate_from) == 0)
+			return p->rate * 3 < h->places[i].rate;
 	if (parent >= 0)
 		best = h->places[parent].rate;
 	else
@@ -152,7 +161,7 @@ int
 hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsync_enc_t *e,
     wsync_err_t *err)
 {
-	char endpoint[512], lost[512], key[64];
+	char endpoint[512], lost[512], key[64], rate_from[512];
 	int64_t now = wsync_now_ms();
 	struct hub_place *p;
 	uint64_t rate = 0;
@@ -162,7 +171,8 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (hub_str(r, "advertise", 1, NULL, endpoint, sizeof(endpoint), err) < 0 ||
 	    hub_str(r, "advertise_key", 0, NULL, key, sizeof(key), err) < 0 ||
 	    hub_str(r, "lost", 0, NULL, lost, sizeof(lost), err) < 0 ||
-	    hub_u64(r, "rate", 0, &rate, err) < 0)
+	    hub_u64(r, "rate", 0, &rate, err) < 0 ||
+	    hub_str(r, "rate_from", 0, NULL, rate_from, sizeof(rate_from), err) < 0)
 		return -1;
 	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
@@ -176,8 +186,10 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	snprintf(p->key, sizeof(p->key), "%s", key);
 	wsync_auth_key_of(h->auth, &r->parts->part[2], p->client, sizeof(p->client));
 	p->seen = now;
-	if (rate != 0)
+	if (rate != 0) {
 		p->rate = rate;
+		snprintf(p->rate_from, sizeof(p->rate_from), "%s", rate_from);
+	}
 	i = (size_t)(p - h->places);
 	at = s_parent_of(h, i);
 	if (!p->slow && !p->bad && s_slow(h, p, at)) {

@@ -124,6 +124,7 @@ hub_relay_start(wsync_hub_t *h, const wsync_hub_opts_t *o, wsync_err_t *err)
 	s_advertise(rl, o);
 	snprintf(rl->advertise_key, sizeof(rl->advertise_key), "%s", wsync_auth_public(h->auth));
 	snprintf(rl->name, sizeof(rl->name), "%s", h->name);
+	snprintf(rl->store, sizeof(rl->store), "%s", wsync_store_dir(h->store));
 	snprintf(rl->beside, sizeof(rl->beside), "%s/.uploads/relay", wsync_store_dir(h->store));
 	/* What the store has: the thread mirrors only what is newer. */
 	for (size_t i = 0; i < wsync_store_count(h->store); i++) {
@@ -157,7 +158,7 @@ hub_relay_stop(wsync_hub_t *h)
 
 	if (rl == NULL)
 		return;
-	rl->stop = 1;
+	rl->stop = rl->halt = 1;
 	if (rl->started)
 		pthread_join(rl->thread, NULL);
 	if (rl->pair != NULL)
@@ -174,10 +175,8 @@ hub_relay_stop(wsync_hub_t *h)
 	free(rl->key);
 	free(rl->hub_key);
 	free(rl->have);
-	while (rl->nfetched > 0) {
-		unlink(rl->fetched[rl->nfetched - 1].tmp);
-		free(rl->fetched[--rl->nfetched].tmp);
-	}
+	while (rl->nfetched > 0)
+		relay_fetched_drop(rl, rl->nfetched - 1);
 	free(rl->group);
 	free(rl->report);
 	free(rl->admitted);
@@ -205,6 +204,25 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 		wsync_err_set(err, EX_NOPERM, "model %s: this relay mirrors it from the upstream "
 		    "%s, as it was told to: push it there", model, rl->upstreams[0]);
 	return 1;
+}
+
+/*
+ * The deltas the versions of group came as, served on as they came to the
+ * watchers and relays below on their base (wsync(7) RELAYS), then removed.
+ */
+static void
+s_adopt(wsync_hub_t *h, const relay_hand_over_t *group, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int fd;
+		if (group[i].delta[0] == '\0')
+			continue;
+		if ((fd = open(group[i].delta, O_RDONLY | O_CLOEXEC)) >= 0) {
+			hub_delta_adopt(h, group[i].model, group[i].base, group[i].version, &fd, 1);
+			close(fd);
+		}
+		unlink(group[i].delta);
+	}
 }
 
 /*
@@ -252,6 +270,7 @@ s_commit(wsync_hub_t *h, const relay_hand_over_t *group, size_t n, wsync_err_t *
 		hub_announce(h, &out[i], t, n, NULL, 0);
 	for (size_t i = 0; i < n; i++)
 		hub_waits_check(h, out[i].model);
+	s_adopt(h, group, n);
 out:
 	for (size_t i = 0; i < opened; i++)
 		close(t[i].fd);

@@ -23,7 +23,8 @@
 
 #define S_MAX_CERT 65536                /* bytes in a certificate file */
 #define S_FAILURES (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | \
-    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+    ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | \
+    ZMQ_EVENT_DISCONNECTED)
 
 /* 0 when s is 40 characters of Z85 that decode to a 32-byte key. */
 static int
@@ -252,7 +253,8 @@ wsync_curve_unwatch(void *sock, void **mon)
 }
 
 int
-wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsync_err_t *err)
+wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, int *closed,
+    wsync_err_t *err)
 {
 	zmq_msg_t m;
 	uint16_t event;
@@ -275,6 +277,11 @@ wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsyn
 		zmq_msg_init(&m);
 		zmq_msg_recv(&m, mon, 0);
 		zmq_msg_close(&m);
+		/* The peer closed a connection that was up: no handshake failed. */
+		if (event == ZMQ_EVENT_DISCONNECTED) {
+			*closed = 1;
+			continue;
+		}
 		break;
 	}
 	if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)

@@ -42,16 +42,19 @@ int wsync_curve_load(wsync_curve_t *c, const char *key, const char *hub_key, wsy
 int wsync_curve_client(void *sock, const wsync_curve_t *c, wsync_err_t *err);
 
 /*
- * Watches sock's handshakes: a PAIR socket that receives its failures (caller
- * closes with wsync_curve_unwatch before closing sock). NULL with err on failure.
+ * Watches sock's handshakes: a PAIR socket that receives its failures, and
+ * its connections closed by the peer (caller closes with wsync_curve_unwatch
+ * before closing sock). NULL with err on failure.
  */
 void *wsync_curve_watch(void *sock, wsync_err_t *err);
 /* Stops watching sock and closes *mon, setting it to NULL. */
 void wsync_curve_unwatch(void *sock, void **mon);
 /*
  * Reads the handshake events waiting on mon: -1 with err (77, saying why in
- * words a person can act on) when a handshake with endpoint failed, else 0.
+ * words a person can act on) when a handshake with endpoint failed, else 0;
+ * *closed set to 1 when the peer closed a connection that was up.
  */
-int wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, wsync_err_t *err);
+int wsync_curve_failed(void *mon, const char *endpoint, const wsync_curve_t *c, int *closed,
+    wsync_err_t *err);
 
 #endif

@@ -70,14 +70,36 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 {
 	struct hub_relay *rl = arg;
 	relay_arriving_t a = { .v = rl->arriving, .upto = upto };
+	int64_t now = wsync_now_ms();
 	wsync_enc_t e;
 
 	snprintf(rl->tmp, sizeof(rl->tmp), "%s", tmp);
 	if (upto > rl->in)
 		rl->in = upto;
+	/*
+	 * The rate so far, for the root to place this relay before the version
+	 * is in: told at once the first time, then with each report.
+	 */
+	if (rl->in - rl->in_from >= RELAY_RATE_EARLY && now - rl->in_ms >= RELAY_RATE_EARLY_MS) {
+		rl->rate = (rl->in - rl->in_from) * 1000 / (uint64_t)(now - rl->in_ms);
+		snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
+		if (!rl->rate_told) {
+			rl->rate_told = 1;
+			rl->reported_ms = 0;
+		}
+	}
 	/* A long fetch keeps the root hearing from this relay, and the acks behind it flowing. */
-	if (wsync_now_ms() - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
+	if (now - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
 		s_report_now(rl);
+	/*
+	 * Placed elsewhere meanwhile (this relay, or the one it fetched from, is
+	 * slow): the fetch stops, and resumes from the new parent what is in.
+	 */
+	if (rl->in > 0 && !rl->halt && strcmp(rl->placed, rl->parent) != 0) {
+		s_log(rl, "event=relay-move model=%s version=%" PRIu64 " upstream=%s in=%" PRIu64,
+		    rl->fetching, rl->arriving.version, rl->up.endpoint, rl->in);
+		rl->halt = 1;
+	}
 	if (rl->told != 0 && upto <= rl->told)
 		return;
 	snprintf(a.model, sizeof(a.model), "%s", rl->fetching);
@@ -115,7 +137,8 @@ s_connect(struct hub_relay *rl, wsync_err_t *err)
 	wsync_client_opts_t co = { .endpoint = rl->up.endpoint, .role = "relay",
 	    .models = (const char *const *)rl->models, .nmodels = rl->nmodels,
 	    .timeout_ms = S_CONNECT_MS, .transfer = WSYNC_TRANSFER_SOCKET,
-	    .idle_ms = S_CALL_MS, .stop = &rl->stop, .key = rl->key, .hub_key = rl->hub_key };
+	    .idle_ms = S_CALL_MS, .stop = &rl->halt, .key = rl->key, .hub_key = rl->hub_key,
+	    .close_lost = 1 };
 
 	/* Placed under another relay by the root: that one, with the key the root gave. */
 	if (rl->parent[0] != '\0') {
@@ -240,11 +263,12 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 		return 0;
 	if (rl->home == NULL && s_home_connect(rl, err) < 0)
 		return -1;
-	id = wsync_client_request(rl->home, &e, "subtree", 2 + 2 * placing + keyed + lost);
+	id = wsync_client_request(rl->home, &e, "subtree", 2 + 3 * placing + keyed + lost);
 	wsync_enc_kv_str(&e, "relay", rl->name);
 	if (placing) {
 		wsync_enc_kv_str(&e, "advertise", rl->advertise);
 		wsync_enc_kv_u64(&e, "rate", rl->rate);
+		wsync_enc_kv_str(&e, "rate_from", rl->rate_from);
 	}
 	if (keyed)
 		wsync_enc_kv_str(&e, "advertise_key", rl->advertise_key);
@@ -289,12 +313,15 @@ s_report_now(struct hub_relay *rl)
 		    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 }
 
-/* Forgets fetched version i, unlinking its file. */
-static void
-s_fetched_drop(struct hub_relay *rl, size_t i)
+void
+relay_fetched_drop(struct hub_relay *rl, size_t i)
 {
 	unlink(rl->fetched[i].tmp);
 	free(rl->fetched[i].tmp);
+	if (rl->fetched[i].delta != NULL) {
+		unlink(rl->fetched[i].delta);
+		free(rl->fetched[i].delta);
+	}
 	rl->fetched[i] = rl->fetched[--rl->nfetched];
 }
 
@@ -319,6 +346,8 @@ s_hand_over(struct hub_relay *rl, const size_t *take, size_t n, const char *orig
 		snprintf(o.path, sizeof(o.path), "%s", f->tmp);
 		snprintf(o.origin, sizeof(o.origin), "%s", origin);
 		snprintf(o.upstream, sizeof(o.upstream), "%s", rl->up.endpoint);
+		snprintf(o.delta, sizeof(o.delta), "%s", f->delta != NULL ? f->delta : "");
+		o.base = f->base;
 		wsync_enc_init(&e);
 		relay_pack(&e, RELAY_MSG_HAND_OVER, &o);
 		if (relay_send(rl->pair, RELAY_MSG_HAND_OVER, &e, 0) < 0)
@@ -388,7 +417,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 	struct relay_have *have = relay_have(rl, model);
 	struct relay_fetched *to;
 	wsync_fetched_t got;
-	char *tmp = NULL, resume[PATH_MAX];
+	char *tmp = NULL, resume[PATH_MAX], base[PATH_MAX], delta[PATH_MAX];
 	int64_t start = wsync_now_ms();
 
 	if (have == NULL)
@@ -416,8 +445,20 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 			s_cut_drop(rl);
 		}
 	}
+	/*
+	 * From the version the relay has, a delta when the upstream has one (it
+	 * committed this version): kept, for the hub to serve on as it came.
+	 */
+	if (f.resume == NULL && have->version > 0 && wsync_store_version_path(base,
+	    sizeof(base), rl->store, model, have->version, 0) == 0) {
+		f.what.base = base;
+		f.keep_delta = delta;
+	}
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
 	rl->arriving = *head;
+	rl->in_from = rl->in;
+	rl->in_ms = start;
+	rl->rate_told = 0;
 	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
 		/* Not in at the upstream in time (66): the next round resumes it, as a lost one. */
 		if (s_cut_keep(rl, model, head, err))
@@ -440,8 +481,12 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 		}
 		return -1;
 	}
-	if (f.resume == NULL && got.head.size >= RELAY_RATE_MIN)
+	/* A delta's time says nothing of the link: only a version fetched whole measures it. */
+	if (f.resume == NULL && got.transfer != WSYNC_TRANSFER_DELTA &&
+	    got.head.size >= RELAY_RATE_MIN) {
 		rl->rate = got.head.size * 1000 / (uint64_t)(wsync_now_ms() - start + 1);
+		snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
+	}
 #ifdef WSYNC_TEST_HOOKS
 	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
 	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)
@@ -451,6 +496,16 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 	snprintf(to->model, sizeof(to->model), "%s", model);
 	to->head = got.head;
 	to->tmp = tmp;
+	to->delta = NULL;
+	to->base = 0;
+	if (f.keep_delta != NULL && f.keep_delta[0] != '\0') {
+		s_log(rl, "event=relay-delta model=%s base=%" PRIu64 " version=%" PRIu64 " bytes=%"
+		    PRIu64 " upstream=%s", model, have->version, head->version, got.wire,
+		    rl->up.endpoint);
+		if ((to->delta = strdup(delta)) == NULL)
+			unlink(delta);
+		to->base = have->version;
+	}
 	return 0;
 }
 
@@ -510,7 +565,7 @@ s_commit_heads(struct hub_relay *rl, const wsync_follow_heads_t *r, int all, wsy
 		    rl->fetched[i].head.version == have->failed ||
 		    rl->fetched[i].head.version < wsync_follow_head_of(r->heads, r->nheads,
 		    rl->fetched[i].model).version)
-			s_fetched_drop(rl, i);
+			relay_fetched_drop(rl, i);
 	}
 	return rc;
 }
@@ -619,6 +674,8 @@ relay_follow(void *arg)
 			rl->reported_ms = wsync_now_ms();
 		if (strcmp(rl->placed, rl->parent) != 0)
 			s_move(rl);
+		/* A fetch stopped to move has moved: the next ones run (unless the hub stops). */
+		rl->halt = rl->stop;
 		if (rl->up.client == NULL) {
 			if (s_connect(rl, &err) < 0) {
 				/*
@@ -654,6 +711,9 @@ relay_follow(void *arg)
 		if (s_round(rl, &err) < 0) {
 			if (rl->stop)
 				break;
+			/* Stopped to follow the parent the root named: no loss, the loop's top moves. */
+			if (rl->halt)
+				continue;
 			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->up.endpoint,
 			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 			wsync_follow_disconnect(&rl->up);

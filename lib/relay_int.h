@@ -36,6 +36,8 @@ struct relay_fetched {
 	char model[WSYNC_MAX_MODEL + 1];
 	wsync_head_t head;
 	char *tmp;
+	char *delta;                    /* NULL, or the delta from version base it came as */
+	uint64_t base;
 };
 
 struct relay_hand_over;
@@ -50,6 +52,9 @@ struct relay_hand_over;
 #define RELAY_WINDOW 8
 /* A fetch this large or larger measures the relay's rate, for the root to place it. */
 #define RELAY_RATE_MIN (4u << 20)
+/* A fetch under way tells its rate once this much came in this long (then at each report). */
+#define RELAY_RATE_EARLY (2u << 20)
+#define RELAY_RATE_EARLY_MS 300
 
 /* A fetch cut off (its upstream lost), kept for the next one to resume; path "": none. */
 struct relay_cut {
@@ -72,6 +77,7 @@ struct hub_relay {
 	char **models;                  /* NULL: every model of the upstream */
 	int nmodels;
 	char *key, *hub_key;
+	char store[PATH_MAX];           /* the hub's store: a version's base is read there */
 	char beside[PATH_MAX];          /* STORE/.uploads/relay: fetches go beside it */
 	struct relay_have *have;
 	size_t nhave;
@@ -80,6 +86,8 @@ struct hub_relay {
 	struct relay_hand_over *group;  /* the loop's: hand-overs of one commit received so far */
 	size_t ngroup;
 	volatile sig_atomic_t stop;
+	/* The upstream's fetch stops: at stop, or to follow a parent the root named mid-version. */
+	volatile sig_atomic_t halt;
 	wsync_follower_t up;            /* the upstream followed */
 	char name[300];                 /* this hub's, as its upstream knows it */
 	char fetching[WSYNC_MAX_MODEL + 1]; /* the model of the version being fetched */
@@ -89,6 +97,9 @@ struct hub_relay {
 	size_t report_len;
 	char tmp[PATH_MAX];             /* the file the version being fetched is written to */
 	uint64_t in;                    /* bytes of it in, from 0 without a gap (told counts 0 as 1) */
+	uint64_t in_from;               /* bytes of it in when this fetch began (a resumed one's) */
+	int64_t in_ms;                  /* when this fetch began */
+	int rate_told;                  /* this fetch's rate was told home */
 	struct relay_cut cut;
 	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */
 	char advertise[512];            /* where downstream relays reach this hub; "": nowhere */
@@ -104,6 +115,7 @@ struct hub_relay {
 	char placed_key[64];
 	char lost[512];                 /* a parent lost, or whose bytes did not verify: for home */
 	uint64_t rate;                  /* bytes/s of the last fetch of RELAY_RATE_MIN or more */
+	char rate_from[512];            /* the upstream that fetch came from */
 	wsync_log_fn log;
 	void *log_arg;
 };
@@ -112,6 +124,8 @@ struct hub_relay {
 
 /* What rl has of model, added with nothing when new; NULL when out of memory. */
 struct relay_have *relay_have(struct hub_relay *rl, const char *model);
+/* Forgets fetched version i, removing its file and the delta it came as. */
+void relay_fetched_drop(struct hub_relay *rl, size_t i);
 /* The thread's body: follows the upstreams until rl->stop (arg is rl). */
 void *relay_follow(void *arg);
 
@@ -156,6 +170,9 @@ typedef struct relay_hand_over {
 	char path[PATH_MAX];
 	char origin[64];                /* "": not known */
 	char upstream[512];             /* "": not known */
+	/* "", or the delta from version base the version came as: the hub serves it on. */
+	char delta[PATH_MAX];
+	uint64_t base;
 } relay_hand_over_t;
 
 /* The hub's reply to a hand-over: committed (ok), or error says why not. */

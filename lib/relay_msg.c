@@ -44,6 +44,7 @@ static const struct s_field s_hand_over[] = {
 	S_U64(relay_hand_over_t, "content", content, 0), S_STR(relay_hand_over_t, path, 1),
 	S_STR(relay_hand_over_t, origin, 0), S_STR(relay_hand_over_t, upstream, 0),
 	S_U64(relay_hand_over_t, "index", index, 0), S_U64(relay_hand_over_t, "count", count, 0),
+	S_STR(relay_hand_over_t, delta, 0), S_U64(relay_hand_over_t, "base", base, 0),
 };
 
 /* Each kind's fields, by kind: those with a body of fields. */

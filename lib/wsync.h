@@ -657,6 +657,12 @@ typedef struct wsync_client_opts {
 	/* A watcher's tensor selection (wsync-watch --select), told to the hub in hello. */
 	const char *const *select;
 	int nselect;
+	/*
+	 * Set: the hub closing the connection (its process ended: the kernel
+	 * closes it at once) fails the request waiting for a reply (69), instead
+	 * of the silence bound; a relay follows its parent so (wsync(7) RELAYS).
+	 */
+	int close_lost;
 } wsync_client_opts_t;
 
 /* A model's version as the hub describes it. */

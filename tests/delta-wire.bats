@@ -395,7 +395,7 @@ Try 'wsync-pull --help'."
 	assert_line --regexp "^w +policy +2 +0 +[0-9.]+s +alive +socket +$whole +- +-$"
 }
 
-@test "a watcher behind a relay gets deltas from the relay, made from the relay's own store" {
+@test "a relay takes a delta from its upstream and serves it on as it came to a watcher on the same base" {
 	steps bf16 0.01 262144 2
 	start_hub
 	start_relay r1
@@ -405,10 +405,20 @@ Try 'wsync-pull --help'."
 	push_step 2
 	wait_until watcher_at w 2
 	assert_equal "$(content_of w.wsync)" "$(content_of s2.wsync)"
-	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready" r1.log
+	# The root made the delta once, for the relay; the relay made none: it
+	# serves the one it got, byte for byte.
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=1 " hub.log
 	assert_output 1
+	delta=$(stat -c %s "$STORE/.deltas/policy/1-2.delta")
+	run -0 grep "event=relay-delta model=policy base=1 version=2 " r1.log
+	assert_output --regexp " bytes=$delta upstream=ipc://$TMP/hub\$"
+	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=1 bytes=$delta " r1.log
+	assert_output 1
+	run -1 grep -c "made=1" r1.log
+	cmp "$STORE/.deltas/policy/1-2.delta" "$TMP/r1.store/.deltas/policy/1-2.delta"
 	run -0 grep -c "event=ack worker=w model=policy version=2 transfer=delta " r1.log
 	assert_output 1
-	# The root made none: the relay's link carried the whole version once.
-	run -1 grep -c "event=delta " hub.log
+	# Nothing of the delta is left beside the relay's store.
+	run -0 find "$TMP/r1.store/.uploads" -type f
+	assert_output ""
 }

@@ -262,6 +262,7 @@ hosts_down() {
 FLEET_PORT=7355
 FLEET_MODEL=${FLEET_MODEL:-policy}
 declare -gA FLEET_RELAY_PID FLEET_WATCH_PID
+declare -ga FLEET_WATCH_OPTS
 
 fleet_endpoint() {
 	echo "tcp://$(host_addr "$1"):$FLEET_PORT"
@@ -306,7 +307,8 @@ fleet_root() {
 
 # fleet_host I [UPSTREAM [OPTION...]]: host I's relay (upstream the root unless
 # given, with the wsync-serve OPTIONs given) and its watcher, which follows
-# only the relay.
+# only the relay, with the wsync-watch options of the array FLEET_WATCH_OPTS
+# (none unless set).
 fleet_host() {
 	local i=$1 up=${2:-$FLEET_ROOT} ep
 	ep=$(fleet_endpoint "$i")
@@ -314,7 +316,7 @@ fleet_host() {
 		--upstream "$up" --model "$FLEET_MODEL" "${@:3}" 2>>"$FLEET_LOGS/r$i.log"
 	FLEET_RELAY_PID[$i]=$HOST_PID
 	s_fleet_wait 10 "$FLEET_LOGS/r$i.log" event=listen "$HOST_PID" || return
-	host_run "$i" wsync-watch --id "w$i" -e "$ep" -m "$FLEET_MODEL" \
+	host_run "$i" wsync-watch --id "w$i" -e "$ep" -m "$FLEET_MODEL" "${FLEET_WATCH_OPTS[@]}" \
 		-o "$HOSTS_DIR/h$i/$FLEET_MODEL.wsync" >>"$FLEET_LOGS/w$i.out" 2>>"$FLEET_LOGS/w$i.err"
 	FLEET_WATCH_PID[$i]=$HOST_PID
 }

@@ -24,6 +24,12 @@ placed_under() {
 	[ "$(parent_of "$1")" = "$2" ]
 }
 
+# 0 when the root has rate $2 for relay $1.
+root_knows_rate() {
+	wsync-inspect --hub --json -t 1 2>/dev/null | jq -e --arg e "ipc://$TMP/$1" --argjson r "$2" \
+	    '.relays[] | select(.endpoint == $e and .rate == $r)' >/dev/null
+}
+
 # 0 when relay $1 follows what the root said: its log shows it connected to $2.
 follows() {
 	grep -q "event=relay-connect upstream=ipc://$TMP/$2 " "$TMP/$1.log"
@@ -219,4 +225,25 @@ start_chain() {
 	run -0 wsync-inspect --hub
 	assert_equal "$(tail -n 1 <<<"$output")" "$(printf '%-24s %-8s %-40s  %s' \
 	    "$(hostname):${RPID[r1]}" slow "ipc://$TMP/r1" "ipc://$TMP/r3")"
+}
+
+@test "a relay fed by a slow one, as slow as it, keeps its place: only the slow one moves to the end" {
+	need_test_hooks WSYNC_TEST_RELAY_RATE
+	make_big 8
+	start_hub
+	# r1 fetched at 100 kB/s, and so did r2, which took every byte from r1.
+	WSYNC_TEST_RELAY_RATE=100000 start_relay r1
+	wait_until placed_under r1 root
+	WSYNC_TEST_RELAY_RATE=100000 start_relay r2
+	wait_until placed_under r2 r1
+	start_relay r3
+	wait_until placed_under r3 r2
+	wsync-push -m policy big.safetensors >/dev/null
+	wait_until placed_under r1 r3
+	# r2's report says its rate, measured from r1: as fast as what fed it.
+	wait_until root_knows_rate r2 100000
+	run -0 placed_under r2 root
+	run -0 placed_under r3 r2
+	run -0 grep -c "event=relay-slow" hub.log
+	assert_output 1
 }

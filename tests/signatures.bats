@@ -20,23 +20,11 @@ setup() {
 # forge SRC OUT MODEL [strip]: OUT is SRC with the last byte of its tensors
 # flipped and every XXH3 hash and the content id computed afresh (through
 # safetensors and back, which keeps the meta: the signature and manifest);
-# with strip, the bytes are kept and the signature dropped instead.
+# with strip, the bytes are kept and the signature dropped instead
+# (fixtures/forge.py).
 forge() {
 	wsync-convert "$1" forged.safetensors
-	"$PY" - forged.safetensors "${4:-flip}" <<'PYEOF'
-import json, struct, sys
-path, how = sys.argv[1], sys.argv[2]
-raw = bytearray(open(path, "rb").read())
-n = struct.unpack("<Q", raw[:8])[0]
-head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
-if how == "flip":
-    data[-1] ^= 1
-else:
-    del head["__metadata__"]["wsync.signature"]
-t = json.dumps(head).encode()
-t += b" " * (-len(t) % 8)
-open(path, "wb").write(struct.pack("<Q", len(t)) + t + data)
-PYEOF
+	"$PY" "$FIXTURES/forge.py" forged.safetensors "${4:-flip}"
 	wsync-convert -m "$3" forged.safetensors "$2"
 }
 

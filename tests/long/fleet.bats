@@ -142,3 +142,79 @@ v2_halfway() {
 	holds "$TMP/v3.wsync" 2 9
 	increasing 2 9
 }
+
+# steps N MIB: $TMP/s1.wsync .. sN.wsync, bf16 models of MIB MiB (model
+# $FLEET_MODEL), each an optimizer-like step of 1% of the values from the one
+# before (fixtures/mkstep.py).
+steps() {
+	"$PY" "$FIXTURES/mkstep.py" chain bf16 0.01 $(($2 << 20)) "$1" "$TMP/s" >/dev/null
+}
+
+# deltas_at V FIRST LAST: every relay of hosts FIRST..LAST took version V as
+# a delta from V - 1 from its parent.
+deltas_at() {
+	local host
+	for ((host = $2; host <= $3; host++)); do
+		run -0 grep -c "event=relay-delta model=$FLEET_MODEL base=$(($1 - 1)) version=$1 " \
+		    "$FLEET_LOGS/r$host.log"
+		assert_equal "host $host $output" "host $host 1"
+	done
+}
+
+@test "a 1%-changed bf16 update through 16 hosts reaches every one as a delta, made once, at the root" {
+	steps 2 4
+	fleet_up 16 100mbit
+	all_apply s1 16
+	sent=$(host_sent 1)
+	run -0 push "$TMP/s2.wsync" --wait all --timeout 150
+	assert_output 2
+	run -0 all_at 2 2 17
+	holds "$TMP/s2.wsync" 2 17
+	deltas_at 2 2 17
+	# The root made one delta, and its link carried about one, not 16 versions.
+	run -0 grep -c "event=delta model=$FLEET_MODEL base=1 version=2 state=ready made=1 " \
+	    "$FLEET_LOGS/root.log"
+	assert_output 1
+	delta=$(host_exec 1 stat -c %s "$HOSTS_DIR/h1/store/.deltas/$FLEET_MODEL/1-2.delta")
+	(($(host_sent 1) - sent < 2 * delta + (1 << 20)))
+	increasing 2 17
+}
+
+@test "a forged signed version passed down a fleet is refused by every verifying watcher, as a delta" {
+	steps 2 4
+	wsync-keygen --sign "$TMP/key" >/dev/null
+	hosts_up 9 100mbit
+	# The root signs versions 1 and 2. Host 2 tampers: a hub fed version 1
+	# as signed, then version 2 with a byte flipped, every hash and the
+	# content id made afresh and the signature kept (fixtures/forge.py), as
+	# a relay that rewrote what it passes on would serve it.
+	fleet_root
+	for v in 1 2; do
+		run -0 push "$TMP/s$v.wsync" --sign-key "$TMP/key.key"
+		assert_output "$v"
+		host_exec 1 cat "$HOSTS_DIR/h1/store/$FLEET_MODEL/$v.wsync" >"$TMP/signed$v.wsync"
+	done
+	wsync-convert "$TMP/signed2.wsync" "$TMP/forged.safetensors"
+	"$PY" "$FIXTURES/forge.py" "$TMP/forged.safetensors" flip
+	wsync-convert -m "$FLEET_MODEL" "$TMP/forged.safetensors" "$TMP/forged2.wsync"
+	host_run 2 wsync-serve -e "$(fleet_endpoint 2)" --insecure --store "$HOSTS_DIR/h2/store" \
+	    2>>"$FLEET_LOGS/h2.log"
+	s_fleet_wait 10 "$FLEET_LOGS/h2.log" event=listen "$HOST_PID"
+	host_exec 2 wsync-push -q -e "$(fleet_endpoint 2)" -m "$FLEET_MODEL" "$TMP/signed1.wsync"
+	FLEET_WATCH_OPTS=(--verify-key "$TMP/key.pub")
+	for ((host = 3; host <= 9; host++)); do fleet_host "$host" "$(fleet_endpoint 2)"; done
+	WAIT_S=60 wait_until all_at 1 3 9
+	run -0 host_exec 2 wsync-push -q -e "$(fleet_endpoint 2)" -m "$FLEET_MODEL" \
+	    "$TMP/forged2.wsync"
+	assert_output 2
+	for ((host = 3; host <= 9; host++)); do
+		WAIT_S=60 wait_until grep -q "event=fail worker=w$host model=$FLEET_MODEL version=2 reason=\"refused (content-mismatch)" \
+		    "$FLEET_LOGS/r$host.log"
+	done
+	deltas_at 2 3 9
+	holds "$TMP/signed1.wsync" 3 9
+	for ((host = 3; host <= 9; host++)); do
+		run -0 fleet_versions "$host"
+		assert_equal "host $host $output" "host $host 1"
+	done
+}
