@@ -122,6 +122,9 @@ start_chain() {
 	assert_equal "$(content_of w3.wsync)" "$(root_content)"
 	run -0 grep "event=relay-resume model=policy version=1 " r3.log
 	assert_output --regexp "upstream=ipc://$TMP/r1 from=[1-9][0-9]*\$"
+	# It knew at once: r2's connection closed with it, no 3 s of silence waited.
+	run -0 grep "event=relay-lost upstream=ipc://$TMP/r2 " r3.log
+	assert_output --partial "error=\"ipc://$TMP/r2 closed the connection\""
 	run -0 placed_under r3 r1
 	run -0 grep -c "event=commit model=policy version=1 " r3.log
 	assert_output 1
