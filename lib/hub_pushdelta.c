@@ -97,16 +97,27 @@ int
 hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err)
 {
 	struct hub_ufile *uf = &u->files[i];
-	wsync_store_temp_t *t = &u->temps[i];
+	wsync_store_temp_t *t = &u->temps[i], spare;
 	char name[WSYNC_MAX_MODEL + 64];
 	uint64_t version, content;
+	int recycled;
 
 	snprintf(name, sizeof(name), "model %s: delta from version %" PRIu64, t->model,
 	    uf->base);
+	if (s_rebase(h, uf, t->model, name, err) < 0)
+		return -1;
+	/*
+	 * Rebuilt into a spare's existing pages when one is free (--recycle):
+	 * writing the version costs a copy, not fresh pages. Else a new file.
+	 */
+	if ((recycled = wsync_store_slot_open(h->store, t->model, uf->head_size, &spare,
+	    err)) < 0)
+		return -1;
+	wsync_store_temp_remove(t);
+	*t = spare;
+	u->recycled += (size_t)recycled;
 	/* Built into the upload's file, each tensor and the content id checked (65). */
-	if (s_rebase(h, uf, t->model, name, err) < 0 ||
-	    ftruncate(t->fd, 0) < 0 || lseek(t->fd, 0, SEEK_SET) < 0 ||
-	    lseek(uf->delta.fd, 0, SEEK_SET) < 0 ||
+	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0 ||
 	    wsync_delta_apply(uf->base_fd, uf->delta.fd, t->fd, name, &version, &content,
 	    err) < 0) {
 		hub_log(h, "event=abort upload=%" PRIu64 " model=%s reason=\"the delta did not "
@@ -114,6 +125,8 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 		return -1;
 	}
 	t->verified = 1;
+	hub_log(h, "event=rebuild upload=%" PRIu64 " model=%s base=%" PRIu64 " size=%" PRIu64
+	    " recycled=%d", u->id, t->model, uf->base, uf->head_size, recycled);
 	uf->filled = uf->size = uf->head_size;
 	close(uf->base_fd);
 	uf->base_fd = -1;

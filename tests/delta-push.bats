@@ -247,3 +247,21 @@ ok policy 3"
 	cmp p.wsync "$STORE/policy/3.wsync"
 	run -1 grep "made=1" hub.log
 }
+
+@test "a pushed delta is rebuilt into a retired version's file when the hub recycles, and equals the version pushed whole" {
+	steps 4
+	hub_with_v1 --keep 2 --recycle 1
+	run -0 wsync-push -q --transfer socket -m policy s2.wsync
+	run -0 wsync-pull -q --transfer socket -m policy -o p2.wsync
+	# Version 3 retires version 1: its file is the spare version 4 is rebuilt into.
+	run -0 wsync-push -q --transfer socket -m policy s3.wsync
+	run -0 wsync-pull -q --transfer socket -m policy -o p3.wsync
+	run -0 wsync-push -q --transfer socket --base p3.wsync -m policy s4.wsync
+	assert_output "4"
+	run -0 grep "event=rebuild " hub.log
+	assert_output --regexp "event=rebuild upload=[0-9]+ model=policy base=3 size=$(stat -c %s "$STORE/policy/4.wsync") recycled=1\$"
+	run -0 wsync-push -q --transfer socket -m policy s4.wsync
+	assert_output "5"
+	same_but_number "$STORE/policy/4.wsync" "$STORE/policy/5.wsync"
+	run -0 wsync-inspect --verify "$STORE/policy/4.wsync"
+}
