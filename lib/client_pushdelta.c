@@ -31,13 +31,15 @@ s_scratch(wsync_err_t *err)
 	return fd;
 }
 
-/* src's document written out into a scratch file (size bytes); -1 with err. */
+/*
+ * src's document written out into a scratch file (size bytes): the file fd
+ * when it is one (its pages exist: a copy costs no fresh ones), else a new
+ * one; -1 with err (fd closed).
+ */
 static int
-s_written(wsync_client_t *c, wsync_source_t *src, uint64_t size, wsync_err_t *err)
+s_written(wsync_client_t *c, wsync_source_t *src, uint64_t size, int fd, wsync_err_t *err)
 {
-	int fd;
-
-	if ((fd = s_scratch(err)) < 0)
+	if (fd < 0 && (fd = s_scratch(err)) < 0)
 		return -1;
 	if (ftruncate(fd, (off_t)size) < 0) {
 		wsync_err_set(err, EX_IOERR, "scratch file: %s", strerror(errno));
@@ -51,23 +53,6 @@ s_written(wsync_client_t *c, wsync_source_t *src, uint64_t size, wsync_err_t *er
 	return fd;
 }
 
-/*
- * The version of item as a .wsync file: its own file when it is sent as it
- * is and not kept, else written out from src into a scratch file. -1 with err.
- */
-static int
-s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *src,
-    uint64_t size, wsync_err_t *err)
-{
-	struct stat st;
-
-	/* A kept version must stay as sent: the trainer may write its file again. */
-	if (!wsync_push_find(c)->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
-	    stat(item->path, &st) == 0 && S_ISREG(st.st_mode))
-		return open(item->path, O_RDONLY | O_CLOEXEC);
-	return s_written(c, src, size, err);
-}
-
 /* The version of model this client pushed last and kept; NULL when none. */
 static struct wsync_kept *
 s_kept(struct wsync_push_session *ps, const char *model)
@@ -77,6 +62,31 @@ s_kept(struct wsync_push_session *ps, const char *model)
 			return &ps->kept[i];
 	return NULL;
 }
+
+/*
+ * The version of item as a .wsync file: its own file when it is sent as it
+ * is and not kept, else written out from src into a scratch file. -1 with err.
+ */
+static int
+s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *src,
+    uint64_t size, wsync_err_t *err)
+{
+	struct wsync_push_session *ps = wsync_push_find(c);
+	struct wsync_kept *k = ps->keep_pushed ? s_kept(ps, item->model) : NULL;
+	int spare = -1;
+	struct stat st;
+
+	/* A kept version must stay as sent: the trainer may write its file again. */
+	if (!ps->keep_pushed && wsync_source_tree(src) == NULL && strcmp(item->path, "-") != 0 &&
+	    stat(item->path, &st) == 0 && S_ISREG(st.st_mode))
+		return open(item->path, O_RDONLY | O_CLOEXEC);
+	if (k != NULL) {
+		spare = k->spare;
+		k->spare = -1;
+	}
+	return s_written(c, src, size, spare, err);
+}
+
 
 /*
  * Opens item's --base file, in the form the trainer pushed it (a safetensors
@@ -100,7 +110,7 @@ s_base_file(wsync_client_t *c, const wsync_push_item_t *item, struct wsync_push_
 	if ((size = wsync_source_size(src, err)) == 0)
 		goto out;
 	fd = wsync_source_tree(src) == NULL ? open(item->base, O_RDONLY | O_CLOEXEC) :
-	    s_written(c, src, size, err);
+	    s_written(c, src, size, -1, err);
 	if (fd < 0 && wsync_source_tree(src) == NULL)
 		wsync_err_set(err, EX_NOINPUT, "%s: %s", item->base, strerror(errno));
 	if (fd < 0 || (base = wsync_file_open_fd(fd, item->base, err)) == NULL)
@@ -194,14 +204,21 @@ wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
 		/* Full: the slot of the model kept longest goes (models are pushed in turn). */
 		if (ps->nkept == WSYNC_KEPT_MAX) {
 			close(ps->kept[0].fd);
+			if (ps->kept[0].spare >= 0)
+				close(ps->kept[0].spare);
 			memmove(&ps->kept[0], &ps->kept[1], sizeof(ps->kept[0]) *
 			    (WSYNC_KEPT_MAX - 1));
 			ps->nkept--;
 		}
 		k = &ps->kept[ps->nkept++];
 		snprintf(k->model, sizeof(k->model), "%s", item->model);
-	} else
-		close(k->fd);
+		k->spare = -1;
+	} else {
+		/* The version before becomes the spare the next one is written over. */
+		if (k->spare >= 0)
+			close(k->spare);
+		k->spare = k->fd;
+	}
 	k->fd = send->head_fd;
 	k->version = item->version;
 	k->content = item->content;
@@ -231,7 +248,10 @@ wsync_client_keep_pushed(wsync_client_t *c, int on)
 	ps->keep_pushed = on;
 	if (on)
 		return;
-	for (int i = 0; i < ps->nkept; i++)
+	for (int i = 0; i < ps->nkept; i++) {
 		close(ps->kept[i].fd);
+		if (ps->kept[i].spare >= 0)
+			close(ps->kept[i].spare);
+	}
 	ps->nkept = 0;
 }

@@ -34,6 +34,8 @@ struct wsync_next_slot {
 struct wsync_kept {
 	char model[WSYNC_MAX_MODEL + 1];
 	int fd;                         /* a scratch file: the version as sent */
+	/* The scratch file of the version before it, whose pages the next is written over; -1: none. */
+	int spare;
 	uint64_t version, content;
 };
 
