@@ -27,6 +27,7 @@
  * zstd frame (wsync-format(5)), so a large one is made by one thread: splitting
  * it would take a frame per piece, which the format does not have.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
@@ -260,17 +261,11 @@ s_load64(const unsigned char *p)
 	return v;
 }
 
-/* Whether the elements of width w (1, 2, 4 or 8) at a and b are equal: a load each, no call. */
-static int
-s_same_element(const unsigned char *a, const unsigned char *b, unsigned w)
+/* The xor of the 8 bytes at a + i and b + i, byte k of them in bits 8k to 8k + 7. */
+static uint64_t
+s_xor64(const unsigned char *a, const unsigned char *b, size_t i)
 {
-	uint32_t x = 0, y = 0;
-
-	if (w == 8)
-		return s_load64(a) == s_load64(b);
-	memcpy(&x, a, w);
-	memcpy(&y, b, w);
-	return x == y;
+	return le64toh(s_load64(a + i) ^ s_load64(b + i));
 }
 
 /* Elements of width w that differ between a and b (n bytes, a multiple of w). */
@@ -329,6 +324,31 @@ s_sparse_group(s_worker_t *wk, uint32_t c, unsigned w, wsync_err_t *err)
 }
 
 /*
+ * Adds element e, whose xor is v (its w bytes, the first lowest), to the
+ * sparse group being gathered (*c changes in it, *prev the one before),
+ * writing the group out when it is full.
+ */
+static int
+s_sparse_add(s_worker_t *wk, uint32_t *c, uint64_t *prev, uint64_t e, uint64_t v, unsigned w,
+    wsync_err_t *err)
+{
+	uint64_t gap = e - *prev - 1;
+	int rc;
+
+	for (unsigned j = 0; j < 4; j++)
+		wk->group[(size_t)j * GROUP_MAX + *c] = (unsigned char)(gap >> (8 * j));
+	for (unsigned j = 0; j < w; j++)
+		wk->group[(size_t)(4 + j) * GROUP_MAX + *c] = (unsigned char)(v >> (8 * j));
+	*prev = e;
+	if (++*c == GROUP_MAX) {
+		if ((rc = s_sparse_group(wk, *c, w, err)) != 0)
+			return rc;
+		*c = 0;
+	}
+	return 0;
+}
+
+/*
  * Encodes t against bt as zstd of: the element width (1 byte), then groups
  * of changed elements, each a count (u32 little-endian), the gaps since the
  * previous change as four byte planes of u32, and the elements' xors as w
@@ -341,6 +361,7 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 	const unsigned char *h, *b;
 	unsigned char width = (unsigned char)w;
 	uint64_t prev = UINT64_MAX;     /* the previous change's element, -1 before any */
+	uint64_t lane = w == 8 ? ~0ULL : (1ULL << (8 * w)) - 1;
 	uint32_t c = 0;
 	int rc;
 
@@ -350,27 +371,31 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
 		if (s_chunk(m, wk, t, bt, at, n, &h, &b, err) < 0)
 			return -1;
-		for (size_t i = 0; i < n; i += w) {
-			uint64_t x = 0, e, gap;
-			if (i % 8 == 0 && i + 8 <= n && s_load64(h + i) == s_load64(b + i)) {
-				i += 8 - w;
+		for (size_t i = 0; i < n;) {
+			/* 32 bytes alike, as nearly all are at 1%: passed in one test. */
+			if (i + 32 <= n && (s_xor64(h, b, i) | s_xor64(h, b, i + 8) |
+			    s_xor64(h, b, i + 16) | s_xor64(h, b, i + 24)) == 0) {
+				i += 32;
 				continue;
 			}
-			if (s_same_element(h + i, b + i, w))
-				continue;
-			e = (at + i) / w;
-			gap = e - prev - 1;
-			for (unsigned j = 0; j < 4; j++)
-				wk->group[(size_t)j * GROUP_MAX + c] = (unsigned char)(gap >> (8 * j));
-			for (unsigned j = 0; j < w; j++) {
-				x = h[i + j] ^ b[i + j];
-				wk->group[(size_t)(4 + j) * GROUP_MAX + c] = (unsigned char)x;
+			size_t stop = i + 32 <= n ? i + 32 : n;
+			/* A word's xor holds its elements' xors, lane by lane: no element read twice. */
+			for (; i + 8 <= stop; i += 8) {
+				uint64_t x = s_xor64(h, b, i);
+				for (unsigned j = 0; x != 0 && j < 8; j += w) {
+					uint64_t v = w == 8 ? x : (x >> (8 * j)) & lane;
+					if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i + j) / w, v,
+					    w, err)) != 0)
+						return rc;
+				}
 			}
-			prev = e;
-			if (++c == GROUP_MAX) {
-				if ((rc = s_sparse_group(wk, c, w, err)) != 0)
+			for (; i < stop; i += w) {
+				uint64_t v = 0;
+				for (unsigned j = 0; j < w; j++)
+					v |= (uint64_t)(h[i + j] ^ b[i + j]) << (8 * j);
+				if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i) / w, v, w,
+				    err)) != 0)
 					return rc;
-				c = 0;
 			}
 		}
 	}
