@@ -208,7 +208,8 @@ hub_relay_mirrors(const wsync_hub_t *h, const char *model, wsync_err_t *err)
 
 /*
  * The deltas the versions of group came as, served on as they came to the
- * watchers and relays below on their base (wsync(7) RELAYS), then removed.
+ * watchers and relays below on their base (wsync(7) RELAYS). Their files
+ * are the thread's: it removes them once the commit is answered.
  */
 static void
 s_adopt(wsync_hub_t *h, const relay_hand_over_t *group, size_t n)
@@ -221,7 +222,6 @@ s_adopt(wsync_hub_t *h, const relay_hand_over_t *group, size_t n)
 			hub_delta_adopt(h, group[i].model, group[i].base, group[i].version, &fd, 1);
 			close(fd);
 		}
-		unlink(group[i].delta);
 	}
 }
 

@@ -60,6 +60,14 @@ s_gate(struct hub_relay *rl, uint64_t upto)
 }
 #endif
 
+/* The rate of the fetch from the upstream followed: bytes in ms, told in the next report. */
+static void
+s_rate(struct hub_relay *rl, uint64_t bytes, int64_t ms)
+{
+	rl->rate = bytes * 1000 / (uint64_t)(ms > 0 ? ms : 1);
+	snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
+}
+
 /*
  * The fetch's word on how much of the version is in (wsync_fetch_temp_t's
  * written): the hub's loop is told, so that it passes the version on while
@@ -81,8 +89,7 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * is in: told at once the first time, then with each report.
 	 */
 	if (rl->in - rl->in_from >= RELAY_RATE_EARLY && now - rl->in_ms >= RELAY_RATE_EARLY_MS) {
-		rl->rate = (rl->in - rl->in_from) * 1000 / (uint64_t)(now - rl->in_ms);
-		snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
+		s_rate(rl, rl->in - rl->in_from, now - rl->in_ms);
 		if (!rl->rate_told) {
 			rl->rate_told = 1;
 			rl->reported_ms = 0;
@@ -483,10 +490,8 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 	}
 	/* A delta's time says nothing of the link: only a version fetched whole measures it. */
 	if (f.resume == NULL && got.transfer != WSYNC_TRANSFER_DELTA &&
-	    got.head.size >= RELAY_RATE_MIN) {
-		rl->rate = got.head.size * 1000 / (uint64_t)(wsync_now_ms() - start + 1);
-		snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
-	}
+	    got.head.size >= RELAY_RATE_MIN)
+		s_rate(rl, got.head.size, wsync_now_ms() - start + 1);
 #ifdef WSYNC_TEST_HOOKS
 	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
 	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)
