@@ -89,6 +89,52 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 
 
 /*
+ * The version kept (k's file) made into this one while the delta from it is
+ * made (wsync_source_delta_over): one pass over the two, where writing this
+ * version out and then diffing it takes three. The kept file becomes send's
+ * head_fd, k keeping none until the push is kept. 0 with send set (sent
+ * whole when the delta is not worth it); 1 when src cannot be read so (a
+ * pipe, an input sent as it is, a signed push) or lies out otherwise than
+ * the version kept, nothing done; -1 with err.
+ */
+static int
+s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, uint64_t size,
+    struct wsync_kept *k, struct wsync_push_send *send, wsync_err_t *err)
+{
+	wsync_delta_stats_t stats;
+	int out, rc;
+
+	if (wsync_source_tree(src) == NULL || wsync_source_piped(src) || ps->sign != NULL)
+		return 1;
+	if ((out = s_scratch(err)) < 0)
+		return -1;
+	rc = wsync_source_delta_over(src, size, k->fd, out, "the version pushed before",
+	    WSYNC_DELTA_WORTH, &stats, err);
+	if (rc == 2) {
+		close(out);
+		return 1;
+	}
+	/* The kept file holds this version now, or part of it: it goes with the push. */
+	send->head_fd = k->fd;
+	k->fd = -1;
+	if (rc == 1) {
+		close(out);
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from version %" PRIu64
+		    " is not worth it (over half of the version)", send->base);
+		rc = wsync_source_write_fd(src, send->head_fd, size, NULL, NULL, c->stop, err);
+		wsync_client_pushdelta_whole(send, size);
+		return rc;
+	}
+	if (rc < 0) {
+		close(out);
+		return -1;
+	}
+	send->fd = out;
+	send->bytes = stats.bytes;
+	return 0;
+}
+
+/*
  * Opens item's --base file, in the form the trainer pushed it (a safetensors
  * file, a checkpoint directory, a .wsync file), as a .wsync file: its own
  * when it is a .wsync of the model, else the version it became written out
@@ -133,7 +179,7 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
     struct wsync_source *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err)
 {
 	struct wsync_push_session *ps = wsync_push_find(c);
-	const struct wsync_kept *k = item->base == NULL && ps->keep_pushed ?
+	struct wsync_kept *k = item->base == NULL && ps->keep_pushed ?
 	    s_kept(ps, item->model) : NULL;
 	wsync_delta_stats_t stats;
 	int bfd = -1, rc = -1;
@@ -141,12 +187,16 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	*send = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = size };
 	if (item->base != NULL && (bfd = s_base_file(c, item, send, err)) < 0)
 		return -1;
-	if (k != NULL) {
-		if ((bfd = dup(k->fd)) < 0)
-			return wsync_err_set(err, EX_OSERR, "dup: %s", strerror(errno));
+	/* A push that failed after its kept file was made into it keeps none. */
+	if (k != NULL && k->fd >= 0) {
 		send->delta = 1;
 		send->base = k->version;
 		send->base_content = k->content;
+		if ((rc = s_over(c, ps, src, size, k, send, err)) <= 0)
+			return rc;
+		rc = -1;
+		if ((bfd = dup(k->fd)) < 0)
+			return wsync_err_set(err, EX_OSERR, "dup: %s", strerror(errno));
 	}
 	if (bfd < 0 && !ps->keep_pushed)
 		return 0;
@@ -203,7 +253,8 @@ wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
 	if (k == NULL) {
 		/* Full: the slot of the model kept longest goes (models are pushed in turn). */
 		if (ps->nkept == WSYNC_KEPT_MAX) {
-			close(ps->kept[0].fd);
+			if (ps->kept[0].fd >= 0)
+				close(ps->kept[0].fd);
 			if (ps->kept[0].spare >= 0)
 				close(ps->kept[0].spare);
 			memmove(&ps->kept[0], &ps->kept[1], sizeof(ps->kept[0]) *
@@ -213,7 +264,7 @@ wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
 		k = &ps->kept[ps->nkept++];
 		snprintf(k->model, sizeof(k->model), "%s", item->model);
 		k->spare = -1;
-	} else {
+	} else if (k->fd >= 0) {
 		/* The version before becomes the spare the next one is written over. */
 		if (k->spare >= 0)
 			close(k->spare);
@@ -249,7 +300,8 @@ wsync_client_keep_pushed(wsync_client_t *c, int on)
 	if (on)
 		return;
 	for (int i = 0; i < ps->nkept; i++) {
-		close(ps->kept[i].fd);
+		if (ps->kept[i].fd >= 0)
+			close(ps->kept[i].fd);
 		if (ps->kept[i].spare >= 0)
 			close(ps->kept[i].spare);
 	}

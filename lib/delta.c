@@ -500,6 +500,11 @@ typedef struct s_apply {
 	XXH3_state_t bhash;             /* of B's tensor read */
 	wsync_delta_keep_fn keep;       /* NULL: every tensor is written */
 	void *keep_arg;
+	int over;                       /* the output holds B: H is made there in place */
+	int verify;                     /* over: each tensor made is hashed and checked */
+	unsigned char *wbuf;            /* over: CHUNK bytes, a window of the tensor made */
+	uint64_t wat;                   /* its first byte's place in the tensor */
+	int wload, wdirty;              /* it holds the window's bytes; they changed */
 	wsync_err_t err;                /* this thread's, when it applies tensors */
 } s_apply_t;
 
@@ -672,6 +677,59 @@ s_sparse_flush(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 	return 0;
 }
 
+/* The sparse form's element width, first in its frame, in *w: 0, or -1 with err (65). */
+static int
+s_sparse_width(s_apply_t *a, const wsync_delta_tensor_t *t, unsigned char *w, wsync_err_t *err)
+{
+	if (s_zin_read(&a->data, w, 1) < 0)
+		return -1;
+	if ((*w != 1 && *w != 2 && *w != 4 && *w != 8) || t->len % *w != 0)
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: sparse elements of %u "
+		    "bytes in %llu", a->name, t->path, *w, (unsigned long long)t->len);
+	return 0;
+}
+
+/*
+ * The sparse form's next group of changes into a->group (4 gap planes, w
+ * value planes), *c of them: 1, or 0 at the frame's end, -1 with err (65).
+ */
+static int
+s_sparse_group(s_apply_t *a, const wsync_delta_tensor_t *t, unsigned w, uint32_t *c,
+    wsync_err_t *err)
+{
+	unsigned char cb[4];
+	int rc = a->data.at < a->data.have ? 1 : s_zin_fill(&a->data, err);
+
+	if (rc <= 0)
+		return rc;
+	if (s_zin_read(&a->data, cb, 4) < 0)
+		return -1;
+	*c = (uint32_t)cb[0] | (uint32_t)cb[1] << 8 | (uint32_t)cb[2] << 16 |
+	    (uint32_t)cb[3] << 24;
+	if (*c == 0 || *c > GROUP_MAX)
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: a sparse group of %u "
+		    "changes", a->name, t->path, *c);
+	return s_zin_read(&a->data, a->group, (size_t)*c * (4 + w)) < 0 ? -1 : 1;
+}
+
+/*
+ * Change i of the group of c in a->group: its element, next and the gap
+ * after it, in *e; 0, or -1 with err (65) past the tensor's n elements.
+ */
+static int
+s_sparse_change(s_apply_t *a, const wsync_delta_tensor_t *t, uint32_t c, uint32_t i,
+    uint64_t next, uint64_t n, uint64_t *e, wsync_err_t *err)
+{
+	const unsigned char *g = a->group + i;
+
+	*e = next + ((uint64_t)g[0] | (uint64_t)g[c] << 8 | (uint64_t)g[2 * (size_t)c] << 16 |
+	    (uint64_t)g[3 * (size_t)c] << 24);
+	if (*e >= n)
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: a sparse change beyond its "
+		    "%llu elements", a->name, t->path, (unsigned long long)n);
+	return 0;
+}
+
 /*
  * The sparse form (s_encode_sparse): B's bytes with the changed elements
  * xored, built a window of CHUNK bytes at a time where the output has them.
@@ -681,48 +739,31 @@ s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
     wsync_err_t *err)
 {
 	uint64_t next = 0, n, win = 0, per;  /* the next element that may change; window start */
-	unsigned char w, cb[4];
+	unsigned char w;
+	uint32_t c;
+	int rc;
 
-	if (s_zin_read(&a->data, &w, 1) < 0)
+	if (s_sparse_width(a, t, &w, err) < 0)
 		return -1;
-	if ((w != 1 && w != 2 && w != 4 && w != 8) || t->len % w != 0)
-		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: sparse elements of %u "
-		    "bytes in %llu", a->name, t->path, w, (unsigned long long)t->len);
 	n = t->len / w;
 	per = CHUNK / w;
 	if (s_window_load(a, t, b, 0, n, w, err) < 0)
 		return -1;
-	for (;;) {
-		uint32_t c;
-		int rc = a->data.at < a->data.have ? 1 : s_zin_fill(&a->data, err);
-		if (rc < 0)
-			return -1;
-		if (rc == 0)
-			break;
-		if (s_zin_read(&a->data, cb, 4) < 0)
-			return -1;
-		c = (uint32_t)cb[0] | (uint32_t)cb[1] << 8 | (uint32_t)cb[2] << 16 |
-		    (uint32_t)cb[3] << 24;
-		if (c == 0 || c > GROUP_MAX)
-			return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: a sparse group of "
-			    "%u changes", a->name, t->path, c);
-		if (s_zin_read(&a->data, a->group, (size_t)c * (4 + w)) < 0)
-			return -1;
+	while ((rc = s_sparse_group(a, t, w, &c, err)) > 0) {
 		for (uint32_t i = 0; i < c; i++) {
-			const unsigned char *g = a->group + i;
-			uint64_t e = next + ((uint64_t)g[0] | (uint64_t)g[c] << 8 |
-			    (uint64_t)g[2 * (size_t)c] << 16 | (uint64_t)g[3 * (size_t)c] << 24);
-			if (e >= n)
-				return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: a sparse change "
-				    "beyond its %llu elements", a->name, t->path, (unsigned long long)n);
+			uint64_t e;
+			if (s_sparse_change(a, t, c, i, next, n, &e, err) < 0)
+				return -1;
 			if (e >= win + per &&
 			    s_sparse_flush(a, t, b, &win, e - (e - win) % per, n, w, err) < 0)
 				return -1;
 			for (unsigned j = 0; j < w; j++)
-				a->win[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
+				a->win[(e - win) * w + j] ^= a->group[(4 + j) * (size_t)c + i];
 			next = e + 1;
 		}
 	}
+	if (rc < 0)
+		return -1;
 	return s_sparse_flush(a, t, b, &win, n, n, w, err);
 }
 
@@ -883,6 +924,130 @@ s_apply_skeleton(s_apply_t *a, wsync_err_t *err)
 	return delta_out_flush(&a->out, err);
 }
 
+/*
+ * Over, the window of tensor t being made, CHUNK bytes from a->wat, is done:
+ * hashed when verifying, written back when it changed; then the next ones
+ * are walked up to the one that holds byte to (each read and hashed when
+ * verifying, else passed over: unchanged), which is read in (load: its bytes
+ * are needed). Read and written, not mapped: mapping a page costs this
+ * machine's kernel about what copying it does, twice over with letting it go.
+ */
+static int
+s_over_to(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t to, int load,
+    wsync_err_t *err)
+{
+	for (;;) {
+		uint64_t at = a->wat;
+		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
+		if (a->wload && a->verify)
+			wsync_hash_update(&a->hash, a->wbuf, n);
+		if (a->wdirty && wsync_write_at(a->out.fd, a->wbuf, n, t->off + at) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: tensor %s: cannot write: %s",
+			    a->name, t->path, strerror(errno));
+		a->wload = a->wdirty = 0;
+		if (at + n >= t->len || to < at + n)
+			return 0;
+		a->wat = at += n;
+		n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
+		if (!(a->verify || (load && to < at + n)))
+			continue;
+		if (wsync_read_at(a->out.fd, a->wbuf, n, t->off + at) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: tensor %s: cannot read: %s",
+			    a->name, t->path, strerror(errno));
+		a->wload = 1;
+		if (to < at + n)
+			return 0;
+	}
+}
+
+/* Over: the sparse form's changes xored into B's elements, a window at a time. */
+static int
+s_over_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
+{
+	uint64_t next = 0, n;           /* the next element that may change */
+	unsigned char w;
+	uint32_t c;
+	int rc;
+
+	if (s_sparse_width(a, t, &w, err) < 0)
+		return -1;
+	n = t->len / w;
+	while ((rc = s_sparse_group(a, t, w, &c, err)) > 0) {
+		for (uint32_t i = 0; i < c; i++) {
+			uint64_t e;
+			if (s_sparse_change(a, t, c, i, next, n, &e, err) < 0)
+				return -1;
+			/* Changes come in order: the windows before this one's are final. */
+			if (e * w >= a->wat + CHUNK && s_over_to(a, t, e * w, 1, err) < 0)
+				return -1;
+			for (unsigned j = 0; j < w; j++)
+				a->wbuf[e * w - a->wat + j] ^= a->group[(4 + j) * (size_t)c + i];
+			a->wdirty = 1;
+			next = e + 1;
+		}
+	}
+	return rc;
+}
+
+/*
+ * Over: tensor t made from B's bytes where the output holds them, a window
+ * at a time, only the windows that changed written back; each hashed while
+ * in cache when verifying.
+ */
+static int
+s_over_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
+{
+	const unsigned char *d = a->delta + t->data_off;
+	char what[WSYNC_MAX_PATH + 16];
+	size_t n = t->len < CHUNK ? (size_t)t->len : CHUNK;
+	int rc = 0, bytes = t->enc == WSYNC_DELTA_WHOLE || t->enc == WSYNC_DELTA_RAW;
+
+	/* Unchanged, and not checked: nothing to do. */
+	if (t->len == 0 || (t->enc == WSYNC_DELTA_SAME && !a->verify))
+		return t->len == 0 && a->verify && XXH3_64bits(NULL, 0) != t->hash ?
+		    wsync_err_set(err, EX_DATAERR, "%s: tensor %s: rebuilt data does not match "
+		    "its hash (a damaged delta)", a->name, t->path) : 0;
+	snprintf(what, sizeof(what), "tensor %s", t->path);
+	a->data.name = a->name;
+	a->data.err = err;
+	s_zin_start(&a->data, d, t->data_len, what);
+	XXH3_64bits_reset(&a->hash);
+	a->wat = 0;
+	a->wload = a->wdirty = 0;
+	/* The first window, read in unless overwritten whole. */
+	if (!bytes && wsync_read_at(a->out.fd, a->wbuf, n, t->off) < 0)
+		return wsync_err_set(err, EX_IOERR, "%s: tensor %s: cannot read: %s", a->name,
+		    t->path, strerror(errno));
+	a->wload = 1;
+	if (t->enc == WSYNC_DELTA_SPARSE) {
+		rc = s_over_sparse(a, t, err);
+	} else if (t->enc != WSYNC_DELTA_SAME) {
+		for (uint64_t at = 0; rc == 0 && at < t->len; at += CHUNK) {
+			n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
+			if (at > 0 && s_over_to(a, t, at, !bytes, err) < 0)
+				return -1;
+			a->wload = a->wdirty = 1;
+			if (t->enc == WSYNC_DELTA_RAW)
+				memcpy(a->wbuf, d + at, n);
+			else if (t->enc == WSYNC_DELTA_WHOLE)
+				rc = s_zin_read(&a->data, a->wbuf, n);
+			else if ((rc = s_zin_read(&a->data, a->tmp, n)) == 0)
+				for (size_t i = 0; i < n; i++)
+					a->wbuf[i] ^= a->tmp[i];
+		}
+	}
+	if (rc == 0 && t->enc != WSYNC_DELTA_SAME && t->enc != WSYNC_DELTA_RAW)
+		rc = s_zin_end(&a->data);
+	if (t->data_len > 0)
+		wsync_pages_release_around(d, t->data_len);
+	if (rc < 0 || s_over_to(a, t, t->len, 0, err) < 0)
+		return -1;
+	if (a->verify && XXH3_64bits_digest(&a->hash) != t->hash)
+		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: rebuilt data does not "
+		    "match its hash (a damaged delta or base)", a->name, t->path);
+	return 0;
+}
+
 /* Writes H's tensor i with the worker's applier; a wsync_pool_fn. */
 static int
 s_apply_item(void *arg, size_t i, unsigned worker)
@@ -893,7 +1058,7 @@ s_apply_item(void *arg, size_t i, unsigned worker)
 	/* A tensor left out is a hole. */
 	if (a->keep != NULL && t->len > 0 && !a->keep(a->keep_arg, t->path))
 		return 0;
-	return s_apply_tensor(a, t, &a->err);
+	return a->over ? s_over_tensor(a, t, &a->err) : s_apply_tensor(a, t, &a->err);
 }
 
 /* Tensor i's bytes, for the pool to hand out the largest first; a wsync_pool_size_fn. */
@@ -949,13 +1114,16 @@ s_applier_open(s_apply_t *a, int skel, wsync_err_t *err)
 	a->data.z = ZSTD_createDCtx();
 	if (a->out.map == NULL)
 		a->tmp = malloc(CHUNK);
+	if (a->over)
+		a->wbuf = malloc(CHUNK);
 	if (skel) {
 		a->out.buf = malloc(OUT_BUF);
 		a->skel.buf = malloc(CHUNK);
 		a->skel.z = ZSTD_createDCtx();
 	}
 	if (a->group == NULL || a->data.buf == NULL || a->data.z == NULL ||
-	    (a->out.map == NULL && a->tmp == NULL) || (skel && (a->out.buf == NULL ||
+	    (a->out.map == NULL && a->tmp == NULL) || (a->over && a->wbuf == NULL) ||
+	    (skel && (a->out.buf == NULL ||
 	    a->skel.buf == NULL || a->skel.z == NULL)))
 		return wsync_err_set(err, EX_OSERR, "%s: out of memory", a->name);
 	ZSTD_DCtx_setParameter(a->data.z, ZSTD_d_windowLogMax, WINDOW_LOG_MAX);
@@ -971,6 +1139,7 @@ s_applier_close(s_apply_t *a)
 	ZSTD_freeDCtx(a->data.z);
 	free(a->out.buf);
 	free(a->tmp);
+	free(a->wbuf);
 	free(a->group);
 	free(a->skel.buf);
 	free(a->data.buf);
@@ -1011,13 +1180,42 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 	    content, err);
 }
 
-int
-wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
-    wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
-    wsync_err_t *err)
+/*
+ * Over: whether the output (B, a->base) can be made into H in place: it is
+ * the delta's base, of H's size, every tensor H takes from B where H has it,
+ * and every page of it there (no hole to fill). 1 when it can.
+ */
+static int
+s_over_fits(s_apply_t *a, int fd)
+{
+	const wsync_delta_header_t *h = a->h;
+	struct stat st;
+	wsync_err_t ignored;
+
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != h->size ||
+	    (uint64_t)st.st_blocks * 512 < h->size ||
+	    wsync_file_content_id(a->base) != h->base_content ||
+	    strcmp(wsync_file_model(a->base), h->model) != 0)
+		return 0;
+	for (size_t i = 0; i < h->ntensors; i++) {
+		const wsync_delta_tensor_t *t = &h->tensors[i];
+		if (t->len > 0 && (t->enc == WSYNC_DELTA_SAME || t->enc == WSYNC_DELTA_XOR ||
+		    t->enc == WSYNC_DELTA_SPARSE) && (t->base_off != t->off ||
+		    s_base_at(a, t, &ignored) == NULL))
+			return 0;
+	}
+	return 1;
+}
+
+/* wsync_delta_apply_some, and wsync_delta_apply_over when over (base_fd is out_fd). */
+static int
+s_apply_run(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, int over, int verify, uint64_t *version,
+    uint64_t *content, wsync_err_t *err)
 {
 	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err, .positioned = 1 },
-	    .name = name, .keep = keep, .keep_arg = keep_arg }, *ws = NULL;
+	    .name = name, .keep = keep, .keep_arg = keep_arg, .over = over, .verify = verify },
+	    *ws = NULL;
 	wsync_delta_header_t h = { 0 };
 	wsync_file_t *base = NULL;
 	void *map = MAP_FAILED;
@@ -1053,9 +1251,13 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	a.h = &h;
 	a.delta = map;
 	a.base = base;
+	if (over && !s_over_fits(&a, out_fd)) {
+		rc = 2;
+		goto out;
+	}
 	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
-	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
-	    (keep != NULL && ost.st_size != 0)) {
+	if (!over && (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
+	    (keep != NULL && ost.st_size != 0))) {
 		wsync_err_set(err, EX_SOFTWARE, "%s: the output must be %s", name, keep != NULL ?
 		    "a new empty file" : "a file open at its start");
 		goto out;
@@ -1069,7 +1271,7 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		    name, (unsigned long long)h.size, strerror(errno));
 		goto out;
 	}
-	if (keep == NULL)
+	if (keep == NULL && !over)
 		a.out.map = s_out_map(out_fd, h.size);
 	/*
 	 * An applier per thread, a tensor each at a time, the largest first: each
@@ -1114,4 +1316,20 @@ out:
 	if (doc != NULL)
 		munmap(doc, (size_t)st.st_size);
 	return rc;
+}
+
+int
+wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
+    wsync_err_t *err)
+{
+	return s_apply_run(base_fd, delta_fd, out_fd, name, keep, keep_arg, 0, 1, version,
+	    content, err);
+}
+
+int
+wsync_delta_apply_over(int fd, int delta_fd, int verify, const char *name, uint64_t *version,
+    uint64_t *content, wsync_err_t *err)
+{
+	return s_apply_run(fd, delta_fd, fd, name, NULL, NULL, 1, verify, version, content, err);
 }

@@ -101,6 +101,10 @@ typedef struct s_worker {
 	unsigned char *bwin, *hwin;     /* CHUNK bytes each: the piece of B, of H read */
 	unsigned char *tmp;             /* CHUNK bytes */
 	unsigned char *group;           /* a sparse group: 4 gap planes, 8 value planes */
+	unsigned char *map;             /* over: B's window mapped, maplen bytes */
+	size_t maplen;
+	unsigned char *patch;           /* over: B's piece in it, written with H's bytes */
+	XXH3_state_t *hash;             /* over: H's tensor hashed as it is read */
 	wsync_err_t err;
 } s_worker_t;
 
@@ -119,6 +123,8 @@ typedef struct s_make {
 	msgpack_packer pk;              /* writes to out */
 	const wsync_file_t *base, *head;
 	int base_fd, head_fd;           /* what B and H are read from */
+	const wsync_delta_over_t *over; /* set: H's data read from it, B made into H */
+	uint64_t *hashes;               /* over: H's tensor hashes, as computed */
 	s_form_t *forms;                /* per tensor of H */
 	s_worker_t *workers;
 	unsigned nworkers;
@@ -238,18 +244,73 @@ s_read(const s_make_t *m, const wsync_file_t *f, int fd, unsigned char *win, uin
 	return win;
 }
 
-/* Bytes [at, at + n) of H's tensor t in *h and, when bt is set, of B's bt in *b. */
+/* Lets go of the worker's window of B. */
+static void
+s_unmap(s_worker_t *wk)
+{
+	if (wk->map != NULL)
+		munmap(wk->map, wk->maplen);
+	wk->map = wk->patch = NULL;
+}
+
+/*
+ * Over: n bytes of B at off, mapped shared for writing (a window of its own,
+ * unmapped at the next, so B's pages mapped stay one window's); the worker's
+ * patch points at them. NULL with err.
+ */
+static const unsigned char *
+s_base_window(const s_make_t *m, s_worker_t *wk, uint64_t off, size_t n, wsync_err_t *err)
+{
+	uint64_t start = off - off % (uint64_t)sysconf(_SC_PAGESIZE);
+	void *p;
+
+	s_unmap(wk);
+	p = mmap(NULL, (size_t)(off - start) + n, PROT_READ | PROT_WRITE,
+	    MAP_SHARED | MAP_POPULATE, m->base_fd, (off_t)start);
+	if (p == MAP_FAILED) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot map the base to write into: %s",
+		    m->out.name, strerror(errno));
+		return NULL;
+	}
+	wk->map = p;
+	wk->maplen = (size_t)(off - start) + n;
+	wk->patch = wk->map + (off - start);
+	return wk->patch;
+}
+
+/*
+ * Bytes [at, at + n) of H's tensor i (t) in *h and, when bt is set, of B's bt
+ * in *b. Over, H's are read from the source, and B's mapped to be written.
+ */
 static int
-s_chunk(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
+s_chunk(const s_make_t *m, s_worker_t *wk, size_t i, const wsync_tensor_t *t,
     const wsync_tensor_t *bt, uint64_t at, size_t n, const unsigned char **h,
     const unsigned char **b, wsync_err_t *err)
 {
-	if ((*h = s_read(m, m->head, m->head_fd, wk->hwin, t->offset + at, n, err)) == NULL)
+	if (m->over != NULL) {
+		if (m->over->read(m->over->arg, i, at, wk->hwin, n, err) < 0)
+			return -1;
+		*h = wk->hwin;
+	} else if ((*h = s_read(m, m->head, m->head_fd, wk->hwin, t->offset + at, n,
+	    err)) == NULL) {
 		return -1;
-	if (bt != NULL && (*b = s_read(m, m->base, m->base_fd, wk->bwin, bt->offset + at, n,
-	    err)) == NULL)
-		return -1;
-	return 0;
+	}
+	if (bt == NULL)
+		return 0;
+	*b = m->over != NULL ? s_base_window(m, wk, bt->offset + at, n, err) :
+	    s_read(m, m->base, m->base_fd, wk->bwin, bt->offset + at, n, err);
+	return *b == NULL ? -1 : 0;
+}
+
+/* Over: H's n bytes at h hashed; whole, written over B's piece where they differ. */
+static void
+s_over_piece(const s_make_t *m, s_worker_t *wk, const unsigned char *h, size_t n, int whole)
+{
+	if (m->over == NULL)
+		return;
+	wsync_hash_update(wk->hash, h, n);
+	if (whole && memcmp(wk->patch, h, n) != 0)
+		memcpy(wk->patch, h, n);
 }
 
 static uint64_t
@@ -288,9 +349,9 @@ s_count_changed(const unsigned char *a, const unsigned char *b, size_t n, unsign
 	return k;
 }
 
-/* Encodes H's tensor t against B's tensor bt as zstd of their xor. */
+/* Encodes H's tensor ti (t) against B's tensor bt as zstd of their xor. */
 static int
-s_encode_xor(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
+s_encode_xor(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor_t *t,
     const wsync_tensor_t *bt, wsync_err_t *err)
 {
 	const unsigned char *h, *b;
@@ -298,10 +359,11 @@ s_encode_xor(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, wk, t, bt, at, n, &h, &b, err) < 0)
+		if (s_chunk(m, wk, ti, t, bt, at, n, &h, &b, err) < 0)
 			return -1;
 		for (size_t i = 0; i < n; i++)
 			wk->tmp[i] = h[i] ^ b[i];
+		s_over_piece(m, wk, h, n, 1);
 		if ((rc = s_zput(wk, wk->tmp, n, 0, err)) != 0)
 			return rc;
 	}
@@ -353,9 +415,10 @@ s_sparse_add(s_worker_t *wk, uint32_t *c, uint64_t *prev, uint64_t e, uint64_t v
  * of changed elements, each a count (u32 little-endian), the gaps since the
  * previous change as four byte planes of u32, and the elements' xors as w
  * byte planes. Byte planes put the high bytes, nearly all zero, together.
+ * Over, each 32 bytes that differ are written over B's as they are encoded.
  */
 static int
-s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
+s_encode_sparse(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor_t *t,
     const wsync_tensor_t *bt, unsigned w, wsync_err_t *err)
 {
 	const unsigned char *h, *b;
@@ -369,8 +432,9 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 		return rc;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, wk, t, bt, at, n, &h, &b, err) < 0)
+		if (s_chunk(m, wk, ti, t, bt, at, n, &h, &b, err) < 0)
 			return -1;
+		s_over_piece(m, wk, h, n, 0);
 		for (size_t i = 0; i < n;) {
 			/* 32 bytes alike, as nearly all are at 1%: passed in one test. */
 			if (i + 32 <= n && (s_xor64(h, b, i) | s_xor64(h, b, i + 8) |
@@ -378,7 +442,7 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 				i += 32;
 				continue;
 			}
-			size_t stop = i + 32 <= n ? i + 32 : n;
+			size_t from = i, stop = i + 32 <= n ? i + 32 : n;
 			/* A word's xor holds its elements' xors, lane by lane: no element read twice. */
 			for (; i + 8 <= stop; i += 8) {
 				uint64_t x = s_xor64(h, b, i);
@@ -397,6 +461,8 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 				    err)) != 0)
 					return rc;
 			}
+			if (wk->patch != NULL)
+				memcpy(wk->patch + from, h + from, stop - from);
 		}
 	}
 	if (c > 0 && (rc = s_sparse_group(wk, c, w, err)) != 0)
@@ -404,16 +470,17 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t,
 	return s_zput(wk, NULL, 0, 1, err);
 }
 
-/* Encodes t alone, compressed. */
+/* Encodes H's tensor ti (t) alone, compressed. */
 static int
-s_encode_whole(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t, wsync_err_t *err)
+s_encode_whole(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor_t *t,
+    wsync_err_t *err)
 {
 	const unsigned char *h;
 	int rc;
 
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, wk, t, NULL, at, n, &h, NULL, err) < 0)
+		if (s_chunk(m, wk, ti, t, NULL, at, n, &h, NULL, err) < 0)
 			return -1;
 		if ((rc = s_zput(wk, h, n, 0, err)) != 0)
 			return rc;
@@ -421,9 +488,9 @@ s_encode_whole(const s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t, wsync
 	return s_zput(wk, NULL, 0, 1, err);
 }
 
-/* Packs t's bytes as they are, as one bin. */
+/* Packs H's tensor ti's (t's) bytes as they are, as one bin. */
 static int
-s_pack_raw(s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t, wsync_err_t *err)
+s_pack_raw(s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor_t *t, wsync_err_t *err)
 {
 	const unsigned char *h;
 
@@ -431,7 +498,7 @@ s_pack_raw(s_make_t *m, s_worker_t *wk, const wsync_tensor_t *t, wsync_err_t *er
 		return -1;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (s_chunk(m, wk, t, NULL, at, n, &h, NULL, err) < 0 ||
+		if (s_chunk(m, wk, ti, t, NULL, at, n, &h, NULL, err) < 0 ||
 		    msgpack_pack_bin_body(&m->pk, h, n) < 0)
 			return -1;
 	}
@@ -487,18 +554,25 @@ s_choose(void *arg, size_t i, unsigned worker)
 	 * the encoding reads all of it anyway, and stops at the limit if the
 	 * sample misjudged. The whole count took half of making a delta at 1%.
 	 * One whose hash is the base's is counted whole: only its bytes may say
-	 * it is unchanged, since two tensors can share an XXH3-64.
+	 * it is unchanged, since two tensors can share an XXH3-64. Over, H's hash
+	 * is not known yet: one whose sample shows no change is counted whole.
 	 */
-	for (uint64_t at = 0, k = 0; at < t->nbytes; at += CHUNK, k++) {
-		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-		if (bt->hash != t->hash && t->nbytes >= SAMPLE_MIN &&
-		    k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
-			continue;
-		if (s_chunk(m, wk, t, bt, at, n, &h, &b, &wk->err) < 0)
-			return -1;
-		sampled += n;
-		changed += s_count_changed(h, b, n, w);
+	for (int sample = bt->hash != t->hash || m->over != NULL; ; sample = 0) {
+		changed = sampled = 0;
+		for (uint64_t at = 0, k = 0; at < t->nbytes; at += CHUNK, k++) {
+			size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
+			if (sample && t->nbytes >= SAMPLE_MIN &&
+			    k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
+				continue;
+			if (s_chunk(m, wk, i, t, bt, at, n, &h, &b, &wk->err) < 0)
+				return -1;
+			sampled += n;
+			changed += s_count_changed(h, b, n, w);
+		}
+		if (m->over == NULL || changed > 0 || sampled == t->nbytes)
+			break;
 	}
+	s_unmap(wk);
 	if (sampled < t->nbytes)
 		changed = (uint64_t)((double)changed * (double)t->nbytes / (double)sampled);
 	/* Only a whole count may say nothing changed. */
@@ -566,13 +640,14 @@ s_pack_tensor(s_make_t *m, s_worker_t *wk, size_t i, wsync_err_t *err)
 	if (msgpack_pack_map(&m->pk, 5 + has_base + (enc != WSYNC_DELTA_SAME)) < 0 ||
 	    delta_pk_str(&m->pk, "path") < 0 || delta_pk_str(&m->pk, t->path) < 0 ||
 	    delta_pk_kv(&m->pk, "off", t->nbytes ? t->offset : 0) < 0 ||
-	    delta_pk_kv(&m->pk, "len", t->nbytes) < 0 || delta_pk_kv(&m->pk, "hash", t->hash) < 0 ||
+	    delta_pk_kv(&m->pk, "len", t->nbytes) < 0 || delta_pk_kv(&m->pk, "hash",
+	    m->hashes != NULL ? m->hashes[i] : t->hash) < 0 ||
 	    delta_pk_str(&m->pk, "enc") < 0 || delta_pk_str(&m->pk, wsync_delta_enc_name(enc)) < 0 ||
 	    (has_base && delta_pk_kv(&m->pk, "base_off", bt->offset) < 0) ||
 	    (enc != WSYNC_DELTA_SAME && delta_pk_str(&m->pk, "data") < 0))
 		return -1;
 	if (enc == WSYNC_DELTA_RAW)
-		rc = s_pack_raw(m, wk, t, err);
+		rc = s_pack_raw(m, wk, i, t, err);
 	else if (enc != WSYNC_DELTA_SAME)
 		rc = s_pack_form(m, &m->workers[f->worker], f->off, f->len, wk->tmp, what, err);
 	if (rc < 0)
@@ -599,6 +674,23 @@ s_pack_ready(s_make_t *m, s_worker_t *wk)
 	return rc;
 }
 
+/* Over: H's tensor ti (t) written over B's bt whole, and hashed. */
+static int
+s_over_whole(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor_t *t,
+    const wsync_tensor_t *bt, wsync_err_t *err)
+{
+	const unsigned char *h, *b;
+
+	XXH3_64bits_reset(wk->hash);
+	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
+		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
+		if (s_chunk(m, wk, ti, t, bt, at, n, &h, &b, err) < 0)
+			return -1;
+		s_over_piece(m, wk, h, n, 1);
+	}
+	return 0;
+}
+
 /*
  * Makes the form of H's tensor i in the worker's scratch, then packs what is
  * ready. A wsync_pool_fn: 1 when the delta passes its limit, -1 with the
@@ -620,18 +712,20 @@ s_encode_tensor(void *arg, size_t i, unsigned worker)
 		return wsync_err_set(&wk->err, EX_DATAERR, "%s: tensor %s: %llu bytes, more "
 		    "than a msgpack bin holds", m->out.name, t->path,
 		    (unsigned long long)t->nbytes);
+	if (m->over != NULL)
+		XXH3_64bits_reset(wk->hash);
 	switch (f->enc) {
 	case WSYNC_DELTA_XOR:
 		s_zstart(wk, XOR_LEVEL, (long long)t->nbytes, stop);
-		rc = s_encode_xor(m, wk, t, bt, &wk->err);
+		rc = s_encode_xor(m, wk, i, t, bt, &wk->err);
 		break;
 	case WSYNC_DELTA_SPARSE:
 		s_zstart(wk, LEVEL, -1, stop);
-		rc = s_encode_sparse(m, wk, t, bt, w, &wk->err);
+		rc = s_encode_sparse(m, wk, i, t, bt, w, &wk->err);
 		break;
 	case WSYNC_DELTA_WHOLE:
 		s_zstart(wk, LEVEL, (long long)t->nbytes, stop);
-		rc = s_encode_whole(m, wk, t, &wk->err);
+		rc = s_encode_whole(m, wk, i, t, &wk->err);
 		break;
 	default:
 		wk->form_start = wk->scratch.pos;
@@ -646,6 +740,13 @@ s_encode_tensor(void *arg, size_t i, unsigned worker)
 			return 1;
 		/* Incompressible: the bytes as they are cost less, and always fit a bin. */
 		f->enc = WSYNC_DELTA_RAW;
+		if (m->over != NULL && s_over_whole(m, wk, i, t, bt, &wk->err) < 0)
+			return -1;
+	}
+	if (m->over != NULL) {
+		m->hashes[i] = f->enc == WSYNC_DELTA_SAME ? bt->hash :
+		    XXH3_64bits_digest(wk->hash);
+		s_unmap(wk);
 	}
 	/* The packer reads the form from the file, whoever packs it. */
 	if (delta_out_flush(&wk->scratch, &wk->err) < 0)
@@ -681,6 +782,10 @@ s_make_skeleton(s_make_t *m, s_worker_t *wk, wsync_err_t *err)
 			size_t n = end - p < CHUNK ? (size_t)(end - p) : CHUNK;
 			if ((h = s_read(m, m->head, m->head_fd, wk->hwin, p, n, err)) == NULL)
 				return -1;
+			/* Over, B's file becomes H's outside its tensors too. */
+			if (m->over != NULL && wsync_write_at(m->base_fd, h, n, p) < 0)
+				return wsync_err_set(err, EX_IOERR, "%s: cannot write the head's "
+				    "header over the base: %s", m->out.name, strerror(errno));
 			if ((rc = s_zput(wk, h, n, 0, err)) != 0)
 				return rc;
 		}
@@ -697,24 +802,13 @@ s_make_skeleton(s_make_t *m, s_worker_t *wk, wsync_err_t *err)
 	return 0;
 }
 
-/*
- * 0 when the delta is written, 1 when it is not worth it, -1 on error. The
- * tensors are encoded on all threads, each form into its thread's scratch,
- * and packed into out in H's order by whichever thread made the next one.
- */
+/* Packs the delta's head: H's and B's numbers, the skeleton, the tensors' array. */
 static int
-s_make(s_make_t *m, const char *name, wsync_err_t *err)
+s_pack_head(s_make_t *m, wsync_err_t *err)
 {
 	const wsync_file_t *b = m->base, *h = m->head;
 	msgpack_packer *pk = &m->pk;
-	unsigned failed = 0;
-	int rc;
 
-	if (strcmp(wsync_file_model(b), wsync_file_model(h)) != 0)
-		return wsync_err_set(err, EX_DATAERR, "%s: base is model %s, head is model %s",
-		    name, wsync_file_model(b), wsync_file_model(h));
-	if ((rc = s_plan(m, err)) != 0)
-		return rc;
 	if (msgpack_pack_map(pk, 9) < 0 ||
 	    delta_pk_kv(pk, "wsync-delta", WSYNC_DELTA_FORMAT) < 0 ||
 	    delta_pk_str(pk, "model") < 0 || delta_pk_str(pk, wsync_file_model(h)) < 0 ||
@@ -726,6 +820,29 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	    delta_pk_str(pk, "skeleton") < 0 || s_make_skeleton(m, &m->workers[0], err) < 0 ||
 	    delta_pk_str(pk, "tensors") < 0 || msgpack_pack_array(pk, wsync_file_count(h)) < 0)
 		return -1;
+	return 0;
+}
+
+/*
+ * 0 when the delta is written, 1 when it is not worth it, -1 on error. The
+ * tensors are encoded on all threads, each form into its thread's scratch,
+ * and packed into out in H's order by whichever thread made the next one.
+ */
+static int
+s_make(s_make_t *m, const char *name, wsync_err_t *err)
+{
+	const wsync_file_t *b = m->base, *h = m->head;
+	unsigned failed = 0;
+	int rc;
+
+	if (strcmp(wsync_file_model(b), wsync_file_model(h)) != 0)
+		return wsync_err_set(err, EX_DATAERR, "%s: base is model %s, head is model %s",
+		    name, wsync_file_model(b), wsync_file_model(h));
+	if ((rc = s_plan(m, err)) != 0)
+		return rc;
+	/* Over, H's hashes are known once its tensors are: they come after. */
+	if (m->over == NULL && s_pack_head(m, err) < 0)
+		return -1;
 	if ((rc = wsync_pool_run_sized(wsync_file_count(h), m->nworkers, s_encode_tensor,
 	    s_tensor_size, m,
 	    &failed)) != 0) {
@@ -735,6 +852,7 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	}
 	return delta_out_flush(&m->out, err);
 }
+
 
 /* A worker's zstd stream, buffers and scratch file; -1 with err. */
 static int
@@ -750,8 +868,9 @@ s_worker_open(s_worker_t *wk, const char *name, wsync_err_t *err)
 	wk->bwin = malloc(CHUNK);
 	wk->hwin = malloc(CHUNK);
 	wk->group = malloc((size_t)GROUP_MAX * 12);
+	wk->hash = XXH3_createState();
 	if (wk->scratch.buf == NULL || wk->tmp == NULL || wk->bwin == NULL ||
-	    wk->hwin == NULL || wk->group == NULL)
+	    wk->hwin == NULL || wk->group == NULL || wk->hash == NULL)
 		return wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 	return 0;
 }
@@ -759,6 +878,8 @@ s_worker_open(s_worker_t *wk, const char *name, wsync_err_t *err)
 static void
 s_worker_close(s_worker_t *wk)
 {
+	s_unmap(wk);
+	XXH3_freeState(wk->hash);
 	ZSTD_freeCCtx(wk->z);
 	if (wk->scratch.fd >= 0)
 		close(wk->scratch.fd);
@@ -769,11 +890,71 @@ s_worker_close(s_worker_t *wk)
 	free(wk->group);
 }
 
-int
-wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_t limit,
-    wsync_delta_stats_t *stats, wsync_err_t *err)
+/*
+ * Over: whether H's data lies where B's does, so B can be made into H piece
+ * by piece: the same size, every tensor of H with data at its offset in B, of
+ * the same path, dtype and shape, and H's tensors in the order of the caller's.
+ */
+static int
+s_over_fits(const s_make_t *m)
 {
-	s_make_t m = { .out = { .fd = out_fd, .name = name, .err = err }, .stats = stats };
+	if (wsync_file_size(m->base) != wsync_file_size(m->head) ||
+	    wsync_file_count(m->head) != m->over->n)
+		return 0;
+	for (size_t i = 0; i < wsync_file_count(m->head); i++) {
+		const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt;
+		if (strcmp(t->path, m->over->paths[i]) != 0)
+			return 0;
+		if (t->nbytes > 0 && ((bt = s_base_of(m->base, t)) == NULL || bt->offset != t->offset))
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * Over, once every tensor is made: H's hashes into its skeleton, then the
+ * delta's head packed into out (H's bytes outside its tensors written over
+ * B's on the way: B is H now), and the tensors packed into the scratch tmp
+ * after it.
+ */
+static int
+s_over_finish(s_make_t *m, wsync_file_t **head, delta_out_t *tmp, wsync_err_t *err)
+{
+	unsigned char *buf = m->workers[0].tmp;
+
+	for (size_t i = 0; i < m->over->n; i++) {
+		unsigned char be[8];
+		for (int b = 0; b < 8; b++)
+			be[b] = (unsigned char)(m->hashes[i] >> (56 - 8 * b));
+		if (wsync_write_at(m->head_fd, be, sizeof(be), m->over->hash_at[i]) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot write the head's hashes: %s",
+			    m->out.name, strerror(errno));
+	}
+	wsync_file_close(head);
+	if ((*head = wsync_file_open_fd(m->head_fd, "head", err)) == NULL)
+		return -1;
+	m->head = *head;
+	if (s_pack_head(m, err) < 0)
+		return -1;
+	for (uint64_t p = 0; p < tmp->pos; p += CHUNK) {
+		size_t n = tmp->pos - p < CHUNK ? (size_t)(tmp->pos - p) : CHUNK;
+		if (wsync_read_at(tmp->fd, buf, n, p) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot read the scratch file: %s",
+			    m->out.name, strerror(errno));
+		if (delta_out_put(&m->out, buf, n, err) < 0)
+			return -1;
+	}
+	return delta_out_flush(&m->out, err);
+}
+
+/* wsync_delta_make, and wsync_delta_make_over when over is set (head_fd: its skeleton). */
+static int
+s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, const char *name,
+    uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err)
+{
+	s_make_t m = { .out = { .fd = out_fd, .name = name, .err = err }, .stats = stats,
+	    .over = over };
+	delta_out_t out;
 	wsync_file_t *base = NULL, *head = NULL;
 	unsigned opened = 0;
 	int rc = -1;
@@ -785,6 +966,12 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 	if ((base = wsync_file_open_fd(base_fd, "base", err)) == NULL ||
 	    (head = wsync_file_open_fd(head_fd, "head", err)) == NULL)
 		goto out;
+	m.base = base;
+	m.head = head;
+	if (over != NULL && !s_over_fits(&m)) {
+		rc = 2;
+		goto out;
+	}
 	/* A thread per tensor at most: each holds a few MiB of buffers. */
 	m.nworkers = wsync_threads_for(wsync_file_size(head));
 	if (m.nworkers > wsync_file_count(head))
@@ -792,7 +979,9 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 	m.out.buf = malloc(OUT_BUF);
 	m.forms = calloc(wsync_file_count(head) + 1, sizeof(*m.forms));
 	m.workers = calloc(m.nworkers, sizeof(*m.workers));
-	if (m.out.buf == NULL || m.forms == NULL || m.workers == NULL) {
+	m.hashes = over != NULL ? calloc(wsync_file_count(head) + 1, sizeof(*m.hashes)) : NULL;
+	if (m.out.buf == NULL || m.forms == NULL || m.workers == NULL ||
+	    (over != NULL && m.hashes == NULL)) {
 		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 		goto out;
 	}
@@ -801,13 +990,26 @@ wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_
 			opened++;
 			goto out;
 		}
+	/* Over, the tensors are packed into a scratch first: the head comes after them. */
+	out = m.out;
+	if (over != NULL && (m.out.fd = memfd_create("wsync-delta", MFD_CLOEXEC)) < 0) {
+		m.out.fd = out_fd;
+		wsync_err_set(err, EX_OSERR, "%s: memfd_create: %s", name, strerror(errno));
+		goto out;
+	}
 	msgpack_packer_init(&m.pk, &m.out, delta_pk_write);
-	m.base = base;
-	m.head = head;
 	m.base_fd = base_fd;
 	m.head_fd = head_fd;
 	m.limit = limit == WSYNC_DELTA_WORTH ? wsync_file_size(head) / 2 : limit;
-	if ((rc = s_make(&m, name, err)) < 0)
+	rc = s_make(&m, name, err);
+	if (over != NULL) {
+		delta_out_t tmp = m.out;
+		m.out = out;
+		if (rc == 0)
+			rc = s_over_finish(&m, &head, &tmp, err);
+		close(tmp.fd);
+	}
+	if (rc < 0)
 		goto out;
 	if (stats != NULL) {
 		stats->bytes = m.out.pos;
@@ -820,7 +1022,22 @@ out:
 	free(m.out.buf);
 	free(m.forms);
 	free(m.workers);
+	free(m.hashes);
 	wsync_file_close(&base);
 	wsync_file_close(&head);
 	return rc;
+}
+
+int
+wsync_delta_make(int base_fd, int head_fd, int out_fd, const char *name, uint64_t limit,
+    wsync_delta_stats_t *stats, wsync_err_t *err)
+{
+	return s_run(base_fd, head_fd, NULL, out_fd, name, limit, stats, err);
+}
+
+int
+wsync_delta_make_over(int base_fd, const wsync_delta_over_t *head, int out_fd,
+    const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err)
+{
+	return s_run(base_fd, head->fd, head, out_fd, name, limit, stats, err);
 }

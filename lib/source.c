@@ -694,6 +694,77 @@ s_prepare_reads(wsync_source_t *src, wsync_err_t *err)
 }
 
 int
+wsync_source_piped(const wsync_source_t *src)
+{
+	return src->pipe;
+}
+
+int
+wsync_source_read_data(wsync_source_t *src, size_t i, uint64_t off, void *buf, size_t n,
+    wsync_err_t *err)
+{
+	const struct wsync_tree_tensor *t;
+
+	if (src->tree == NULL || src->pipe || i >= src->tree->n ||
+	    off + n > src->tree->t[i].nbytes)
+		return wsync_err_set(err, EX_SOFTWARE, "%s: a read outside tensor %zu's data",
+		    src->name, i);
+	t = &src->tree->t[i];
+	return s_piece(src, t, off, buf, n, err);
+}
+
+/* Reads tensor i's data of the source in arg; a wsync_delta_read_fn. */
+static int
+s_read_data(void *arg, size_t i, uint64_t off, void *buf, size_t n, wsync_err_t *err)
+{
+	return wsync_source_read_data(arg, i, off, buf, n, err);
+}
+
+int
+wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int out_fd,
+    const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err)
+{
+	wsync_tree_t *tree = src->tree;
+	const char **paths = NULL;
+	uint64_t *hash_at = NULL;
+	int hfd = -1, rc = -1;
+
+	if (tree == NULL || src->pipe)
+		return 2;
+	paths = calloc(tree->n + 1, sizeof(*paths));
+	hash_at = calloc(tree->n + 1, sizeof(*hash_at));
+	if (paths == NULL || hash_at == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	/* The document's skeleton: its hashes are written in as its tensors are read. */
+	if ((hfd = memfd_create("wsync-head", MFD_CLOEXEC)) < 0) {
+		wsync_err_set(err, EX_OSERR, "memfd_create: %s", strerror(errno));
+		goto out;
+	}
+	if (ftruncate(hfd, (off_t)size) < 0) {
+		wsync_err_set(err, EX_OSERR, "%s: the document's skeleton: %s", src->name,
+		    strerror(errno));
+		goto out;
+	}
+	if (wsync_tree_write_skeleton(tree, hfd, err) < 0)
+		goto out;
+	for (size_t i = 0; i < tree->n; i++) {
+		paths[i] = tree->t[i].path;
+		hash_at[i] = tree->t[i].hash_at;
+	}
+	rc = wsync_delta_make_over(base_fd, &(wsync_delta_over_t){ .fd = hfd, .n = tree->n,
+	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src }, out_fd, name,
+	    limit, stats, err);
+out:
+	if (hfd >= 0)
+		close(hfd);
+	free(paths);
+	free(hash_at);
+	return rc;
+}
+
+int
 wsync_source_read(wsync_source_t *src, uint64_t off, void *buf, size_t len,
     wsync_err_t *err)
 {

@@ -3,6 +3,7 @@
 #define WSYNC_SOURCE_INT_H
 
 #include <signal.h>
+#include "delta_int.h"
 #include "wsync.h"
 
 /*
@@ -95,6 +96,23 @@ int wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
  */
 int wsync_source_read(wsync_source_t *src, uint64_t off, void *buf, size_t len,
     wsync_err_t *err);
+/* 1 when src's tensors are still to be read from a pipe, once, front to back. */
+int wsync_source_piped(const wsync_source_t *src);
+/*
+ * Copies bytes [off, off + n) of the data of tensor i of src's tree (in the
+ * document's order) into buf; any order, from several threads at once. Not
+ * for a pipe (-1 with err, as for no tree).
+ */
+int wsync_source_read_data(wsync_source_t *src, size_t i, uint64_t off, void *buf, size_t n,
+    wsync_err_t *err);
+/*
+ * The delta from base_fd (a .wsync file open for reading and writing) to
+ * src's document (size bytes, wsync_source_size) written to out_fd, base_fd
+ * made into the document as it is (wsync_delta_make_over, whose codes it
+ * returns: 2 also for a source that is not a tree or is a pipe).
+ */
+int wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int out_fd,
+    const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err);
 /* Frees the source and what it opened, and sets *src to NULL. */
 void wsync_source_destroy(wsync_source_t **src);
 

@@ -187,6 +187,40 @@ ok policy 3"
 	assert_line -n 0 "wsync-push: --no-delta goes with --batch: a single push sends a delta only with --base"
 }
 
+@test "--batch of safetensors files makes each delta over the version it keeps: every version is the file pushed, through a new layout too" {
+	steps 4
+	hub_with_v1 --keep 8
+	for v in 2 3 4; do
+		wsync-convert "$TMP/s$v.wsync" "$TMP/s$v.safetensors"
+	done
+	# Another layout: version 3's tensors but the last.
+	"$PY" "$FIXTURES/droplast.py" s3.safetensors small.safetensors
+	# 2 goes whole (nothing kept yet); 3 and 6 are made over the version before,
+	# 4 and 5 (a layout the version before does not have) from the two files.
+	run -0 wsync-push --batch --transfer socket <<-EOF
+	-m policy $TMP/s2.safetensors
+	-m policy $TMP/s3.safetensors
+	-m policy $TMP/small.safetensors
+	-m policy $TMP/s4.safetensors
+	-m policy $TMP/s2.safetensors
+	EOF
+	assert_output "ok policy 2
+ok policy 3
+ok policy 4
+ok policy 5
+ok policy 6"
+	for v in 3 4 5 6; do
+		run -0 grep -c "models=policy .*deltas=policy@$((v - 1)):" hub.log
+		assert_output 1
+	done
+	# Every delta applied as it came: none was refused and sent again whole.
+	run -1 grep -E "event=abort|fetched whole|sent whole" hub.log
+	for f in 2:s2 3:s3 4:small 5:s4 6:s2; do
+		wsync-convert -m policy "$TMP/${f#*:}.safetensors" "$TMP/c.wsync"
+		same_but_number "$STORE/policy/${f%%:*}.wsync" "$TMP/c.wsync"
+	done
+}
+
 @test "a delta pushed with --base is the one two watchers on that base receive: the hub diffs nothing" {
 	steps 2
 	hub_with_v1

@@ -152,24 +152,7 @@ wire_test() {
 	# A spare that held more than the head is cut to it: version 5 is version
 	# 4 less its last tensor, rebuilt into the file version 3 was in.
 	wsync-convert "$TMP/s4.wsync" s4.safetensors
-	"$PY" - s4.safetensors small.safetensors <<'PYEOF'
-import json, struct, sys
-raw = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", raw[:8])[0]
-head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
-meta = head.pop("__metadata__", None)
-keep = sorted(head, key=lambda k: head[k]["data_offsets"][0])[:-1]
-out, body = {}, b""
-for k in keep:
-    a, b = head[k]["data_offsets"]
-    out[k] = dict(head[k], data_offsets=[len(body), len(body) + b - a])
-    body += data[a:b]
-if meta is not None:
-    out["__metadata__"] = meta
-t = json.dumps(out).encode()
-t += b" " * (-len(t) % 8)
-open(sys.argv[2], "wb").write(struct.pack("<Q", len(t)) + t + body)
-PYEOF
+	"$PY" "$FIXTURES/droplast.py" s4.safetensors small.safetensors
 	wsync-push -q -m policy small.safetensors
 	wait_until watcher_at w 5
 	assert_equal "$(stat -c %i "$TMP/w.wsync")" "$first"

@@ -3,8 +3,11 @@
  * every change of a tree, sizes against the issue's bars and the peers'
  * xor+zstd-1, damaged deltas and bases refused naming the tensor, the
  * header decoder on truncated and altered input, and inputs that are pipes
- * (held in memory, not read from their files). Run from the repository
- * root (tests/fixtures/mkstep.py writes the stepped models).
+ * (held in memory, not read from their files); a delta made over the base
+ * (a pusher's kept copy made into the head as it is read) and applied over
+ * a file that holds the base, both the same bytes as the copying way. Run
+ * from the repository root (tests/fixtures/mkstep.py writes the stepped
+ * models).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +21,7 @@
 #include <zstd.h>
 
 #include "delta_int.h"
+#include "source_int.h"
 #include "tap.h"
 
 static char s_dir[64];
@@ -25,9 +29,9 @@ static char s_dir[64];
 static const char *
 s_path(const char *name)
 {
-	static char buf[4][256];
+	static char buf[8][256];
 	static int next;
-	char *p = buf[next++ % 4];
+	char *p = buf[next++ % 8];
 
 	snprintf(p, sizeof(buf[0]), "%s/%s", s_dir, name);
 	return p;
@@ -750,6 +754,209 @@ test_a_large_tensor_among_small_ones_makes_the_same_bytes(void)
 	    "same delta and rebuild the head byte for byte");
 }
 
+/* Copies file from to to; 0 on success. */
+static int
+s_copy(const char *from, const char *to)
+{
+	size_t len = 0;
+	unsigned char *p = s_slurp(from, &len);
+	int rc = p != NULL ? s_spit(to, p, len) : -1;
+
+	free(p);
+	return rc;
+}
+
+/* path as a push lays it out (a source's document of its model) written to doc; 0 or -1. */
+static int
+s_doc(const char *path, const char *doc, wsync_err_t *err)
+{
+	wsync_file_t *f = wsync_file_open(path, err);
+	wsync_source_t *src = f != NULL ? wsync_source_open_tree(path, wsync_file_model(f), NULL,
+	    err) : NULL;
+	uint64_t size = src != NULL ? wsync_source_size(src, err) : 0;
+	int fd = size > 0 ? open(doc, O_RDWR | O_CREAT | O_TRUNC, 0600) : -1;
+	int rc = fd >= 0 && ftruncate(fd, (off_t)size) == 0 &&
+	    wsync_source_write_fd(src, fd, size, NULL, NULL, NULL, err) == 0 ? 0 : -1;
+
+	if (fd >= 0)
+		close(fd);
+	wsync_source_destroy(&src);
+	wsync_file_close(&f);
+	return rc;
+}
+
+/*
+ * base and head as a push lays them out (base's in work, head's in doc), and
+ * the delta from base's made over work into delta, as a batch pusher makes
+ * it from the version it pushed before: what wsync_source_delta_over
+ * returned, err filled on -1.
+ */
+static int
+s_make_over(const char *base, const char *head, const char *doc, const char *work,
+    const char *delta, wsync_err_t *err)
+{
+	wsync_file_t *hf = wsync_file_open(head, err);
+	wsync_source_t *src = NULL;
+	uint64_t size = 0;
+	int wfd = -1, dfd = -1, rc = -1;
+
+	if (hf == NULL || s_doc(head, doc, err) < 0 || s_doc(base, work, err) < 0 ||
+	    (src = wsync_source_open_tree(head, wsync_file_model(hf), NULL, err)) == NULL ||
+	    (size = wsync_source_size(src, err)) == 0)
+		goto out;
+	if ((wfd = open(work, O_RDWR)) < 0 ||
+	    (dfd = open(delta, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
+		goto out;
+	rc = wsync_source_delta_over(src, size, wfd, dfd, delta, WSYNC_DELTA_ANY, NULL, err);
+out:
+	if (wfd >= 0)
+		close(wfd);
+	if (dfd >= 0)
+		close(dfd);
+	wsync_source_destroy(&src);
+	wsync_file_close(&hf);
+	return rc;
+}
+
+/*
+ * A delta made over the base is the delta made from the two files, byte for
+ * byte, and leaves the base's file the head's, on 1, 2 and 7 threads: sparse,
+ * xor and raw forms, a large tensor whose sample is taken, no change at all.
+ */
+static void
+test_a_delta_made_over_the_base_is_the_same(void)
+{
+	static const struct { const char *dtype, *fraction; } cases[] = {
+		{ "bf16", "0.01" }, { "f32", "0.3" }, { "bf16", "1" }, { "large", "" },
+		{ "same", "" },
+	};
+	static const char *const threads[] = { "1", "2", "7" };
+	wsync_err_t err = { 0 };
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int made, same = 0;
+		if (strcmp(cases[c].dtype, "large") == 0)
+			made = s_write_large_and_small() == 0;
+		else if (strcmp(cases[c].dtype, "same") == 0)
+			made = s_mkstep("bf16", "0.01", 1u << 22) == 0 &&
+			    s_copy(s_path("base.wsync"), s_path("head.wsync")) == 0;
+		else
+			made = s_mkstep(cases[c].dtype, cases[c].fraction, 1u << 22) == 0;
+		for (size_t k = 0; made && k < sizeof(threads) / sizeof(threads[0]); k++) {
+			setenv("WSYNC_THREADS", threads[k], 1);
+			made = s_make_over(s_path("base.wsync"), s_path("head.wsync"),
+			    s_path("doc.wsync"), s_path("work.wsync"), s_path("over.wdelta"),
+			    &err) == 0 && s_doc(s_path("base.wsync"), s_path("bdoc.wsync"), &err) == 0 &&
+			    s_make(s_path("bdoc.wsync"), s_path("doc.wsync"), s_path("files.wdelta"),
+			    NULL, &err) == 0;
+			same = made && s_same_files(s_path("over.wdelta"), s_path("files.wdelta")) &&
+			    s_same_files(s_path("work.wsync"), s_path("doc.wsync"));
+			if (!same)
+				printf("# %s %s: %s threads differ (%s)\n", cases[c].dtype,
+				    cases[c].fraction, threads[k], err.msg);
+			made = made && same;
+		}
+		unsetenv("WSYNC_THREADS");
+		ok(made && same, "over %s %s: 1, 2 and 7 threads make the files' delta and leave "
+		    "the base's file the head's, byte for byte", cases[c].dtype, cases[c].fraction);
+	}
+}
+
+/* A head whose tensors lie elsewhere than the base's: 2, nothing written anywhere. */
+static void
+test_a_delta_over_another_layout_is_not_made(void)
+{
+	static const uint64_t shape[1] = { 4096 }, other[1] = { 2048 };
+	static unsigned char a[16384], b[16384];
+	wsync_err_t err = { 0 };
+	wsync_tree_t *tb = wsync_tree_new("layout", &err), *th = wsync_tree_new("layout", &err);
+	size_t len = 0;
+	unsigned char *d;
+	int rc = -1;
+
+	s_add(tb, "a", WSYNC_F32, 1, shape, a, 1);
+	s_add(tb, "b", WSYNC_F32, 1, shape, b, 2);
+	s_add(th, "a", WSYNC_F32, 1, other, a, 1);
+	s_add(th, "b", WSYNC_F32, 1, shape, b, 3);
+	if (s_write(tb, s_path("base.wsync"), 1) == 0 && s_write(th, s_path("head.wsync"), 2) == 0)
+		rc = s_make_over(s_path("base.wsync"), s_path("head.wsync"), s_path("doc.wsync"),
+		    s_path("work.wsync"), s_path("over.wdelta"), &err);
+	d = s_slurp(s_path("over.wdelta"), &len);
+	ok(rc == 2 && d != NULL && len == 0 && s_doc(s_path("base.wsync"), s_path("bdoc.wsync"),
+	    &err) == 0 && s_same_files(s_path("work.wsync"), s_path("bdoc.wsync")),
+	    "over: a head of another layout gives 2, the base's file and the delta untouched "
+	    "(%d, %zu bytes)", rc, len);
+	free(d);
+}
+
+/* Applies delta over the file at path in place; what wsync_delta_apply_over returned. */
+static int
+s_apply_over(const char *path, const char *delta, int verify, wsync_err_t *err)
+{
+	int fd = open(path, O_RDWR), d = open(delta, O_RDONLY);
+	int rc = fd >= 0 && d >= 0 ? wsync_delta_apply_over(fd, d, verify, delta, NULL, NULL,
+	    err) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	if (d >= 0)
+		close(d);
+	return rc;
+}
+
+/*
+ * A file that holds the base is made into the head in place, and back, the
+ * same bytes on 1, 2 and 7 threads; one that does not hold the delta's base
+ * is left alone (2); a damaged delta is refused naming the tensor.
+ */
+static void
+test_a_delta_applied_over_the_base_is_the_head(void)
+{
+	static const char *const threads[] = { "1", "2", "7" };
+	wsync_delta_header_t h = { 0 };
+	unsigned char *buf = NULL;
+	size_t len = 0;
+	wsync_err_t err = { 0 };
+	const wsync_delta_tensor_t *t = NULL;
+	char want[256];
+	int made = s_mkstep("bf16", "0.01", 1u << 22) == 0 &&
+	    s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("ab.wdelta"), NULL,
+	    &err) == 0 && s_make(s_path("head.wsync"), s_path("base.wsync"),
+	    s_path("ba.wdelta"), NULL, &err) == 0 &&
+	    s_copy(s_path("base.wsync"), s_path("spare.wsync")) == 0, same = made;
+
+	for (size_t k = 0; made && same && k < sizeof(threads) / sizeof(threads[0]); k++) {
+		setenv("WSYNC_THREADS", threads[k], 1);
+		same = s_apply_over(s_path("spare.wsync"), s_path("ab.wdelta"), 1, &err) == 0 &&
+		    s_same_files(s_path("spare.wsync"), s_path("head.wsync")) &&
+		    s_apply_over(s_path("spare.wsync"), s_path("ba.wdelta"), 0, &err) == 0 &&
+		    s_same_files(s_path("spare.wsync"), s_path("base.wsync"));
+		if (!same)
+			printf("# %s threads: %s\n", threads[k], err.msg);
+	}
+	unsetenv("WSYNC_THREADS");
+	ok(made && same, "over: a file that holds the base is made the head and back in place, "
+	    "byte for byte, on 1, 2 and 7 threads");
+	ok(same && s_apply_over(s_path("spare.wsync"), s_path("ba.wdelta"), 1, &err) == 2 &&
+	    s_same_files(s_path("spare.wsync"), s_path("base.wsync")),
+	    "over: a file that is not the delta's base gives 2 and is left as it was");
+	if (!same || s_header(s_path("ab.wdelta"), &buf, &len, &h) < 0)
+		return;
+	for (size_t i = 0; i < h.ntensors && t == NULL; i++)
+		if (h.tensors[i].enc == WSYNC_DELTA_SPARSE)
+			t = &h.tensors[i];
+	if (t != NULL) {
+		buf[t->data_off + t->data_len / 2] ^= 0x10;
+		s_spit(s_path("bad.wdelta"), buf, len);
+		snprintf(want, sizeof(want), "tensor %s:", t->path);
+	}
+	ok(t != NULL && s_apply_over(s_path("spare.wsync"), s_path("bad.wdelta"), 1, &err) < 0 &&
+	    err.code == EX_DATAERR && strstr(err.msg, want) != NULL,
+	    "over: a flipped byte in a tensor's delta data is refused naming it: %s", err.msg);
+	free(buf);
+	wsync_delta_header_free(&h);
+}
+
 static void
 s_clean(void)
 {
@@ -777,6 +984,9 @@ main(void)
 	test_inputs_from_pipes_make_the_same_delta();
 	test_thread_counts_make_the_same_bytes();
 	test_a_large_tensor_among_small_ones_makes_the_same_bytes();
+	test_a_delta_made_over_the_base_is_the_same();
+	test_a_delta_over_another_layout_is_not_made();
+	test_a_delta_applied_over_the_base_is_the_head();
 	s_clean();
 	return tap_done();
 }
