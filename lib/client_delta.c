@@ -151,33 +151,6 @@ s_selected_bytes(const wsync_file_t *bf, const wsync_ckpt_out_t *sel)
 	return n;
 }
 
-/*
- * A spare that holds the base (brought forward since the last version, see
- * wsync_recycle_forward), or else the version before it, made into the head
- * in place: by this delta (dfd), the other first by the delta that made the
- * base, each writing only what changed, the last checking every tensor
- * (wsync_delta_apply_over), where a rebuild copies the base whole. 0 with H
- * in *fd and its numbers; 1 when no spare can be so (*fd then a spare that
- * holds what it may, or -1).
- */
-static int
-s_forward(wsync_recycle_t *r, int dfd, uint64_t base_content, const char *model, char *buf,
-    size_t size, int *fd, uint64_t *version, uint64_t *content)
-{
-	wsync_err_t ignored;
-	int rc = 0;
-
-	if ((*fd = wsync_recycle_take_content(r, base_content, buf, size)) < 0) {
-		if (!r->delta_kept || r->delta_head != base_content ||
-		    (*fd = wsync_recycle_take_content(r, r->delta_base, buf, size)) < 0)
-			return 1;
-		rc = wsync_delta_apply_over(*fd, r->delta_fd, 0, model, NULL, NULL, &ignored);
-	}
-	if (rc == 0)
-		rc = wsync_delta_apply_over(*fd, dfd, 1, model, version, content, &ignored);
-	return rc == 0 ? 0 : 1;
-}
-
 int
 wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
@@ -244,36 +217,29 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	/*
 	 * Never in place: the version is rebuilt into another file, the base stays
 	 * whole. A spare's pages exist (--recycle): rebuilding into one costs a
-	 * copy, not fresh pages, and one that holds the version before the base
-	 * is brought forward, only what changed written. Not with a selection,
-	 * whose other tensors stay zeros.
+	 * copy, not fresh pages. Not with a selection, whose other tensors stay zeros.
 	 */
-	if (recycle != NULL && sel == NULL && s_forward(recycle, dfd, base_content, f->model, buf,
-	    size, fd, &version, &content) == 0) {
-		rc = 0;
-	} else {
-		if (recycle != NULL && sel == NULL &&
-		    (*fd >= 0 || (*fd = wsync_recycle_take(recycle, buf, size)) >= 0) &&
-		    ftruncate(*fd, (off_t)got->size) < 0) {
-			close(*fd);
-			unlink(buf);
-			*fd = -1;
-		}
-		if (*fd < 0 && (*fd = wsync_temp_open(path, buf, size, err)) < 0) {
-			rc = -1;
-			goto finish;
-		}
-		rc = wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ? s_keep :
-		    NULL, (void *)sel, &version, &content, &why) < 0 ? s_whole(out, "the delta from "
-		    "version %" PRIu64 " did not apply: %s", base, why.msg) : 0;
+	if (recycle != NULL && sel == NULL &&
+	    (*fd = wsync_recycle_take(recycle, buf, size)) >= 0 &&
+	    ftruncate(*fd, (off_t)got->size) < 0) {
+		close(*fd);
+		unlink(buf);
+		*fd = -1;
 	}
-	if (rc == 0 && (version != got->version || content != got->content))
+	if (*fd < 0 && (*fd = wsync_temp_open(path, buf, size, err)) < 0) {
+		rc = -1;
+		goto finish;
+	}
+	if (wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ? s_keep : NULL,
+	    (void *)sel, &version, &content, &why) < 0)
+		rc = s_whole(out, "the delta from version %" PRIu64 " did not apply: %s", base,
+		    why.msg);
+	else if (version != got->version || content != got->content)
 		rc = s_whole(out, "the delta from version %" PRIu64 " rebuilt version %" PRIu64
 		    " content %016" PRIx64 ", the hub announced %" PRIu64 " content %016" PRIx64,
 		    base, version, content, got->version, got->content);
-	/* The delta that made this version brings a spare that holds its base forward next. */
-	if (rc == 0 && recycle != NULL && sel == NULL)
-		wsync_recycle_delta(recycle, dfd, base_content, content);
+	else
+		rc = 0;
 #ifdef WSYNC_TEST_HOOKS
 	/* WSYNC_TEST_DELTA_STOP (wsync-watch(1)): stopped with the head rebuilt, not yet in place. */
 	if (rc == 0 && getenv("WSYNC_TEST_DELTA_STOP") != NULL)

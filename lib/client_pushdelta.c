@@ -89,6 +89,32 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 
 
 /*
+ * The delta from bfd (patch: made into the version as it is read) to src's
+ * version, made straight from src (wsync_source_delta_over), into a scratch
+ * file: *out on 0 (and stats); 1 not worth it, 2 when it cannot be made so
+ * (a pipe, an input sent as it is, a signed push, or another layout to
+ * patch), nothing done; -1 with err.
+ */
+static int
+s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t size, int bfd,
+    int patch, const char *name, wsync_delta_stats_t *stats, int *out, wsync_err_t *err)
+{
+	int rc;
+
+	if (wsync_source_tree(src) == NULL || wsync_source_piped(src) || ps->sign != NULL)
+		return 2;
+	if ((*out = s_scratch(err)) < 0)
+		return -1;
+	rc = wsync_source_delta_over(src, size, bfd, patch, *out, name, WSYNC_DELTA_WORTH,
+	    stats, err);
+	if (rc != 0) {
+		close(*out);
+		*out = -1;
+	}
+	return rc;
+}
+
+/*
  * The version kept (k's file) made into this one while the delta from it is
  * made (wsync_source_delta_over): one pass over the two, where writing this
  * version out and then diffing it takes three. The kept file becomes send's
@@ -102,33 +128,51 @@ s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, ui
     struct wsync_kept *k, struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out, rc;
+	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, "the version pushed before",
+	    &stats, &out, err);
 
-	if (wsync_source_tree(src) == NULL || wsync_source_piped(src) || ps->sign != NULL)
+	if (rc == 2)
 		return 1;
-	if ((out = s_scratch(err)) < 0)
-		return -1;
-	rc = wsync_source_delta_over(src, size, k->fd, out, "the version pushed before",
-	    WSYNC_DELTA_WORTH, &stats, err);
-	if (rc == 2) {
-		close(out);
-		return 1;
-	}
 	/* The kept file holds this version now, or part of it: it goes with the push. */
 	send->head_fd = k->fd;
 	k->fd = -1;
 	if (rc == 1) {
-		close(out);
 		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from version %" PRIu64
 		    " is not worth it (over half of the version)", send->base);
 		rc = wsync_source_write_fd(src, send->head_fd, size, NULL, NULL, c->stop, err);
 		wsync_client_pushdelta_whole(send, size);
 		return rc;
 	}
-	if (rc < 0) {
-		close(out);
+	if (rc < 0)
 		return -1;
+	send->fd = out;
+	send->bytes = stats.bytes;
+	return 0;
+}
+
+/*
+ * A single push's delta from its --base (bfd), made straight from src
+ * (wsync_source_delta_over, nothing patched): no file of the version is
+ * written, which only a push that keeps it needs. 0 with send set (sent
+ * whole, from src, when the delta is not worth it); 1 when src cannot be
+ * read so (s_straight_from's 2); -1 with err.
+ */
+static int
+s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
+    wsync_source_t *src, uint64_t size, int bfd, struct wsync_push_send *send,
+    wsync_err_t *err)
+{
+	wsync_delta_stats_t stats;
+	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, item->base, &stats, &out, err);
+
+	if (rc == 1) {
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not worth "
+		    "it (over half of the version)", item->base);
+		wsync_client_pushdelta_whole(send, size);
+		return 0;
 	}
+	if (rc != 0)
+		return rc == 2 ? 1 : rc;
 	send->fd = out;
 	send->bytes = stats.bytes;
 	return 0;
@@ -187,6 +231,12 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	*send = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = size };
 	if (item->base != NULL && (bfd = s_base_file(c, item, send, err)) < 0)
 		return -1;
+	if (bfd >= 0 && !ps->keep_pushed && (rc = s_straight(ps, item, src, size, bfd, send,
+	    err)) <= 0) {
+		close(bfd);
+		return rc;
+	}
+	rc = -1;
 	/* A push that failed after its kept file was made into it keeps none. */
 	if (k != NULL && k->fd >= 0) {
 		send->delta = 1;

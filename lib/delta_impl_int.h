@@ -36,7 +36,6 @@ typedef struct delta_out {
 	unsigned char *buf;
 	size_t n;
 	int positioned;                 /* written at file offset flushed, not fd's own */
-	unsigned char *map;             /* when set, fd mapped shared: written there instead */
 } delta_out_t;
 
 /* Writes out what is buffered. */

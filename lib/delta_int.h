@@ -63,18 +63,20 @@ typedef struct wsync_delta_over {
 	const uint64_t *hash_at;        /* where in fd its hash goes (a big-endian uint64) */
 	wsync_delta_read_fn read;       /* reads its data; called from several threads */
 	void *arg;
+	int patch;              /* B is made into H as it is read; 0: B is only read */
 } wsync_delta_over_t;
 /*
  * As wsync_delta_make, the delta's bytes the same, with H's tensor data read
- * through head->read and B made into H as it is read: each piece of B that
- * differs from H's is written over with H's (B is mapped shared: base_fd open
- * for reading and writing), each tensor of H hashed on the way, the hashes
- * written into head->fd, and H's bytes outside its tensors written over B's.
- * One pass over both, where making H's file first and then its delta takes
- * three. 0: the delta is written and B's file is H's, byte for byte; 2: H's
- * data does not lie where B's does (wsync_delta_make's own case), nothing
- * written anywhere; 1 (not worth it) and -1: B's file holds part of H,
- * neither B nor H.
+ * through head->read, no file of H written first: each tensor of H hashed
+ * on the way and the hashes written into head->fd. With head->patch, B is
+ * made into H as it is read: each piece of B that differs from H's is
+ * written over with H's (B is mapped shared: base_fd open for reading and
+ * writing), and H's bytes outside its tensors over B's. One pass over both,
+ * where making H's file first and then its delta takes three. 0: the delta
+ * is written (and, with patch, B's file is H's, byte for byte); 2 (patch
+ * only): H's data does not lie where B's does, nothing written anywhere; 1
+ * (not worth it) and -1: with patch, B's file holds part of H, neither B nor
+ * H.
  */
 int wsync_delta_make_over(int base_fd, const wsync_delta_over_t *head, int out_fd,
     const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err);
@@ -103,20 +105,6 @@ typedef int (*wsync_delta_keep_fn)(void *arg, const char *path);
 int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
     wsync_err_t *err);
-/*
- * Makes the file fd, which holds the delta's base (B), into its head (H) in
- * place, open for reading and writing: only what changed is written, where
- * wsync_delta_apply copies B whole. For a spare that holds an older version
- * (a watcher's --recycle): the deltas since then applied to it in turn.
- * verify: every tensor hashed as it is made and checked, as H's header and
- * content id always are; without it, H's data is checked by the next apply
- * that verifies (its base's content id is then only what the header says).
- * 0: fd holds H; 2: it cannot be done (fd is not the delta's base, not of
- * H's size, has a hole, or lays B's tensors out where H does not), fd left
- * as it is; -1 with err (65 for a damaged delta): fd holds neither B nor H.
- */
-int wsync_delta_apply_over(int fd, int delta_fd, int verify, const char *name,
-    uint64_t *version, uint64_t *content, wsync_err_t *err);
 
 /*
  * Writes to out_fd the delta in delta_fds (n of them), made against some copy

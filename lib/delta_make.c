@@ -297,19 +297,22 @@ s_chunk(const s_make_t *m, s_worker_t *wk, size_t i, const wsync_tensor_t *t,
 	}
 	if (bt == NULL)
 		return 0;
-	*b = m->over != NULL ? s_base_window(m, wk, bt->offset + at, n, err) :
+	*b = m->over != NULL && m->over->patch ? s_base_window(m, wk, bt->offset + at, n, err) :
 	    s_read(m, m->base, m->base_fd, wk->bwin, bt->offset + at, n, err);
 	return *b == NULL ? -1 : 0;
 }
 
-/* Over: H's n bytes at h hashed; whole, written over B's piece where they differ. */
+/*
+ * Over: H's n bytes at h hashed; whole, written over B's piece (patching)
+ * where they differ.
+ */
 static void
 s_over_piece(const s_make_t *m, s_worker_t *wk, const unsigned char *h, size_t n, int whole)
 {
 	if (m->over == NULL)
 		return;
 	wsync_hash_update(wk->hash, h, n);
-	if (whole && memcmp(wk->patch, h, n) != 0)
+	if (whole && wk->patch != NULL && memcmp(wk->patch, h, n) != 0)
 		memcpy(wk->patch, h, n);
 }
 
@@ -482,6 +485,7 @@ s_encode_whole(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor_
 		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
 		if (s_chunk(m, wk, ti, t, NULL, at, n, &h, NULL, err) < 0)
 			return -1;
+		s_over_piece(m, wk, h, n, 0);
 		if ((rc = s_zput(wk, h, n, 0, err)) != 0)
 			return rc;
 	}
@@ -783,7 +787,7 @@ s_make_skeleton(s_make_t *m, s_worker_t *wk, wsync_err_t *err)
 			if ((h = s_read(m, m->head, m->head_fd, wk->hwin, p, n, err)) == NULL)
 				return -1;
 			/* Over, B's file becomes H's outside its tensors too. */
-			if (m->over != NULL && wsync_write_at(m->base_fd, h, n, p) < 0)
+			if (m->over != NULL && m->over->patch && wsync_write_at(m->base_fd, h, n, p) < 0)
 				return wsync_err_set(err, EX_IOERR, "%s: cannot write the head's "
 				    "header over the base: %s", m->out.name, strerror(errno));
 			if ((rc = s_zput(wk, h, n, 0, err)) != 0)
@@ -891,21 +895,23 @@ s_worker_close(s_worker_t *wk)
 }
 
 /*
- * Over: whether H's data lies where B's does, so B can be made into H piece
- * by piece: the same size, every tensor of H with data at its offset in B, of
- * the same path, dtype and shape, and H's tensors in the order of the caller's.
+ * Over: whether H's tensors are in the order of the caller's, and, to patch
+ * (B made into H piece by piece), H's data lies where B's does: the same
+ * size, every tensor of H with data at its offset in B, of the same path,
+ * dtype and shape.
  */
 static int
-s_over_fits(const s_make_t *m)
+s_over_fits(const s_make_t *m, int patch)
 {
-	if (wsync_file_size(m->base) != wsync_file_size(m->head) ||
+	if ((patch && wsync_file_size(m->base) != wsync_file_size(m->head)) ||
 	    wsync_file_count(m->head) != m->over->n)
 		return 0;
 	for (size_t i = 0; i < wsync_file_count(m->head); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt;
 		if (strcmp(t->path, m->over->paths[i]) != 0)
 			return 0;
-		if (t->nbytes > 0 && ((bt = s_base_of(m->base, t)) == NULL || bt->offset != t->offset))
+		if (patch && t->nbytes > 0 &&
+		    ((bt = s_base_of(m->base, t)) == NULL || bt->offset != t->offset))
 			return 0;
 	}
 	return 1;
@@ -968,7 +974,7 @@ s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, cons
 		goto out;
 	m.base = base;
 	m.head = head;
-	if (over != NULL && !s_over_fits(&m)) {
+	if (over != NULL && !s_over_fits(&m, over->patch)) {
 		rc = 2;
 		goto out;
 	}

@@ -721,8 +721,9 @@ s_read_data(void *arg, size_t i, uint64_t off, void *buf, size_t n, wsync_err_t 
 }
 
 int
-wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int out_fd,
-    const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err)
+wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
+    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
+    wsync_err_t *err)
 {
 	wsync_tree_t *tree = src->tree;
 	const char **paths = NULL;
@@ -754,7 +755,8 @@ wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int out
 		hash_at[i] = tree->t[i].hash_at;
 	}
 	rc = wsync_delta_make_over(base_fd, &(wsync_delta_over_t){ .fd = hfd, .n = tree->n,
-	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src }, out_fd, name,
+	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src,
+	    .patch = patch }, out_fd, name,
 	    limit, stats, err);
 out:
 	if (hfd >= 0)

@@ -106,13 +106,15 @@ int wsync_source_piped(const wsync_source_t *src);
 int wsync_source_read_data(wsync_source_t *src, size_t i, uint64_t off, void *buf, size_t n,
     wsync_err_t *err);
 /*
- * The delta from base_fd (a .wsync file open for reading and writing) to
- * src's document (size bytes, wsync_source_size) written to out_fd, base_fd
- * made into the document as it is (wsync_delta_make_over, whose codes it
- * returns: 2 also for a source that is not a tree or is a pipe).
+ * The delta from base_fd (a .wsync file) to src's document (size bytes,
+ * wsync_source_size) written to out_fd, the document's tensors read from
+ * src, no file of it written; with patch, base_fd (open for reading and
+ * writing) made into the document as it is (wsync_delta_make_over, whose
+ * codes it returns: 2 also for a source that is not a tree or is a pipe).
  */
-int wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int out_fd,
-    const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err);
+int wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
+    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
+    wsync_err_t *err);
 /* Frees the source and what it opened, and sets *src to NULL. */
 void wsync_source_destroy(wsync_source_t **src);
 

@@ -331,9 +331,6 @@ s_update(struct s_watch *w, int only, const wsync_head_t *announced, wsync_err_t
 		if (wsync_client_report(w->hub.client, &rep, S_CALL_MS, &rerr) < 0)
 			s_log(w, "cannot report %s version %" PRIu64 ": %s", o->models[i], u.version,
 			    rerr.msg);
-		/* Reported: a spare made ready for the next delta costs no one time. */
-		if (o->recycle)
-			wsync_recycle_forward(&m->spare, o->models[i]);
 	}
 	return 0;
 }
