@@ -26,6 +26,13 @@
  * delta's bytes are the same whatever the number of threads. A tensor is one
  * zstd frame (wsync-format(5)), so a large one is made by one thread: splitting
  * it would take a frame per piece, which the format does not have.
+ *
+ * Over (wsync_delta_make_over), H is no file: its tensors are read from the
+ * pusher's source and hashed as they are encoded, so the delta's head (H's
+ * content id, its skeleton with the hashes) is packed once every tensor is
+ * made, the tensors packed into a scratch meanwhile and copied after it; and,
+ * to patch, B's pieces are mapped writable and the runs that differ written
+ * over them, so that B's file ends as H's.
  */
 #include <endian.h>
 #include <errno.h>
@@ -256,7 +263,10 @@ s_unmap(s_worker_t *wk)
 /*
  * Over: n bytes of B at off, mapped shared for writing (a window of its own,
  * unmapped at the next, so B's pages mapped stay one window's); the worker's
- * patch points at them. NULL with err.
+ * patch points at them. Mapped, where the applier reads and writes: only the
+ * runs that differ are written here, and a window read and written back whole
+ * cost more (1 GiB at 1%: 0.43-0.60 s a pass mapped, 0.58-0.68 s written
+ * back). NULL with err.
  */
 static const unsigned char *
 s_base_window(const s_make_t *m, s_worker_t *wk, uint64_t off, size_t n, wsync_err_t *err)
