@@ -564,6 +564,7 @@ s_take_base(s_apply_t *a, unsigned char *p, const unsigned char *b, uint64_t at,
 /*
  * Whether B's tensor bt (its bytes at b) does not match its hash: read and
  * hashed again, only once H's did not, to say which of the two was damaged.
+ * 1 damaged, 0 not, -1 with err when it cannot be read.
  */
 static int
 s_base_damaged(s_apply_t *a, const wsync_tensor_t *bt, const unsigned char *b,
@@ -574,7 +575,7 @@ s_base_damaged(s_apply_t *a, const wsync_tensor_t *bt, const unsigned char *b,
 	for (uint64_t at = 0; at < bt->nbytes; at += CHUNK) {
 		size_t n = bt->nbytes - at < CHUNK ? (size_t)(bt->nbytes - at) : CHUNK;
 		if (s_take_base(a, a->tmp, b, at, n, err) < 0)
-			return 1;
+			return -1;
 	}
 	return XXH3_64bits_digest(&a->bhash) != bt->hash;
 }
@@ -600,6 +601,7 @@ s_apply_xor(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
 	for (uint64_t at = 0; at < t->len; at += CHUNK) {
 		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
 		unsigned char *d = a->tmp;
+		/* Dense changes, rare: B read through its mapping, a buffer fewer. */
 		if (s_zin_read(&a->data, d, n) < 0)
 			return -1;
 		for (size_t i = 0; i < n; i++)
@@ -745,7 +747,7 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	const wsync_tensor_t *bt = NULL;
 	char what[WSYNC_MAX_PATH + 16];
 	uint64_t made;
-	int rc;
+	int rc, damaged;
 
 	snprintf(what, sizeof(what), "tensor %s", t->path);
 	if (t->enc == WSYNC_DELTA_SAME || t->enc == WSYNC_DELTA_XOR ||
@@ -784,8 +786,11 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	if (rc < 0)
 		return -1;
 	made = XXH3_64bits_digest(t->enc == WSYNC_DELTA_SAME ? &a->bhash : &a->hash);
-	if (bt != NULL && (t->enc == WSYNC_DELTA_SAME ? made != bt->hash :
-	    made != t->hash && s_base_damaged(a, bt, b, err)))
+	damaged = bt != NULL && t->enc == WSYNC_DELTA_SAME && made != bt->hash;
+	if (bt != NULL && t->enc != WSYNC_DELTA_SAME && made != t->hash &&
+	    (damaged = s_base_damaged(a, bt, b, err)) < 0)
+		return -1;
+	if (damaged)
 		return wsync_err_set(err, EX_DATAERR, "%s: tensor %s: the base's %s does not "
 		    "match its hash (a damaged base)", a->name, t->path, bt->path);
 	if (made != t->hash)

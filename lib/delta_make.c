@@ -569,22 +569,34 @@ s_choose(void *arg, size_t i, unsigned worker)
 	 * sample misjudged. The whole count took half of making a delta at 1%.
 	 * One whose hash is the base's is counted whole: only its bytes may say
 	 * it is unchanged, since two tensors can share an XXH3-64. Over, H's hash
-	 * is not known yet: one whose sample shows no change is counted whole.
+	 * is not known yet: one whose sample shows no change is counted whole, and
+	 * H's bytes hashed on the way, the hash of an unchanged tensor being its
+	 * own, not what B's header says; one that changed after all is then
+	 * judged as its sample was (a change, scaled: 1), as the files' delta is.
 	 */
-	for (int sample = bt->hash != t->hash || m->over != NULL; ; sample = 0) {
+	for (int sample = bt->hash != t->hash || m->over != NULL, again = 0; ; sample = 0) {
+		int whole = !sample || t->nbytes < SAMPLE_MIN;
 		changed = sampled = 0;
+		if (m->over != NULL && whole)
+			XXH3_64bits_reset(wk->hash);
 		for (uint64_t at = 0, k = 0; at < t->nbytes; at += CHUNK, k++) {
 			size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
-			if (sample && t->nbytes >= SAMPLE_MIN &&
-			    k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
+			if (!whole && k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
 				continue;
 			if (s_chunk(m, wk, i, t, bt, at, n, &h, &b, &wk->err) < 0)
 				return -1;
 			sampled += n;
 			changed += s_count_changed(h, b, n, w);
+			if (m->over != NULL && whole)
+				wsync_hash_update(wk->hash, h, n);
 		}
+		if (m->over != NULL && whole && changed == 0)
+			m->hashes[i] = XXH3_64bits_digest(wk->hash);
+		if (again && changed > 0)
+			changed = 1;
 		if (m->over == NULL || changed > 0 || sampled == t->nbytes)
 			break;
+		again = 1;
 	}
 	s_unmap(wk);
 	if (sampled < t->nbytes)
@@ -758,8 +770,9 @@ s_encode_tensor(void *arg, size_t i, unsigned worker)
 			return -1;
 	}
 	if (m->over != NULL) {
-		m->hashes[i] = f->enc == WSYNC_DELTA_SAME ? bt->hash :
-		    XXH3_64bits_digest(wk->hash);
+		/* An unchanged tensor's was taken as its bytes were counted (s_choose). */
+		if (f->enc != WSYNC_DELTA_SAME)
+			m->hashes[i] = XXH3_64bits_digest(wk->hash);
 		s_unmap(wk);
 	}
 	/* The packer reads the form from the file, whoever packs it. */
@@ -1024,6 +1037,9 @@ s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, cons
 		if (rc == 0)
 			rc = s_over_finish(&m, &head, &tmp, err);
 		close(tmp.fd);
+		/* The head was packed last: the limit counts it as the files' delta does. */
+		if (rc == 0 && m.out.pos > m.limit)
+			rc = 1;
 	}
 	if (rc < 0)
 		goto out;

@@ -903,6 +903,110 @@ test_a_delta_over_another_layout_is_not_made(void)
 	    "was (%s)", err.msg);
 }
 
+/*
+ * A large 1-byte tensor changed only where its sample does not look (every
+ * chunk but the sampled ones, densely): made over the base, it is judged as
+ * the files' delta judges it (from its sample: one change), not from the
+ * whole count over mode takes to find its hash, so the delta is the same.
+ */
+static void
+test_a_change_the_sample_skips_is_judged_alike_over(void)
+{
+	static const uint64_t shape[1] = { 16u << 20 };
+	const size_t n = (size_t)shape[0];
+	unsigned char *b = malloc(n), *h = malloc(n);
+	wsync_err_t err = { 0 };
+	wsync_tree_t *tb = wsync_tree_new("skip", &err), *th = wsync_tree_new("skip", &err);
+	int made = b != NULL && h != NULL, same = 0;
+
+	if (made) {
+		s_add(tb, "q", WSYNC_U8, 1, shape, b, 1);
+		memcpy(h, b, n);
+		/* Pieces of a MiB, as the maker reads them; it samples one in 8, the fifth. */
+		for (size_t k = 0; k < n >> 20; k++)
+			if (k % 8 != 4)
+				for (size_t j = 0; j < 1u << 20; j++)
+					h[(k << 20) + j] ^= 0x5a;
+		wsync_tree_add(th, "q", WSYNC_U8, 1, shape, h, n, &err);
+		made = s_write(tb, s_path("base.wsync"), 1) == 0 &&
+		    s_write(th, s_path("head.wsync"), 2) == 0;
+		tb = th = NULL;
+	}
+	for (int patch = 1; made && patch >= 0; patch--) {
+		made = s_make_over(s_path("base.wsync"), s_path("head.wsync"), s_path("doc.wsync"),
+		    s_path("work.wsync"), s_path("over.wdelta"), patch, &err) == 0 &&
+		    s_doc(s_path("base.wsync"), s_path("bdoc.wsync"), &err) == 0 &&
+		    s_make(s_path("bdoc.wsync"), s_path("doc.wsync"), s_path("files.wdelta"), NULL,
+		    &err) == 0;
+		same = made && s_same_files(s_path("over.wdelta"), s_path("files.wdelta"));
+		made = made && same;
+	}
+	ok(made && same, "over: a change the sample skips is judged as the files' delta judges "
+	    "it, the same delta patching or not (%s)", err.msg);
+	wsync_tree_destroy(&tb);
+	wsync_tree_destroy(&th);
+	free(b);
+	free(h);
+}
+
+/*
+ * A --base file whose bytes were changed in place, its header left saying
+ * the hashes it had (so its content id is still the hub's version's): a
+ * tensor whose new bytes the head has too is unchanged from it, and the
+ * delta made straight from the source carries the tensor's own hash, so the
+ * hub's rebuild from the true base fails (the push then goes whole) rather
+ * than commit the old bytes under the old hash.
+ */
+static void
+test_an_unchanged_tensor_carries_its_own_hash(void)
+{
+	static const uint64_t shape[1] = { 262144 };
+	static unsigned char a[1u << 20], b[1u << 20], a2[1u << 20];
+	wsync_err_t err = { 0 };
+	wsync_tree_t *tb = wsync_tree_new("stale", &err), *th = wsync_tree_new("stale", &err);
+	wsync_file_t *fb = NULL, *fh = NULL;
+	wsync_source_t *src = NULL;
+	unsigned char *p = NULL;
+	size_t len = 0;
+	uint64_t size = 0;
+	int made, wfd = -1, dfd = -1, rc = -1;
+
+	s_add(tb, "a", WSYNC_F32, 1, shape, a, 1);
+	s_add(tb, "b", WSYNC_F32, 1, shape, b, 2);
+	s_add(th, "a", WSYNC_F32, 1, shape, a2, 5);
+	s_add(th, "b", WSYNC_F32, 1, shape, b, 2);
+	made = s_write(tb, s_path("base.wsync"), 1) == 0 && s_write(th, s_path("head.wsync"), 2) == 0 &&
+	    (fb = wsync_file_open(s_path("base.wsync"), &err)) != NULL &&
+	    (fh = wsync_file_open(s_path("head.wsync"), &err)) != NULL &&
+	    (p = s_slurp(s_path("base.wsync"), &len)) != NULL &&
+	    wsync_file_tensor(fb, 0)->offset == wsync_file_tensor(fh, 0)->offset;
+	/* The base altered in place: tensor a's bytes the head's, its header as it was. */
+	if (made) {
+		memcpy(p + wsync_file_tensor(fb, 0)->offset, wsync_file_tensor(fh, 0)->data,
+		    (size_t)wsync_file_tensor(fh, 0)->nbytes);
+		made = s_spit(s_path("stale.wsync"), p, len) == 0 &&
+		    (src = wsync_source_open_tree(s_path("head.wsync"), "stale", NULL, &err)) != NULL &&
+		    (size = wsync_source_size(src, &err)) > 0 &&
+		    (wfd = open(s_path("stale.wsync"), O_RDONLY)) >= 0 &&
+		    (dfd = open(s_path("over.wdelta"), O_WRONLY | O_CREAT | O_TRUNC, 0600)) >= 0;
+	}
+	if (made)
+		rc = wsync_source_delta_over(src, size, wfd, 0, dfd, "over.wdelta", WSYNC_DELTA_ANY,
+		    NULL, &err);
+	ok(rc == 0 && s_apply(s_path("base.wsync"), s_path("over.wdelta"), s_path("out.wsync"),
+	    &err) == EX_DATAERR && strstr(err.msg, "tensor a:") != NULL,
+	    "over, read only: a tensor unchanged from a base altered in place carries its own "
+	    "hash: the rebuild from the true base is refused, never the old bytes (%s)", err.msg);
+	if (wfd >= 0)
+		close(wfd);
+	if (dfd >= 0)
+		close(dfd);
+	free(p);
+	wsync_source_destroy(&src);
+	wsync_file_close(&fb);
+	wsync_file_close(&fh);
+}
+
 static void
 s_clean(void)
 {
@@ -932,6 +1036,8 @@ main(void)
 	test_a_large_tensor_among_small_ones_makes_the_same_bytes();
 	test_a_delta_made_over_the_base_is_the_same();
 	test_a_delta_over_another_layout_is_not_made();
+	test_an_unchanged_tensor_carries_its_own_hash();
+	test_a_change_the_sample_skips_is_judged_alike_over();
 	s_clean();
 	return tap_done();
 }
