@@ -101,7 +101,7 @@ s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t siz
 {
 	int rc;
 
-	if (wsync_source_tree(src) == NULL || wsync_source_piped(src) || ps->sign != NULL)
+	if (ps->sign != NULL)
 		return 2;
 	if ((*out = s_scratch(err)) < 0)
 		return -1;

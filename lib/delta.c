@@ -459,8 +459,7 @@ typedef struct s_apply {
 	uint64_t base_off;              /* where the tensor read from B starts there */
 	s_zin_t skel, data;
 	unsigned char *image;           /* H's size, anonymous: the skeleton where H has it */
-	unsigned char *tmp;             /* CHUNK bytes: a tensor's piece, written from here */
-	unsigned char *win;             /* the sparse form's window: tmp */
+	unsigned char *tmp;             /* CHUNK bytes: a tensor's piece (the sparse form's window) */
 	unsigned char *group;           /* a sparse group */
 	const char *name;
 	XXH3_state_t hash;              /* of the tensor written */
@@ -621,8 +620,7 @@ s_window_load(s_apply_t *a, const unsigned char *b, uint64_t win, uint64_t n, un
 	uint64_t per = CHUNK / w;
 	size_t k = (size_t)(n - win < per ? n - win : per) * w;
 
-	a->win = a->tmp;
-	return s_take_base(a, a->win, b, win * w, k, err);
+	return s_take_base(a, a->tmp, b, win * w, k, err);
 }
 
 /*
@@ -637,7 +635,7 @@ s_sparse_flush(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 
 	while (*win < end) {
 		size_t k = (size_t)(n - *win < per ? n - *win : per) * w;
-		if (s_emit(a, t, *win * w, a->win, k, &a->hash, err) < 0)
+		if (s_emit(a, t, *win * w, a->tmp, k, &a->hash, err) < 0)
 			return -1;
 		*win += k / w;
 		if (*win < n && s_window_load(a, b, *win, n, w, err) < 0)
@@ -693,7 +691,7 @@ s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 			    s_sparse_flush(a, t, b, &win, e - (e - win) % per, n, w, err) < 0)
 				return -1;
 			for (unsigned j = 0; j < w; j++)
-				a->win[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
+				a->tmp[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
 			next = e + 1;
 		}
 	}

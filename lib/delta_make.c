@@ -880,7 +880,6 @@ s_make(s_make_t *m, const char *name, wsync_err_t *err)
 	return delta_out_flush(&m->out, err);
 }
 
-
 /* A worker's zstd stream, buffers and scratch file; -1 with err. */
 static int
 s_worker_open(s_worker_t *wk, const char *name, wsync_err_t *err)

@@ -694,12 +694,6 @@ s_prepare_reads(wsync_source_t *src, wsync_err_t *err)
 }
 
 int
-wsync_source_piped(const wsync_source_t *src)
-{
-	return src->pipe;
-}
-
-int
 wsync_source_read_data(wsync_source_t *src, size_t i, uint64_t off, void *buf, size_t n,
     wsync_err_t *err)
 {
@@ -756,8 +750,7 @@ wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int pat
 	}
 	rc = wsync_delta_make_over(base_fd, &(wsync_delta_over_t){ .fd = hfd, .n = tree->n,
 	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src,
-	    .patch = patch }, out_fd, name,
-	    limit, stats, err);
+	    .patch = patch }, out_fd, name, limit, stats, err);
 out:
 	if (hfd >= 0)
 		close(hfd);

@@ -96,8 +96,6 @@ int wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
  */
 int wsync_source_read(wsync_source_t *src, uint64_t off, void *buf, size_t len,
     wsync_err_t *err);
-/* 1 when src's tensors are still to be read from a pipe, once, front to back. */
-int wsync_source_piped(const wsync_source_t *src);
 /*
  * Copies bytes [off, off + n) of the data of tensor i of src's tree (in the
  * document's order) into buf; any order, from several threads at once. Not
