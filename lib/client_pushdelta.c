@@ -179,6 +179,54 @@ s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
 }
 
 /*
+ * A single push's delta from its --base in the form the trainer pushed it
+ * (a safetensors file, a checkpoint directory), made straight from both
+ * (wsync_source_delta_from): the base's tensors are hashed for its content
+ * id and read where they lie, no file of it or of the version written.
+ * As s_straight; 2, nothing done, for a .wsync base or what cannot be read
+ * so (a pipe, a signed push).
+ */
+static int
+s_straight_source(struct wsync_push_session *ps, const wsync_push_item_t *item,
+    wsync_source_t *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err)
+{
+	wsync_delta_stats_t stats;
+	wsync_source_t *base;
+	int out = -1, rc;
+
+	if (ps->sign != NULL)
+		return 2;
+	if ((base = wsync_source_open(item->base, item->model, item->ckpt, err)) == NULL)
+		return -1;
+	if (wsync_source_tree(base) == NULL) {
+		wsync_source_destroy(&base);
+		return 2;
+	}
+	if ((out = s_scratch(err)) < 0) {
+		wsync_source_destroy(&base);
+		return -1;
+	}
+	rc = wsync_source_delta_from(src, size, base, out, item->base, WSYNC_DELTA_WORTH, &stats,
+	    &send->base_content, err);
+	wsync_source_destroy(&base);
+	if (rc != 0)
+		close(out);
+	if (rc == 1) {
+		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not worth "
+		    "it (over half of the version)", item->base);
+		send->base_content = 0;
+		return 0;
+	}
+	if (rc != 0)
+		return rc;
+	send->delta = 1;
+	send->base = 0;
+	send->fd = out;
+	send->bytes = stats.bytes;
+	return 0;
+}
+
+/*
  * Opens item's --base file, in the form the trainer pushed it (a safetensors
  * file, a checkpoint directory, a .wsync file), as a .wsync file: its own
  * when it is a .wsync of the model, else the version it became written out
@@ -229,6 +277,10 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	int bfd = -1, rc = -1;
 
 	*send = (struct wsync_push_send){ .fd = -1, .head_fd = -1, .bytes = size };
+	if (item->base != NULL && !ps->keep_pushed &&
+	    (rc = s_straight_source(ps, item, src, size, send, err)) != 2)
+		return rc;
+	rc = -1;
 	if (item->base != NULL && (bfd = s_base_file(c, item, send, err)) < 0)
 		return -1;
 	if (bfd >= 0 && !ps->keep_pushed && (rc = s_straight(ps, item, src, size, bfd, send,

@@ -64,6 +64,15 @@ typedef struct wsync_delta_over {
 	wsync_delta_read_fn read;       /* reads its data; called from several threads */
 	void *arg;
 	int patch;              /* B is made into H as it is read; 0: B is only read */
+	/*
+	 * Set (patch 0 only): base_fd is B's skeleton too, with every hash, and
+	 * B's tensors (base_n, in its order, each path in base_paths) are read
+	 * through base_read, as H's through read.
+	 */
+	wsync_delta_read_fn base_read;
+	void *base_arg;
+	size_t base_n;
+	const char *const *base_paths;
 } wsync_delta_over_t;
 /*
  * As wsync_delta_make, the delta's bytes the same, with H's tensor data read

@@ -307,6 +307,13 @@ s_chunk(const s_make_t *m, s_worker_t *wk, size_t i, const wsync_tensor_t *t,
 	}
 	if (bt == NULL)
 		return 0;
+	if (m->over != NULL && m->over->base_read != NULL) {
+		if (m->over->base_read(m->over->base_arg, (size_t)(bt - wsync_file_tensor(m->base,
+		    0)), at, wk->bwin, n, err) < 0)
+			return -1;
+		*b = wk->bwin;
+		return 0;
+	}
 	*b = m->over != NULL && m->over->patch ? s_base_window(m, wk, bt->offset + at, n, err) :
 	    s_read(m, m->base, m->base_fd, wk->bwin, bt->offset + at, n, err);
 	return *b == NULL ? -1 : 0;
@@ -928,6 +935,13 @@ s_over_fits(const s_make_t *m, int patch)
 	if ((patch && wsync_file_size(m->base) != wsync_file_size(m->head)) ||
 	    wsync_file_count(m->head) != m->over->n)
 		return 0;
+	if (m->over->base_read != NULL) {
+		if (patch || wsync_file_count(m->base) != m->over->base_n)
+			return 0;
+		for (size_t i = 0; i < m->over->base_n; i++)
+			if (strcmp(wsync_file_tensor(m->base, i)->path, m->over->base_paths[i]) != 0)
+				return 0;
+	}
 	for (size_t i = 0; i < wsync_file_count(m->head); i++) {
 		const wsync_tensor_t *t = wsync_file_tensor(m->head, i), *bt;
 		if (strcmp(t->path, m->over->paths[i]) != 0)

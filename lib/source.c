@@ -13,6 +13,7 @@
 #include "file_int.h"
 #include "hash_int.h"
 #include "io_int.h"
+#include "pool_int.h"
 #include "source_int.h"
 #include "tree_int.h"
 
@@ -535,7 +536,7 @@ s_pipe_skip(wsync_source_t *src, const struct wsync_tree_tensor *t, wsync_err_t 
  */
 static int
 s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int data,
-    wsync_err_t *err)
+    unsigned char *buf, wsync_err_t *err)
 {
 	unsigned char be[8];
 	XXH3_state_t state;
@@ -543,10 +544,10 @@ s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int
 	XXH3_64bits_reset(&state);
 	for (uint64_t off = 0; off < t->nbytes; off += S_PIECE) {
 		size_t n = t->nbytes - off < S_PIECE ? (size_t)(t->nbytes - off) : S_PIECE;
-		if (s_piece(src, t, off, src->buf, n, err) < 0)
+		if (s_piece(src, t, off, buf, n, err) < 0)
 			return -1;
-		wsync_hash_update(&state, src->buf, n);
-		if (data && s_pwrite(src, fd, src->buf, n, t->at + off, err) < 0)
+		wsync_hash_update(&state, buf, n);
+		if (data && s_pwrite(src, fd, buf, n, t->at + off, err) < 0)
 			return -1;
 	}
 	s_put_be64(be, XXH3_64bits_digest(&state));
@@ -646,7 +647,7 @@ wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
 			goto out;
 		}
 		if ((src->pipe && s_pipe_skip(src, order[i], err) < 0) ||
-		    s_tensor_out(src, order[i], fd, 1, err) < 0)
+		    s_tensor_out(src, order[i], fd, 1, src->buf, err) < 0)
 			goto out;
 		done += order[i]->nbytes;
 		if (progress != NULL)
@@ -665,6 +666,65 @@ wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
 	rc = 0;
 out:
 	free(order);
+	return rc;
+}
+
+/* Tensors of a source hashed by a pool's threads, each with a buffer and an error of its own. */
+struct s_hashing {
+	wsync_source_t *src;
+	unsigned char **bufs;
+	wsync_err_t *errs;
+};
+
+/* Hashes tensor i into the skeleton (src->doc); a wsync_pool_fn. */
+static int
+s_hash_one(void *arg, size_t i, unsigned worker)
+{
+	struct s_hashing *hs = arg;
+
+	return s_tensor_out(hs->src, &hs->src->tree->t[i], hs->src->doc, 0, hs->bufs[worker],
+	    &hs->errs[worker]) < 0 ? -1 : 0;
+}
+
+/* Tensor i's bytes, for the pool to hash the largest first; a wsync_pool_size_fn. */
+static uint64_t
+s_hash_size(void *arg, size_t i)
+{
+	return ((struct s_hashing *)arg)->src->tree->t[i].nbytes;
+}
+
+/* Every tensor's hash into src->doc, a tensor per thread at a time (WSYNC_THREADS). */
+static int
+s_hash_all(wsync_source_t *src, wsync_err_t *err)
+{
+	unsigned threads = wsync_threads_for(src->size), failed = 0, made = 0;
+	struct s_hashing hs = { .src = src };
+	int rc = -1;
+
+	if (threads > src->tree->n)
+		threads = src->tree->n > 0 ? (unsigned)src->tree->n : 1;
+	hs.bufs = calloc(threads, sizeof(*hs.bufs));
+	hs.errs = calloc(threads, sizeof(*hs.errs));
+	if (hs.bufs == NULL || hs.errs == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto out;
+	}
+	for (; made < threads; made++)
+		if ((hs.bufs[made] = malloc(S_PIECE)) == NULL) {
+			wsync_err_set(err, EX_SOFTWARE, "out of memory");
+			goto out;
+		}
+	if (wsync_pool_run_sized(src->tree->n, threads, s_hash_one, s_hash_size, &hs,
+	    &failed) != 0) {
+		*err = hs.errs[failed];
+		goto out;
+	}
+	rc = 0;
+out:
+	for (unsigned k = 0; k < made; k++)
+		free(hs.bufs[k]);
+	free(hs.bufs);
+	free(hs.errs);
 	return rc;
 }
 
@@ -687,10 +747,7 @@ s_prepare_reads(wsync_source_t *src, wsync_err_t *err)
 	}
 	if (wsync_tree_write_skeleton(src->tree, src->doc, err) < 0)
 		return -1;
-	for (size_t i = 0; i < src->tree->n; i++)
-		if (s_tensor_out(src, &src->tree->t[i], src->doc, 0, err) < 0)
-			return -1;
-	return 0;
+	return s_hash_all(src, err);
 }
 
 int
@@ -714,13 +771,18 @@ s_read_data(void *arg, size_t i, uint64_t off, void *buf, size_t n, wsync_err_t 
 	return wsync_source_read_data(arg, i, off, buf, n, err);
 }
 
-int
-wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
+/*
+ * The delta to src's document from base_fd (a .wsync file), or, base set,
+ * from base's document, whose skeleton with hashes is base_fd: its data read
+ * from base as src's is from src.
+ */
+static int
+s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_source_t *base,
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
     wsync_err_t *err)
 {
 	wsync_tree_t *tree = src->tree;
-	const char **paths = NULL;
+	const char **paths = NULL, **base_paths = NULL;
 	uint64_t *hash_at = NULL;
 	int hfd = -1, rc = -1;
 
@@ -728,7 +790,8 @@ wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int pat
 		return 2;
 	paths = calloc(tree->n + 1, sizeof(*paths));
 	hash_at = calloc(tree->n + 1, sizeof(*hash_at));
-	if (paths == NULL || hash_at == NULL) {
+	base_paths = base != NULL ? calloc(base->tree->n + 1, sizeof(*base_paths)) : NULL;
+	if (paths == NULL || hash_at == NULL || (base != NULL && base_paths == NULL)) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -748,15 +811,47 @@ wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int pat
 		paths[i] = tree->t[i].path;
 		hash_at[i] = tree->t[i].hash_at;
 	}
+	for (size_t i = 0; base != NULL && i < base->tree->n; i++)
+		base_paths[i] = base->tree->t[i].path;
 	rc = wsync_delta_make_over(base_fd, &(wsync_delta_over_t){ .fd = hfd, .n = tree->n,
 	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src,
-	    .patch = patch }, out_fd, name, limit, stats, err);
+	    .patch = patch, .base_read = base != NULL ? s_read_data : NULL, .base_arg = base,
+	    .base_n = base != NULL ? base->tree->n : 0, .base_paths = base_paths }, out_fd, name,
+	    limit, stats, err);
 out:
 	if (hfd >= 0)
 		close(hfd);
 	free(paths);
+	free(base_paths);
 	free(hash_at);
 	return rc;
+}
+
+int
+wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
+    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
+    wsync_err_t *err)
+{
+	return s_delta_over(src, size, base_fd, patch, NULL, out_fd, name, limit, stats, err);
+}
+
+int
+wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base,
+    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
+    uint64_t *base_content, wsync_err_t *err)
+{
+	wsync_file_t *skeleton;
+
+	if (src->tree == NULL || src->pipe || base->tree == NULL || base->pipe)
+		return 2;
+	/* The base's skeleton with every hash, its data pages holes: the hub matches its content id. */
+	if (wsync_source_size(base, err) == 0 || (base->doc < 0 && s_prepare_reads(base, err) < 0))
+		return -1;
+	if ((skeleton = wsync_file_open_fd(base->doc, base->name, err)) == NULL)
+		return -1;
+	*base_content = wsync_file_content_id(skeleton);
+	wsync_file_close(&skeleton);
+	return s_delta_over(src, size, base->doc, 0, base, out_fd, name, limit, stats, err);
 }
 
 int

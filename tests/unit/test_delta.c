@@ -867,6 +867,109 @@ test_a_delta_made_over_the_base_is_the_same(void)
 }
 
 /*
+ * The delta from base's source (read where it lies, no file of it written,
+ * as a push with a safetensors --base makes it) to head's into delta, and
+ * the base's content id: what wsync_source_delta_from returned.
+ */
+static int
+s_make_from(const char *base, const char *head, const char *delta, uint64_t *content,
+    wsync_err_t *err)
+{
+	wsync_file_t *hf = wsync_file_open(head, err), *bf = wsync_file_open(base, err);
+	wsync_source_t *src = NULL, *bsrc = NULL;
+	uint64_t size = 0;
+	int dfd = -1, rc = -1;
+
+	if (hf == NULL || bf == NULL ||
+	    (src = wsync_source_open_tree(head, wsync_file_model(hf), NULL, err)) == NULL ||
+	    (bsrc = wsync_source_open_tree(base, wsync_file_model(bf), NULL, err)) == NULL ||
+	    (size = wsync_source_size(src, err)) == 0 ||
+	    (dfd = open(delta, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
+		goto out;
+	rc = wsync_source_delta_from(src, size, bsrc, dfd, delta, WSYNC_DELTA_ANY, NULL, content,
+	    err);
+out:
+	if (dfd >= 0)
+		close(dfd);
+	wsync_source_destroy(&src);
+	wsync_source_destroy(&bsrc);
+	wsync_file_close(&hf);
+	wsync_file_close(&bf);
+	return rc;
+}
+
+/* The content id of the .wsync file at path; 0 when it cannot be read. */
+static uint64_t
+s_content(const char *path)
+{
+	wsync_err_t err;
+	wsync_file_t *f = wsync_file_open(path, &err);
+	uint64_t id = f != NULL ? wsync_file_content_id(f) : 0;
+
+	wsync_file_close(&f);
+	return id;
+}
+
+/*
+ * A delta from a base read where it lies (a trainer's file, no .wsync of it)
+ * is the delta made from the two files, byte for byte, on 1, 2 and 7 threads,
+ * and names the base by the content id of the version it became: sparse,
+ * xor and raw forms, a large tensor, no change, and a head of another layout.
+ */
+static void
+test_a_delta_from_the_base_as_it_lies_is_the_same(void)
+{
+	static const struct { const char *dtype, *fraction; } cases[] = {
+		{ "bf16", "0.01" }, { "f32", "0.3" }, { "bf16", "1" }, { "large", "" },
+		{ "same", "" }, { "layout", "" },
+	};
+	static const char *const threads[] = { "1", "2", "7" };
+	static const uint64_t shape[1] = { 4096 }, other[1] = { 2048 };
+	static unsigned char a[16384], b[16384];
+	wsync_err_t err = { 0 };
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int made, same = 0;
+		uint64_t content = 0;
+		if (strcmp(cases[c].dtype, "large") == 0) {
+			made = s_write_large_and_small() == 0;
+		} else if (strcmp(cases[c].dtype, "same") == 0) {
+			made = s_mkstep("bf16", "0.01", 1u << 22) == 0 &&
+			    s_copy(s_path("base.wsync"), s_path("head.wsync")) == 0;
+		} else if (strcmp(cases[c].dtype, "layout") == 0) {
+			wsync_tree_t *tb = wsync_tree_new("layout", &err);
+			wsync_tree_t *th = wsync_tree_new("layout", &err);
+			s_add(tb, "a", WSYNC_F32, 1, shape, a, 1);
+			s_add(tb, "b", WSYNC_F32, 1, shape, b, 2);
+			s_add(th, "a", WSYNC_F32, 1, other, a, 1);
+			s_add(th, "b", WSYNC_F32, 1, shape, b, 3);
+			made = s_write(tb, s_path("base.wsync"), 1) == 0 &&
+			    s_write(th, s_path("head.wsync"), 2) == 0;
+		} else {
+			made = s_mkstep(cases[c].dtype, cases[c].fraction, 1u << 22) == 0;
+		}
+		made = made && s_doc(s_path("base.wsync"), s_path("bdoc.wsync"), &err) == 0 &&
+		    s_doc(s_path("head.wsync"), s_path("doc.wsync"), &err) == 0 &&
+		    s_make(s_path("bdoc.wsync"), s_path("doc.wsync"), s_path("files.wdelta"), NULL,
+		    &err) == 0;
+		for (size_t k = 0; made && k < sizeof(threads) / sizeof(threads[0]); k++) {
+			setenv("WSYNC_THREADS", threads[k], 1);
+			made = s_make_from(s_path("base.wsync"), s_path("head.wsync"),
+			    s_path("from.wdelta"), &content, &err) == 0;
+			same = made && s_same_files(s_path("from.wdelta"), s_path("files.wdelta")) &&
+			    content == s_content(s_path("bdoc.wsync"));
+			if (!same)
+				printf("# %s %s: %s threads differ (%s)\n", cases[c].dtype,
+				    cases[c].fraction, threads[k], err.msg);
+			made = made && same;
+		}
+		unsetenv("WSYNC_THREADS");
+		ok(made && same, "from the base as it lies, %s %s: 1, 2 and 7 threads make the "
+		    "files' delta, naming the base's content id", cases[c].dtype, cases[c].fraction);
+	}
+}
+
+/*
  * A head whose tensors lie elsewhere than the base's: 2 to patch, nothing
  * written anywhere; read only, the files' delta.
  */
@@ -1036,6 +1139,7 @@ main(void)
 	test_a_large_tensor_among_small_ones_makes_the_same_bytes();
 	test_a_delta_made_over_the_base_is_the_same();
 	test_a_delta_over_another_layout_is_not_made();
+	test_a_delta_from_the_base_as_it_lies_is_the_same();
 	test_an_unchanged_tensor_carries_its_own_hash();
 	test_a_change_the_sample_skips_is_judged_alike_over();
 	s_clean();
