@@ -1064,3 +1064,70 @@ out:
 		munmap(doc, (size_t)st.st_size);
 	return rc;
 }
+
+wsync_file_t *
+wsync_delta_head(int delta_fd, const char *name, wsync_err_t *err)
+{
+	s_apply_t a = { .out = { .fd = -1, .name = name, .err = err, .positioned = 1 },
+	    .name = name };
+	wsync_delta_header_t h = { 0 };
+	wsync_file_t *f = NULL;
+	void *map = MAP_FAILED;
+	unsigned char *doc = NULL;
+	struct stat st;
+	char why[256];
+	size_t end = 0;
+	int opened = 0;
+
+	if (fstat(delta_fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta (%s)", name,
+		    st.st_size == 0 ? "it is empty" : "not a regular file");
+		return NULL;
+	}
+	if ((map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, delta_fd, 0)) ==
+	    MAP_FAILED) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name, strerror(errno));
+		goto out;
+	}
+	if ((doc = wsync_msgpack_image(delta_fd, (size_t)st.st_size, &end, DOC_DEPTH,
+	    DOC_OBJECTS, why, sizeof(why))) == NULL) {
+		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: %s", name, why);
+		goto out;
+	}
+	if (wsync_delta_read_header(doc, (size_t)st.st_size, name, &h, err) < 0)
+		goto out;
+	a.h = &h;
+	a.delta = map;
+	/* H's size in a file whose data pages stay holes: only the skeleton is written. */
+	if ((a.out.fd = memfd_create("wsync-head", MFD_CLOEXEC)) < 0 ||
+	    ftruncate(a.out.fd, (off_t)h.size) < 0) {
+		wsync_err_set(err, EX_OSERR, "%s: the head's skeleton: %s", name, strerror(errno));
+		goto out;
+	}
+	a.image = mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (a.image == MAP_FAILED) {
+		a.image = NULL;
+		wsync_err_set(err, EX_OSERR, "%s: cannot map %llu bytes for the head's image: %s",
+		    name, (unsigned long long)h.size, strerror(errno));
+		goto out;
+	}
+	opened = 1;
+	if (s_applier_open(&a, 1, err) < 0 || s_apply_skeleton(&a, err) < 0 ||
+	    s_apply_check(&a, err) < 0)
+		goto out;
+	f = wsync_file_open_fd(a.out.fd, name, err);
+out:
+	if (opened)
+		s_applier_close(&a);
+	if (a.out.fd >= 0)
+		close(a.out.fd);
+	if (a.image != NULL)
+		munmap(a.image, (size_t)h.size);
+	wsync_delta_header_free(&h);
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)st.st_size);
+	if (doc != NULL)
+		munmap(doc, (size_t)st.st_size);
+	return f;
+}

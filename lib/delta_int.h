@@ -101,6 +101,14 @@ int wsync_delta_make_over(int base_fd, const wsync_delta_over_t *head, int out_f
  */
 int wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err);
+/*
+ * H as the delta describes it, no tensor decoded: its header and the bytes
+ * between its tensors (the skeleton) in a file of H's size whose data is
+ * holes, each tensor's path, length, hash and offset and H's content id
+ * checked against the delta's. For what H holds (tensors, meta, hashes)
+ * before it is rebuilt; its data reads as zeros. NULL with err (65).
+ */
+wsync_file_t *wsync_delta_head(int delta_fd, const char *name, wsync_err_t *err);
 /* Whether an apply writes the tensor at path: 1 to write it. */
 typedef int (*wsync_delta_keep_fn)(void *arg, const char *path);
 /*

@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sysexits.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include "delta_int.h"
 #include "file_int.h"
+#include "io_int.h"
 #include "hub_int.h"
 #include "tree_int.h"
 
@@ -20,6 +23,11 @@
 struct hub_part {
 	struct hub_upload up;           /* id 0: no attempt */
 	int whole;                      /* committed whole and verified: waiting for the others */
+	/*
+	 * Whole as a delta (up.files[0]) not yet rebuilt: file is its head as
+	 * the delta describes it, data holes, rebuilt with the union.
+	 */
+	int deferred;
 	wsync_file_t *file;             /* whole: its tensors and meta, mapped */
 	unsigned char ident[256];       /* whole: the commit to answer; identlen 0: answered */
 	size_t identlen;
@@ -176,6 +184,7 @@ s_part_clear(struct hub_part *p)
 	wsync_file_close(&p->file);
 	hub_upload_end(&p->up);
 	p->whole = 0;
+	p->deferred = 0;
 	p->identlen = 0;
 }
 
@@ -426,6 +435,31 @@ s_union_add(wsync_tree_t *tree, const wsync_tensor_t *t, wsync_err_t *err)
 }
 
 /*
+ * The union of g's whole parts as a tree: every part's tensors, each with its
+ * part's hash, and every part's meta. NULL with err.
+ */
+static wsync_tree_t *
+s_union_tree(const struct hub_group *g, wsync_err_t *err)
+{
+	wsync_tree_t *tree = wsync_tree_new(g->model, err);
+
+	for (uint32_t q = 0; tree != NULL && q < g->nparts; q++) {
+		const wsync_file_t *f = g->parts[q].file;
+		for (size_t i = 0; i < wsync_file_count(f); i++)
+			if (s_union_add(tree, wsync_file_tensor(f, i), err) < 0)
+				goto fail;
+		for (size_t i = 0; i < wsync_file_meta_count(f); i++)
+			if (wsync_tree_set_meta(tree, wsync_file_meta(f, i)->key,
+			    wsync_file_meta(f, i)->value, err) < 0)
+				goto fail;
+	}
+	return tree;
+fail:
+	wsync_tree_destroy(&tree);
+	return NULL;
+}
+
+/*
  * Writes the union of g's whole parts into an upload file t, the meta of
  * every part. The parts are file mappings, each verified whole: each
  * tensor keeps its part's hash and is written a stride at a time, each
@@ -438,23 +472,13 @@ static int
 s_union_write(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
     wsync_err_t *err)
 {
-	wsync_tree_t *tree = wsync_tree_new(g->model, err);
+	wsync_tree_t *tree = s_union_tree(g, err);
 	uint64_t size;
 	int rc = -1;
 
 	if (tree == NULL)
 		return -1;
 	tree->release_sources = 1;
-	for (uint32_t q = 0; q < g->nparts; q++) {
-		const wsync_file_t *f = g->parts[q].file;
-		for (size_t i = 0; i < wsync_file_count(f); i++)
-			if (s_union_add(tree, wsync_file_tensor(f, i), err) < 0)
-				goto done;
-		for (size_t i = 0; i < wsync_file_meta_count(f); i++)
-			if (wsync_tree_set_meta(tree, wsync_file_meta(f, i)->key,
-			    wsync_file_meta(f, i)->value, err) < 0)
-				goto done;
-	}
 	/*
 	 * Into a spare's existing pages when one is free (--recycle): a new file's
 	 * fresh pages cost more than the copy (1 GiB of two parts: 1.4-3.0 s
@@ -472,6 +496,126 @@ done:
 	return rc;
 }
 
+/* Whether every part of g is deferred, each a delta from the same version. */
+static int
+s_one_base(const struct hub_group *g)
+{
+	for (uint32_t q = 0; q < g->nparts; q++)
+		if (!g->parts[q].deferred || g->parts[q].up.files[0].base !=
+		    g->parts[0].up.files[0].base)
+			return 0;
+	return 1;
+}
+
+/*
+ * The union's skeleton, every hash in it (its parts'), into a file of its
+ * size whose data is holes: the head the parts' deltas are joined into.
+ * The descriptor, or -1 with err.
+ */
+static int
+s_union_skeleton(wsync_tree_t *tree, uint64_t size, wsync_err_t *err)
+{
+	int fd = memfd_create("wsync-union", MFD_CLOEXEC);
+
+	if (fd < 0 || ftruncate(fd, (off_t)size) < 0) {
+		wsync_err_set(err, EX_OSERR, "model %s: the union's skeleton: %s", tree->model,
+		    strerror(errno));
+		goto fail;
+	}
+	if (wsync_tree_write_skeleton(tree, fd, err) < 0)
+		goto fail;
+	for (size_t i = 0; i < tree->n; i++) {
+		unsigned char be[8];
+		for (int b = 0; b < 8; b++)
+			be[b] = (unsigned char)(tree->t[i].hash >> (56 - 8 * b));
+		if (wsync_write_at(fd, be, sizeof(be), tree->t[i].hash_at) < 0) {
+			wsync_err_set(err, EX_IOERR, "model %s: the union's skeleton: %s",
+			    tree->model, strerror(errno));
+			goto fail;
+		}
+	}
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+/*
+ * Every part of g came as a delta from one version V: their deltas, joined
+ * as the union's delta from V (no tensor decoded), rebuild the union into t
+ * in one pass, each tensor and the content id checked, where rebuilding each
+ * part and then copying them into the union took two. -1 with err: some
+ * delta does not rebuild its part (which one, s_parts_rebuild tells).
+ */
+static int
+s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
+    wsync_err_t *err)
+{
+	const struct hub_ufile *uf = &g->parts[0].up.files[0];
+	char name[WSYNC_MAX_MODEL + 64];
+	wsync_tree_t *tree = s_union_tree(g, err);
+	wsync_store_temp_t joined = { .fd = -1 };
+	int *fds = calloc(g->nparts, sizeof(*fds)), skel = -1, rc = -1;
+	uint64_t size;
+
+	snprintf(name, sizeof(name), "model %s group %" PRIu64 ": the parts' deltas from "
+	    "version %" PRIu64, g->model, g->key, uf->base);
+	if (fds == NULL) {
+		wsync_err_set(err, EX_SOFTWARE, "out of memory");
+		goto done;
+	}
+	for (uint32_t q = 0; q < g->nparts; q++)
+		fds[q] = g->parts[q].up.files[0].delta.fd;
+	if (tree == NULL || wsync_tree_size(tree, &size, err) < 0 ||
+	    (skel = s_union_skeleton(tree, size, err)) < 0 ||
+	    wsync_store_temp_open(h->store, g->model, &joined, err) < 0 ||
+	    wsync_delta_rebase(fds, g->nparts, uf->base_fd, uf->base, skel, joined.fd, name,
+	    NULL, err) < 0 || lseek(joined.fd, 0, SEEK_SET) < 0 ||
+	    wsync_store_slot_open(h->store, g->model, size, t, err) < 0 ||
+	    wsync_delta_apply(uf->base_fd, joined.fd, t->fd, name, NULL, NULL, err) < 0)
+		goto done;
+	t->verified = 1;
+	rc = 0;
+done:
+	wsync_store_temp_remove(&joined);
+	if (skel >= 0)
+		close(skel);
+	free(fds);
+	wsync_tree_destroy(&tree);
+	return rc;
+}
+
+/*
+ * Rebuilds each deferred part of g on its own, as a part that came whole is:
+ * one whose delta does not rebuild it is refused (its rank pushes it whole)
+ * and no longer whole. Whether every part is whole after.
+ */
+static int
+s_parts_rebuild(wsync_hub_t *h, struct hub_group *g)
+{
+	int all = 1;
+
+	for (uint32_t q = 0; q < g->nparts; q++) {
+		struct hub_part *p = &g->parts[q];
+		char name[WSYNC_MAX_MODEL + 64];
+		wsync_err_t err;
+		if (!p->deferred)
+			continue;
+		snprintf(name, sizeof(name), "model \"%s\" group %" PRIu64 " part %" PRIu32,
+		    g->model, g->key, q);
+		wsync_file_close(&p->file);
+		p->deferred = 0;
+		if (hub_pushdelta_apply(h, &p->up, 0, &err) < 0 ||
+		    (p->file = wsync_file_open_fd(p->up.temps[0].fd, name, &err)) == NULL) {
+			s_refuse(h, p, err.code, err.msg);
+			s_part_clear(p);
+			all = 0;
+		}
+	}
+	return all;
+}
+
 /* Every part of g is whole: commits their union as one version and answers every part. */
 static void
 s_group_commit(wsync_hub_t *h, struct hub_group *g)
@@ -482,8 +626,22 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 	    .group = g->key };
 	wsync_err_t err;
 	int64_t start = wsync_now_ms();
+	const char *how = "copy";
 
-	if (s_union_write(h, g, &t, &err) < 0 ||
+	/* Parts' deltas from one version: the union rebuilt from them at once. */
+	if (s_one_base(g)) {
+		if (s_union_apply(h, g, &t, &err) == 0) {
+			how = "delta";
+		} else {
+			hub_log(h, "event=union model=%s group=%" PRIu64 " reason=\"%s\" "
+			    "then=\"each part rebuilt on its own\"", g->model, g->key, err.msg);
+			wsync_store_temp_remove(&t);
+			t = (wsync_store_temp_t){ .fd = -1 };
+		}
+	}
+	if (t.fd < 0 && !s_parts_rebuild(h, g))
+		return;
+	if ((t.fd < 0 && s_union_write(h, g, &t, &err) < 0) ||
 	    wsync_store_commit(h->store, &t, 1, &info, &out, &err) < 0) {
 		wsync_store_temp_remove(&t);
 		s_group_fail(h, g, err.code, err.msg);
@@ -493,9 +651,9 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 	s_remember(h, g, out.version);
 	s_adopt_deltas(h, g, out.version);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
-	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union_ms=%" PRId64, out.model,
-	    out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-", g->key,
-	    g->nparts, wsync_now_ms() - start);
+	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union=%s union_ms=%" PRId64,
+	    out.model, out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-",
+	    g->key, g->nparts, how, wsync_now_ms() - start);
 	hub_announce(h, &out, &t, 1, NULL, 0);
 	hub_waits_check(h, out.model);
 	for (uint32_t i = 0; i < g->nparts; i++) {
@@ -525,8 +683,21 @@ hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_
 		    g->model, g->key);
 	snprintf(name, sizeof(name), "model \"%s\" group %" PRIu64 " part %" PRIu32, g->model,
 	    g->key, rank);
-	/* A part that does not verify ends its attempt only: its rank may push it again. */
-	if ((f = wsync_file_open_fd(u->temps[0].fd, name, err)) == NULL ||
+	/*
+	 * A part that does not verify ends its attempt only: its rank may push it
+	 * again. One sent as a delta is known by its head until the union is
+	 * rebuilt (wsync_delta_head): its tensors, hashes and meta.
+	 */
+	if (u->files[0].base != 0) {
+		if (hub_pushdelta_rebase(h, u, 0, err) < 0 ||
+		    (f = wsync_delta_head(u->files[0].delta.fd, name, err)) == NULL) {
+			hub_log(h, "event=abort upload=%" PRIu64 " model=%s reason=\"the delta did "
+			    "not apply\"", u->id, g->model);
+			hub_upload_end(u);
+			return -1;
+		}
+		p->deferred = 1;
+	} else if ((f = wsync_file_open_fd(u->temps[0].fd, name, err)) == NULL ||
 	    (!u->temps[0].verified && wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0)) {
 		wsync_file_close(&f);
 		hub_upload_end(u);

@@ -102,6 +102,7 @@ struct hub_ufile {
 	uint64_t base, head_size;
 	int base_fd;
 	wsync_store_temp_t delta;
+	int rebased;                    /* delta rewritten against the hub's base already */
 };
 
 /*
@@ -511,6 +512,8 @@ int hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *mod
  * when not), the delta first rewritten against the hub's copy of the base.
  */
 int hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err);
+/* The first step of that alone: file i's delta rewritten against the hub's base, once. */
+int hub_pushdelta_rebase(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err);
 /* Once committed as version: the delta uf brought becomes the one served from its base. */
 void hub_pushdelta_keep(wsync_hub_t *h, const struct hub_ufile *uf, const char *model,
     uint64_t version);

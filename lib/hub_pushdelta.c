@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sysexits.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "hub_int.h"
@@ -62,6 +63,11 @@ hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
 	if ((uf->base_fd = hub_open_version(h, model, v->version)) < 0)
 		return wsync_err_set(err, EX_IOERR, "model %s version %" PRIu64 ": cannot open "
 		    "it as a base", model, v->version);
+	/*
+	 * Shared-locked: retired meanwhile, its file may become a spare, which a
+	 * rebuild takes only when it can lock it alone, never while it is read.
+	 */
+	(void)flock(uf->base_fd, LOCK_SH | LOCK_NB);
 	if (wsync_store_temp_open(h->store, model, &uf->delta, err) < 0)
 		return -1;
 	uf->base = v->version;
@@ -93,6 +99,29 @@ s_rebase(wsync_hub_t *h, struct hub_ufile *uf, const char *model, const char *na
 	return 0;
 }
 
+/* The name of file i's delta in errors, into name (size bytes). */
+static void
+s_name(const struct hub_upload *u, size_t i, char *name, size_t size)
+{
+	snprintf(name, size, "model %s: delta from version %" PRIu64, u->temps[i].model,
+	    u->files[i].base);
+}
+
+int
+hub_pushdelta_rebase(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err)
+{
+	struct hub_ufile *uf = &u->files[i];
+	char name[WSYNC_MAX_MODEL + 64];
+
+	if (uf->rebased)
+		return 0;
+	s_name(u, i, name, sizeof(name));
+	if (s_rebase(h, uf, u->temps[i].model, name, err) < 0)
+		return -1;
+	uf->rebased = 1;
+	return 0;
+}
+
 int
 hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err)
 {
@@ -102,9 +131,8 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	uint64_t version, content;
 	int recycled;
 
-	snprintf(name, sizeof(name), "model %s: delta from version %" PRIu64, t->model,
-	    uf->base);
-	if (s_rebase(h, uf, t->model, name, err) < 0)
+	s_name(u, i, name, sizeof(name));
+	if (hub_pushdelta_rebase(h, u, i, err) < 0)
 		return -1;
 	/*
 	 * Rebuilt into a spare's existing pages when one is free (--recycle):
@@ -150,4 +178,5 @@ hub_pushdelta_end(struct hub_ufile *uf)
 	if (uf->base != 0)
 		wsync_store_temp_remove(&uf->delta);
 	uf->base = 0;
+	uf->rebased = 0;
 }

@@ -404,9 +404,13 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 			    "has %" PRIu64 " of its %" PRIu64 " bytes", id, i, u->temps[i].model,
 			    u->files[i].filled, u->files[i].size);
 	}
-	/* A delta that does not apply ends the upload: the pusher sends the version whole. */
+	/*
+	 * A delta that does not apply ends the upload: the pusher sends the
+	 * version whole. A part's is rebuilt with its group's union.
+	 */
 	for (size_t i = 0; i < u->nfiles; i++)
-		if (u->files[i].base != 0 && hub_pushdelta_apply(h, u, i, err) < 0) {
+		if (u->files[i].base != 0 && hub_group_upload(h, u->id) != u &&
+		    hub_pushdelta_apply(h, u, i, err) < 0) {
 			hub_upload_end(u);
 			return -1;
 		}

@@ -358,6 +358,9 @@ two_ranks() {
 	run -0 grep -c "models=policy .*deltas=policy@1:" hub.log
 	assert_output 2
 	run -0 grep -c "event=delta model=policy base=1 version=2 state=ready made=0 pushed=2 " hub.log
+	# The union rebuilt at once from the parts' deltas, no part rebuilt alone.
+	run -0 grep -c "event=commit model=policy version=2 .* union=delta " hub.log
+	run -1 grep "event=rebuild " hub.log
 	run -0 wsync-pull -q --transfer socket --base "$TMP/w1.wsync" -m policy -o "$TMP/w2.wsync"
 	cmp "$TMP/w2.wsync" "$STORE/policy/2.wsync"
 	run -1 grep "made=1" hub.log
@@ -377,4 +380,51 @@ two_ranks() {
 	assert_success
 	assert_output "2"
 	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: $TMP/p1.1.safetensors: model policy holds no version of content $content (never pushed here, or retired)"
+}
+
+# same_as_whole V: the version V of policy holds what $TMP/s2.safetensors pushed
+# whole does (every byte after the version number's).
+same_as_whole() {
+	run -0 wsync-push -q -m policy "$TMP/s2.safetensors"
+	cmp <(tail -c +64 "$STORE/policy/$1.wsync") <(tail -c +64 "$STORE/policy/$output.wsync")
+}
+
+@test "a group of one part sent as a delta and one sent whole rebuilds the delta's part, then copies both" {
+	steps_in_parts
+	start_hub
+	two_ranks 1 1
+	assert_success
+	two_ranks 2 2 "$TMP/p1.0.safetensors" -
+	assert_success
+	assert_output "2"
+	assert_equal "$stderr" ""
+	run -0 grep -c "event=rebuild upload=.* model=policy base=1 " hub.log
+	assert_output 1
+	run -0 grep -c "event=commit model=policy version=2 .* union=copy " hub.log
+	same_as_whole 2
+}
+
+@test "parts' deltas whose union does not rebuild are rebuilt each on its own: the damaged part goes whole, the other stays a delta" {
+	steps_in_parts
+	start_hub
+	two_ranks 1 1
+	assert_success
+	# A byte of one of part 0's tensors damaged in version 1, the ranks' base.
+	local path off
+	path=$(wsync-inspect --json "$TMP/p1.0.safetensors" | jq -r '.tree[0].path')
+	off=$(wsync-inspect --json "$STORE/policy/1.wsync" |
+		jq --arg p "$path" '.tree[] | select(.path == $p) | .offset + (.bytes / 2 | floor)')
+	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+	two_ranks 2 2 "$TMP/p1.0.safetensors" "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	assert_equal "$stderr" ""
+	run -0 grep -c "event=union model=policy group=2 reason=.*tensor $path: .*(a damaged base).* then=\"each part rebuilt on its own\"" hub.log
+	# Part 0's delta did not apply: its rank sent it whole; part 1's rebuilt as sent.
+	run -0 grep -c "event=abort upload=.* model=policy reason=\"the delta did not apply\"" hub.log
+	assert_output 1
+	run -0 grep -c "event=rebuild upload=.* model=policy base=1 " hub.log
+	assert_output 1
+	run -0 grep -c "event=commit model=policy version=2 .* union=copy " hub.log
+	same_as_whole 2
 }
