@@ -955,6 +955,61 @@ s_applier_close(s_apply_t *a)
 	free(a->data.buf);
 }
 
+/* A delta read for applying: mapped, its header parsed from an image of it. */
+typedef struct s_din {
+	void *map;
+	unsigned char *doc;
+	size_t size;
+	wsync_delta_header_t h;
+} s_din_t;
+
+/* Maps the delta in delta_fd and reads its header into d; -1 with err. */
+static int
+s_din_open(s_din_t *d, int delta_fd, const char *name, wsync_err_t *err)
+{
+	struct stat st;
+	char why[256];
+	size_t end = 0;
+
+	*d = (s_din_t){ .map = MAP_FAILED };
+	if (fstat(delta_fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return wsync_err_set(err, EX_IOERR, "%s: the delta is not a regular file", name);
+	if (st.st_size == 0)
+		return wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta (it is empty)", name);
+	d->size = (size_t)st.st_size;
+	if ((d->map = mmap(NULL, d->size, PROT_READ, MAP_SHARED, delta_fd, 0)) == MAP_FAILED)
+		return wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name,
+		    strerror(errno));
+	/* The header is read from an image: the encoded bytes stay out of memory till used. */
+	if ((d->doc = wsync_msgpack_image(delta_fd, d->size, &end, DOC_DEPTH, DOC_OBJECTS, why,
+	    sizeof(why))) == NULL)
+		return wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: %s", name, why);
+	return wsync_delta_read_header(d->doc, d->size, name, &d->h, err);
+}
+
+static void
+s_din_close(s_din_t *d)
+{
+	wsync_delta_header_free(&d->h);
+	if (d->map != MAP_FAILED)
+		munmap(d->map, d->size);
+	if (d->doc != NULL)
+		munmap(d->doc, d->size);
+}
+
+/* An anonymous image of H's size for a's skeleton, reserving no memory; -1 with err. */
+static int
+s_image_map(s_apply_t *a, wsync_err_t *err)
+{
+	a->image = mmap(NULL, (size_t)a->h->size, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (a->image != MAP_FAILED)
+		return 0;
+	a->image = NULL;
+	return wsync_err_set(err, EX_OSERR, "%s: cannot map %llu bytes for the head's image: %s",
+	    a->name, (unsigned long long)a->h->size, strerror(errno));
+}
+
 int
 wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err)
@@ -970,40 +1025,17 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 {
 	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err, .positioned = 1 },
 	    .name = name, .keep = keep, .keep_arg = keep_arg }, *ws = NULL;
-	wsync_delta_header_t h = { 0 };
+	s_din_t d;
 	wsync_file_t *base = NULL;
-	void *map = MAP_FAILED;
-	unsigned char *doc = NULL;
 	unsigned nworkers = 0, opened = 0;
-	struct stat st, ost;
-	char why[256];
-	size_t end = 0;
+	struct stat ost;
 	int rc = -1;
 
-	if (fstat(delta_fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		wsync_err_set(err, EX_IOERR, "%s: the delta is not a regular file", name);
-		goto out;
-	}
-	if (st.st_size == 0) {
-		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta (it is empty)", name);
-		goto out;
-	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, delta_fd, 0);
-	if (map == MAP_FAILED) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name, strerror(errno));
-		goto out;
-	}
-	/* The header is read from an image: the encoded bytes stay out of memory till used. */
-	if ((doc = wsync_msgpack_image(delta_fd, (size_t)st.st_size, &end, DOC_DEPTH,
-	    DOC_OBJECTS, why, sizeof(why))) == NULL) {
-		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: %s", name, why);
-		goto out;
-	}
-	if (wsync_delta_read_header(doc, (size_t)st.st_size, name, &h, err) < 0 ||
+	if (s_din_open(&d, delta_fd, name, err) < 0 ||
 	    (base = wsync_file_open_fd(base_fd, "base", err)) == NULL)
 		goto out;
-	a.h = &h;
-	a.delta = map;
+	a.h = &d.h;
+	a.delta = d.map;
 	a.base = base;
 	a.base_fd = base->mem == WSYNC_MEM_MMAP ? base_fd : -1;
 	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
@@ -1014,22 +1046,16 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		goto out;
 	}
 	/* Reserves no memory: only the skeleton's pages are ever written. */
-	a.image = mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (a.image == MAP_FAILED) {
-		a.image = NULL;
-		wsync_err_set(err, EX_OSERR, "%s: cannot map %llu bytes for the head's image: %s",
-		    name, (unsigned long long)h.size, strerror(errno));
+	if (s_image_map(&a, err) < 0)
 		goto out;
-	}
 	/*
 	 * An applier per thread, a tensor each at a time, the largest first: each
 	 * holds about 6 MiB, its zstd stream's window (4 MiB as wsync writes them)
 	 * and a MiB of decoded bytes and a sparse group.
 	 */
-	nworkers = wsync_threads_for(h.size);
-	if (nworkers > h.ntensors)
-		nworkers = h.ntensors > 0 ? (unsigned)h.ntensors : 1;
+	nworkers = wsync_threads_for(d.h.size);
+	if (nworkers > d.h.ntensors)
+		nworkers = d.h.ntensors > 0 ? (unsigned)d.h.ntensors : 1;
 	if ((ws = calloc(nworkers, sizeof(*ws))) == NULL) {
 		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 		goto out;
@@ -1046,22 +1072,18 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	if (s_apply(ws, nworkers, err) < 0)
 		goto out;
 	if (version != NULL)
-		*version = h.version;
+		*version = d.h.version;
 	if (content != NULL)
-		*content = h.content;
+		*content = d.h.content;
 	rc = 0;
 out:
 	for (unsigned k = 0; k < opened; k++)
 		s_applier_close(&ws[k]);
 	free(ws);
 	if (a.image != NULL)
-		munmap(a.image, (size_t)h.size);
-	wsync_delta_header_free(&h);
+		munmap(a.image, (size_t)d.h.size);
+	s_din_close(&d);
 	wsync_file_close(&base);
-	if (map != MAP_FAILED)
-		munmap(map, (size_t)st.st_size);
-	if (doc != NULL)
-		munmap(doc, (size_t)st.st_size);
 	return rc;
 }
 
@@ -1070,48 +1092,22 @@ wsync_delta_head(int delta_fd, const char *name, wsync_err_t *err)
 {
 	s_apply_t a = { .out = { .fd = -1, .name = name, .err = err, .positioned = 1 },
 	    .name = name };
-	wsync_delta_header_t h = { 0 };
+	s_din_t d;
 	wsync_file_t *f = NULL;
-	void *map = MAP_FAILED;
-	unsigned char *doc = NULL;
-	struct stat st;
-	char why[256];
-	size_t end = 0;
 	int opened = 0;
 
-	if (fstat(delta_fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
-		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta (%s)", name,
-		    st.st_size == 0 ? "it is empty" : "not a regular file");
-		return NULL;
-	}
-	if ((map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, delta_fd, 0)) ==
-	    MAP_FAILED) {
-		wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name, strerror(errno));
+	if (s_din_open(&d, delta_fd, name, err) < 0)
 		goto out;
-	}
-	if ((doc = wsync_msgpack_image(delta_fd, (size_t)st.st_size, &end, DOC_DEPTH,
-	    DOC_OBJECTS, why, sizeof(why))) == NULL) {
-		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: %s", name, why);
-		goto out;
-	}
-	if (wsync_delta_read_header(doc, (size_t)st.st_size, name, &h, err) < 0)
-		goto out;
-	a.h = &h;
-	a.delta = map;
+	a.h = &d.h;
+	a.delta = d.map;
 	/* H's size in a file whose data pages stay holes: only the skeleton is written. */
 	if ((a.out.fd = memfd_create("wsync-head", MFD_CLOEXEC)) < 0 ||
-	    ftruncate(a.out.fd, (off_t)h.size) < 0) {
+	    ftruncate(a.out.fd, (off_t)d.h.size) < 0) {
 		wsync_err_set(err, EX_OSERR, "%s: the head's skeleton: %s", name, strerror(errno));
 		goto out;
 	}
-	a.image = mmap(NULL, (size_t)h.size, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (a.image == MAP_FAILED) {
-		a.image = NULL;
-		wsync_err_set(err, EX_OSERR, "%s: cannot map %llu bytes for the head's image: %s",
-		    name, (unsigned long long)h.size, strerror(errno));
+	if (s_image_map(&a, err) < 0)
 		goto out;
-	}
 	opened = 1;
 	if (s_applier_open(&a, 1, err) < 0 || s_apply_skeleton(&a, err) < 0 ||
 	    s_apply_check(&a, err) < 0)
@@ -1123,11 +1119,7 @@ out:
 	if (a.out.fd >= 0)
 		close(a.out.fd);
 	if (a.image != NULL)
-		munmap(a.image, (size_t)h.size);
-	wsync_delta_header_free(&h);
-	if (map != MAP_FAILED)
-		munmap(map, (size_t)st.st_size);
-	if (doc != NULL)
-		munmap(doc, (size_t)st.st_size);
+		munmap(a.image, (size_t)d.h.size);
+	s_din_close(&d);
 	return f;
 }
