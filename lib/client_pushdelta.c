@@ -184,7 +184,7 @@ s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
  * (wsync_source_delta_from): the base's tensors are hashed for its content
  * id and read where they lie, no file of it or of the version written.
  * As s_straight; 2, nothing done, for a .wsync base or what cannot be read
- * so (a pipe, a signed push).
+ * so (a pipe or stream, a signed push).
  */
 static int
 s_straight_source(struct wsync_push_session *ps, const wsync_push_item_t *item,
@@ -194,7 +194,11 @@ s_straight_source(struct wsync_push_session *ps, const wsync_push_item_t *item,
 	wsync_source_t *base;
 	int out = -1, rc;
 
-	if (ps->sign != NULL)
+	struct stat st;
+
+	/* A stream is read once: s_base_file reads it, as the trainer sent it. */
+	if (ps->sign != NULL || strcmp(item->base, "-") == 0 || stat(item->base, &st) < 0 ||
+	    !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
 		return 2;
 	if ((base = wsync_source_open(item->base, item->model, item->ckpt, err)) == NULL)
 		return -1;

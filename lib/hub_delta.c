@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sysexits.h>
 #include <unistd.h>
@@ -156,6 +157,11 @@ s_start(wsync_hub_t *h)
 	j->base_fd = hub_open_version(h, d->model, d->base);
 	j->head_fd = hub_open_version(h, d->model, d->head);
 	j->out_fd = -1;
+	/* Share-locked while read: retired meanwhile, neither is recycled into a slot. */
+	if (j->base_fd >= 0)
+		(void)flock(j->base_fd, LOCK_SH | LOCK_NB);
+	if (j->head_fd >= 0)
+		(void)flock(j->head_fd, LOCK_SH | LOCK_NB);
 	if (j->base_fd < 0 || j->head_fd < 0 ||
 	    (j->out_fd = s_open_out(h, d, j->tmp, sizeof(j->tmp))) < 0) {
 		snprintf(d->why, sizeof(d->why), "cannot make it: %s", strerror(errno));

@@ -589,11 +589,14 @@ done:
 /*
  * Rebuilds each deferred part of g on its own, as a part that came whole is:
  * one whose delta does not rebuild it is refused (its rank pushes it whole)
- * and no longer whole. Whether every part is whole after.
+ * and no longer whole. One whose pusher was answered already (its bound ran
+ * out) would never come again: the group fails then. Whether every part is
+ * whole after (0 too when the group failed).
  */
 static int
 s_parts_rebuild(wsync_hub_t *h, struct hub_group *g)
 {
+	char why[WSYNC_MAX_REASON] = "";
 	int all = 1;
 
 	for (uint32_t q = 0; q < g->nparts; q++) {
@@ -606,14 +609,46 @@ s_parts_rebuild(wsync_hub_t *h, struct hub_group *g)
 		    g->model, g->key, q);
 		wsync_file_close(&p->file);
 		p->deferred = 0;
-		if (hub_pushdelta_apply(h, &p->up, 0, &err) < 0 ||
-		    (p->file = wsync_file_open_fd(p->up.temps[0].fd, name, &err)) == NULL) {
-			s_refuse(h, p, err.code, err.msg);
-			s_part_clear(p);
-			all = 0;
-		}
+		if (hub_pushdelta_apply(h, &p->up, 0, &err) == 0 &&
+		    (p->file = wsync_file_open_fd(p->up.temps[0].fd, name, &err)) != NULL)
+			continue;
+		if (p->identlen == 0 && why[0] == '\0')
+			snprintf(why, sizeof(why), "model %s group %" PRIu64 ": part %" PRIu32 " did "
+			    "not rebuild once its pusher had gone (%.*s); nothing committed", g->model,
+			    g->key, q, WSYNC_MAX_REASON / 2, err.msg);
+		s_refuse(h, p, err.code, err.msg);
+		s_part_clear(p);
+		all = 0;
 	}
+	if (why[0] != '\0')
+		s_group_fail(h, g, EX_DATAERR, why);
 	return all;
+}
+
+/*
+ * Whether g may still be rebuilt at once from its parts' deltas with a part
+ * that is a delta from base (0: not a delta) besides those in: every part in
+ * is a deferred delta from base.
+ */
+static int
+s_may_defer(const struct hub_group *g, uint64_t base)
+{
+	if (base == 0)
+		return 0;
+	for (uint32_t q = 0; q < g->nparts; q++)
+		if (g->parts[q].whole && (!g->parts[q].deferred ||
+		    g->parts[q].up.files[0].base != base))
+			return 0;
+	return 1;
+}
+
+int
+hub_group_defers(wsync_hub_t *h, const struct hub_upload *u)
+{
+	struct hub_part *p;
+	const struct hub_group *g = s_group_of(h, u, &p);
+
+	return g != NULL && s_may_defer(g, u->files[0].base);
 }
 
 /* Every part of g is whole: commits their union as one version and answers every part. */
@@ -633,8 +668,10 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 		if (s_union_apply(h, g, &t, &err) == 0) {
 			how = "delta";
 		} else {
+			char quoted[4 * WSYNC_MAX_REASON + 8];
 			hub_log(h, "event=union model=%s group=%" PRIu64 " reason=\"%s\" "
-			    "then=\"each part rebuilt on its own\"", g->model, g->key, err.msg);
+			    "then=\"each part rebuilt on its own\"", g->model, g->key,
+			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 			wsync_store_temp_remove(&t);
 			t = (wsync_store_temp_t){ .fd = -1 };
 		}
@@ -688,7 +725,7 @@ hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_
 	 * again. One sent as a delta is known by its head until the union is
 	 * rebuilt (wsync_delta_head): its tensors, hashes and meta.
 	 */
-	if (u->files[0].base != 0) {
+	if (u->files[0].base != 0 && !u->temps[0].verified) {
 		if (hub_pushdelta_rebase(h, u, 0, err) < 0 ||
 		    (f = wsync_delta_head(u->files[0].delta.fd, name, err)) == NULL) {
 			hub_log(h, "event=abort upload=%" PRIu64 " model=%s reason=\"the delta did "
@@ -697,6 +734,8 @@ hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_
 			return -1;
 		}
 		p->deferred = 1;
+		/* Its file is made when it is rebuilt: none held open meanwhile. */
+		wsync_store_temp_remove(&u->temps[0]);
 	} else if ((f = wsync_file_open_fd(u->temps[0].fd, name, err)) == NULL ||
 	    (!u->temps[0].verified && wsync_file_verify_fd(f, u->temps[0].fd, NULL, 0, err) < 0)) {
 		wsync_file_close(&f);
@@ -714,6 +753,14 @@ hub_group_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_
 	memcpy(p->ident, r->ident, r->identlen);
 	p->identlen = r->identlen;
 	p->req = r->id;
+	/*
+	 * A part rebuilt at its commit (whole, or a delta from another base than
+	 * the others'): the group is no longer rebuilt at once, and the parts
+	 * waiting as deltas are rebuilt now, each alone, as they would have been
+	 * at their commits. Failed meanwhile, every part was answered.
+	 */
+	if (!p->deferred && !s_parts_rebuild(h, g) && g->code != 0)
+		return 0;
 	s_missing(g, missing, sizeof(missing));
 	hub_log(h, "event=part model=%s group=%" PRIu64 " part=%" PRIu32 "/%" PRIu32 " upload=%"
 	    PRIu64 " missing=%s", g->model, g->key, rank, g->nparts, u->id,

@@ -469,6 +469,11 @@ size_t hub_groups_sending(const wsync_hub_t *h);
  * content id content (a rank's --base is its part pushed before); 0: none.
  */
 uint64_t hub_group_base(const wsync_hub_t *h, const char *model, uint64_t content);
+/*
+ * Whether upload u is a part sent as a delta whose rebuild waits for its
+ * group's union: every part in so far is such a delta from the same version.
+ */
+int hub_group_defers(wsync_hub_t *h, const struct hub_upload *u);
 /* Answers the parts whose pusher's bound ran out at now; drops groups past every bound. */
 void hub_groups_expire(wsync_hub_t *h, int64_t now);
 /* Drops every group as the hub stops, its parts refused (69). */

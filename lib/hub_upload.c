@@ -409,7 +409,7 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 	 * version whole. A part's is rebuilt with its group's union.
 	 */
 	for (size_t i = 0; i < u->nfiles; i++)
-		if (u->files[i].base != 0 && hub_group_upload(h, u->id) != u &&
+		if (u->files[i].base != 0 && !hub_group_defers(h, u) &&
 		    hub_pushdelta_apply(h, u, i, err) < 0) {
 			hub_upload_end(u);
 			return -1;

@@ -110,6 +110,20 @@ hub_with_v1() {
 	run -1 compgen -G "$STORE/.uploads/*"
 }
 
+@test "a --base read from a pipe (a process substitution) is read once and sends the delta" {
+	steps 2
+	hub_with_v1
+	wsync-convert s1.wsync s1.safetensors
+	wsync-convert s2.wsync s2.safetensors
+	run -0 --separate-stderr wsync-push --transfer socket --base <(cat s1.safetensors) \
+		-m policy s2.safetensors
+	assert_output "2"
+	assert_equal "$stderr" ""
+	run -0 grep -c 'models=policy .*deltas=policy@1:' hub.log
+	run -0 wsync-push -q --transfer socket -m policy s2.safetensors
+	same_but_number "$STORE/policy/2.wsync" "$STORE/policy/3.wsync"
+}
+
 @test "a push with --base of the safetensors file pushed before sends the delta, matched by content" {
 	steps 2
 	hub_with_v1

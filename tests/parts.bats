@@ -428,3 +428,32 @@ same_as_whole() {
 	run -0 grep -c "event=commit model=policy version=2 .* union=copy " hub.log
 	same_as_whole 2
 }
+
+@test "a part waiting as a delta that no longer rebuilds once its pusher's bound ran out fails its group, naming it" {
+	need_test_hooks WSYNC_TEST_PUSH_GATE
+	steps_in_parts
+	start_hub
+	two_ranks 1 1
+	assert_success
+	local path off
+	path=$(wsync-inspect --json "$TMP/p1.0.safetensors" | jq -r '.tree[0].path')
+	off=$(wsync-inspect --json "$STORE/policy/1.wsync" |
+		jq --arg p "$path" '.tree[] | select(.path == $p) | .offset + (.bytes / 2 | floor)')
+	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+	# Rank 1 begins and holds before sending a byte, with the longer bound.
+	WSYNC_TEST_PUSH_GATE="$TMP/gate" wsync-push -q -t 30 --part 1/2 --group 2 \
+		--base "$TMP/p1.1.safetensors" -m policy "$TMP/p2.1.safetensors" \
+		>"$TMP/r1.out" 2>"$TMP/r1.err" &
+	local pid=$!
+	PIDS+=("$pid")
+	wait_log "event=begin upload=3 "
+	run -75 wsync-push -q -t 1 --part 0/2 --group 2 --base "$TMP/p1.0.safetensors" \
+		-m policy "$TMP/p2.0.safetensors"
+	assert_output "wsync-push: model policy group 2: part 1 of 2 missing after 1.0 s; nothing committed"
+	touch "$TMP/gate"
+	local rc=0
+	wait "$pid" || rc=$?
+	assert_equal "$rc" 65
+	assert_regex "$(cat "$TMP/r1.err")" "^wsync-push: model policy group 2: part 0 did not rebuild once its pusher had gone \\(.*tensor $path: .*\\); nothing committed$"
+	[ ! -e "$STORE/policy/2.wsync" ]
+}
