@@ -382,6 +382,16 @@ two_ranks() {
 	assert_equal "$stderr" "wsync-push: policy version 2 sent whole: $TMP/p1.1.safetensors: model policy holds no version of content $content (never pushed here, or retired)"
 }
 
+# damage_part0: flips a byte in the middle of the data of part 0's first
+# tensor in the store's version 1 (the ranks' base); $path names that tensor.
+damage_part0() {
+	local off
+	path=$(wsync-inspect --json "$TMP/p1.0.safetensors" | jq -r '.tree[0].path')
+	off=$(wsync-inspect --json "$STORE/policy/1.wsync" |
+		jq --arg p "$path" '.tree[] | select(.path == $p) | .offset + (.bytes / 2 | floor)')
+	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+}
+
 # same_as_whole V: the version V of policy holds what $TMP/s2.safetensors pushed
 # whole does (every byte after the version number's).
 same_as_whole() {
@@ -409,12 +419,7 @@ same_as_whole() {
 	start_hub
 	two_ranks 1 1
 	assert_success
-	# A byte of one of part 0's tensors damaged in version 1, the ranks' base.
-	local path off
-	path=$(wsync-inspect --json "$TMP/p1.0.safetensors" | jq -r '.tree[0].path')
-	off=$(wsync-inspect --json "$STORE/policy/1.wsync" |
-		jq --arg p "$path" '.tree[] | select(.path == $p) | .offset + (.bytes / 2 | floor)')
-	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+	damage_part0
 	two_ranks 2 2 "$TMP/p1.0.safetensors" "$TMP/p1.1.safetensors"
 	assert_success
 	assert_output "2"
@@ -435,11 +440,7 @@ same_as_whole() {
 	start_hub
 	two_ranks 1 1
 	assert_success
-	local path off
-	path=$(wsync-inspect --json "$TMP/p1.0.safetensors" | jq -r '.tree[0].path')
-	off=$(wsync-inspect --json "$STORE/policy/1.wsync" |
-		jq --arg p "$path" '.tree[] | select(.path == $p) | .offset + (.bytes / 2 | floor)')
-	printf '\377' | dd of="$STORE/policy/1.wsync" bs=1 seek="$off" conv=notrunc status=none
+	damage_part0
 	# Rank 1 begins and holds before sending a byte, with the longer bound.
 	WSYNC_TEST_PUSH_GATE="$TMP/gate" wsync-push -q -t 30 --part 1/2 --group 2 \
 		--base "$TMP/p1.1.safetensors" -m policy "$TMP/p2.1.safetensors" \
