@@ -41,7 +41,9 @@ load test_helper
 		i=$((i + 1))
 	done
 	i=18
-	for who in 'wsync-push --transfer socket --base \(a 1% delta\)' 'wsync-serve \(the hub: ' \
+	for who in 'wsync-push --transfer socket --base \(a 1% delta\)' \
+	    'wsync-push --part R/2 --base \(its safetensors half before' \
+	    "wsync-serve \\(the hub: .*, the second's union rebuilt from the parts' deltas\\)" \
 	    'wsync-serve --upstream \(a relay' 'wsync-watch --transfer socket --recycle'; do
 		assert_line --index "$i" --regexp "^\| peak RSS, $who.*, 16 MiB model on disk, 2 threads \| [0-9.]+ MiB \| - \| bound: 64 MiB \| [0-9.]+x \| <= 64 MiB \| (met|missed) \|$"
 		i=$((i + 1))
