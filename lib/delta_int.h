@@ -65,14 +65,17 @@ typedef struct wsync_delta_over {
 	void *arg;
 	int patch;              /* B is made into H as it is read; 0: B is only read */
 	/*
-	 * Set (patch 0 only): base_fd is B's skeleton too, with every hash, and
-	 * B's tensors (base_n, in its order, each path in base_paths) are read
-	 * through base_read, as H's through read.
+	 * Set (patch 0 only): base_fd is B's skeleton too, hashes 0, open for
+	 * writing, and B's tensors (base_n, in its order, each path in
+	 * base_paths) are read through base_read, as H's through read: each is
+	 * hashed on the way (or after, when no pass reads it whole) and its hash
+	 * written at base_hash_at, so that the skeleton then gives B's content id.
 	 */
 	wsync_delta_read_fn base_read;
 	void *base_arg;
 	size_t base_n;
 	const char *const *base_paths;
+	const uint64_t *base_hash_at;
 } wsync_delta_over_t;
 /*
  * As wsync_delta_make, the delta's bytes the same, with H's tensor data read

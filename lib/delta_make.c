@@ -112,6 +112,9 @@ typedef struct s_worker {
 	size_t maplen;
 	unsigned char *patch;           /* over: B's piece in it, written with H's bytes */
 	XXH3_state_t *hash;             /* over: H's tensor hashed as it is read */
+	XXH3_state_t *bhash;            /* base_read: B's tensor bti hashed up to bnext */
+	size_t bti;
+	uint64_t bnext;
 	wsync_err_t err;
 } s_worker_t;
 
@@ -132,6 +135,8 @@ typedef struct s_make {
 	int base_fd, head_fd;           /* what B and H are read from */
 	const wsync_delta_over_t *over; /* set: H's data read from it, B made into H */
 	uint64_t *hashes;               /* over: H's tensor hashes, as computed */
+	uint64_t *base_hashes;          /* base_read: B's, each once read whole in order */
+	unsigned char *base_hashed;
 	s_form_t *forms;                /* per tensor of H */
 	s_worker_t *workers;
 	unsigned nworkers;
@@ -289,6 +294,33 @@ s_base_window(const s_make_t *m, s_worker_t *wk, uint64_t off, size_t n, wsync_e
 }
 
 /*
+ * base_read: B's tensor bi (nbytes) hashed as it is read, n bytes at at,
+ * when read from its start in order (a sample is not): read whole, its hash
+ * is known, B's skeleton holding none. Any pass that reads it whole will do.
+ */
+static void
+s_base_hash(const s_make_t *m, s_worker_t *wk, size_t bi, uint64_t nbytes, uint64_t at,
+    const unsigned char *b, size_t n)
+{
+	if (at == 0) {
+		XXH3_64bits_reset(wk->bhash);
+		wk->bti = bi;
+		wk->bnext = 0;
+	}
+	if (wk->bti != bi || wk->bnext != at) {
+		wk->bti = SIZE_MAX;
+		return;
+	}
+	wsync_hash_update(wk->bhash, b, n);
+	wk->bnext = at + n;
+	if (wk->bnext == nbytes) {
+		m->base_hashes[bi] = XXH3_64bits_digest(wk->bhash);
+		m->base_hashed[bi] = 1;
+		wk->bti = SIZE_MAX;
+	}
+}
+
+/*
  * Bytes [at, at + n) of H's tensor i (t) in *h and, when bt is set, of B's bt
  * in *b. Over, H's are read from the source, and B's mapped to be written.
  */
@@ -308,10 +340,11 @@ s_chunk(const s_make_t *m, s_worker_t *wk, size_t i, const wsync_tensor_t *t,
 	if (bt == NULL)
 		return 0;
 	if (m->over != NULL && m->over->base_read != NULL) {
-		if (m->over->base_read(m->over->base_arg, (size_t)(bt - wsync_file_tensor(m->base,
-		    0)), at, wk->bwin, n, err) < 0)
+		size_t bi = (size_t)(bt - wsync_file_tensor(m->base, 0));
+		if (m->over->base_read(m->over->base_arg, bi, at, wk->bwin, n, err) < 0)
 			return -1;
 		*b = wk->bwin;
+		s_base_hash(m, wk, bi, bt->nbytes, at, wk->bwin, n);
 		return 0;
 	}
 	*b = m->over != NULL && m->over->patch ? s_base_window(m, wk, bt->offset + at, n, err) :
@@ -902,8 +935,10 @@ s_worker_open(s_worker_t *wk, const char *name, wsync_err_t *err)
 	wk->hwin = malloc(CHUNK);
 	wk->group = malloc((size_t)GROUP_MAX * 12);
 	wk->hash = XXH3_createState();
+	wk->bhash = XXH3_createState();
+	wk->bti = SIZE_MAX;
 	if (wk->scratch.buf == NULL || wk->tmp == NULL || wk->bwin == NULL ||
-	    wk->hwin == NULL || wk->group == NULL || wk->hash == NULL)
+	    wk->hwin == NULL || wk->group == NULL || wk->hash == NULL || wk->bhash == NULL)
 		return wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 	return 0;
 }
@@ -913,6 +948,7 @@ s_worker_close(s_worker_t *wk)
 {
 	s_unmap(wk);
 	XXH3_freeState(wk->hash);
+	XXH3_freeState(wk->bhash);
 	ZSTD_freeCCtx(wk->z);
 	if (wk->scratch.fd >= 0)
 		close(wk->scratch.fd);
@@ -989,6 +1025,43 @@ s_over_finish(s_make_t *m, wsync_file_t **head, delta_out_t *tmp, wsync_err_t *e
 	return delta_out_flush(&m->out, err);
 }
 
+/*
+ * base_read, once every tensor is made: B's tensors no pass read whole (none
+ * of H's has their path, or a zero-length one) hashed now, every hash
+ * written into B's skeleton, and B opened again from it, so that its content
+ * id, which the delta's head carries, is B's. -1 with err.
+ */
+static int
+s_base_finish(s_make_t *m, wsync_file_t **base, wsync_err_t *err)
+{
+	s_worker_t *wk = &m->workers[0];
+
+	for (size_t i = 0; i < m->over->base_n; i++) {
+		const wsync_tensor_t *bt = wsync_file_tensor(*base, i);
+		unsigned char be[8];
+		if (!m->base_hashed[i]) {
+			XXH3_64bits_reset(wk->bhash);
+			for (uint64_t at = 0; at < bt->nbytes; at += CHUNK) {
+				size_t n = bt->nbytes - at < CHUNK ? (size_t)(bt->nbytes - at) : CHUNK;
+				if (m->over->base_read(m->over->base_arg, i, at, wk->bwin, n, err) < 0)
+					return -1;
+				wsync_hash_update(wk->bhash, wk->bwin, n);
+			}
+			m->base_hashes[i] = XXH3_64bits_digest(wk->bhash);
+		}
+		for (int b = 0; b < 8; b++)
+			be[b] = (unsigned char)(m->base_hashes[i] >> (56 - 8 * b));
+		if (wsync_write_at(m->base_fd, be, sizeof(be), m->over->base_hash_at[i]) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot write the base's hashes: %s",
+			    m->out.name, strerror(errno));
+	}
+	wsync_file_close(base);
+	if ((*base = wsync_file_open_fd(m->base_fd, "base", err)) == NULL)
+		return -1;
+	m->base = *base;
+	return 0;
+}
+
 /* wsync_delta_make, and wsync_delta_make_over when over is set (head_fd: its skeleton). */
 static int
 s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, const char *name,
@@ -1022,8 +1095,13 @@ s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, cons
 	m.forms = calloc(wsync_file_count(head) + 1, sizeof(*m.forms));
 	m.workers = calloc(m.nworkers, sizeof(*m.workers));
 	m.hashes = over != NULL ? calloc(wsync_file_count(head) + 1, sizeof(*m.hashes)) : NULL;
+	if (over != NULL && over->base_read != NULL) {
+		m.base_hashes = calloc(over->base_n + 1, sizeof(*m.base_hashes));
+		m.base_hashed = calloc(over->base_n + 1, 1);
+	}
 	if (m.out.buf == NULL || m.forms == NULL || m.workers == NULL ||
-	    (over != NULL && m.hashes == NULL)) {
+	    (over != NULL && m.hashes == NULL) ||
+	    (over != NULL && over->base_read != NULL && m.base_hashed == NULL)) {
 		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 		goto out;
 	}
@@ -1047,6 +1125,8 @@ s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, cons
 	if (over != NULL) {
 		delta_out_t tmp = m.out;
 		m.out = out;
+		if (rc == 0 && over->base_read != NULL)
+			rc = s_base_finish(&m, &base, err);
 		if (rc == 0)
 			rc = s_over_finish(&m, &head, &tmp, err);
 		close(tmp.fd);
@@ -1068,6 +1148,8 @@ out:
 	free(m.forms);
 	free(m.workers);
 	free(m.hashes);
+	free(m.base_hashes);
+	free(m.base_hashed);
 	wsync_file_close(&base);
 	wsync_file_close(&head);
 	return rc;

@@ -783,7 +783,7 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 {
 	wsync_tree_t *tree = src->tree;
 	const char **paths = NULL, **base_paths = NULL;
-	uint64_t *hash_at = NULL;
+	uint64_t *hash_at = NULL, *base_hash_at = NULL;
 	int hfd = -1, rc = -1;
 
 	if (tree == NULL || src->pipe)
@@ -791,7 +791,9 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 	paths = calloc(tree->n + 1, sizeof(*paths));
 	hash_at = calloc(tree->n + 1, sizeof(*hash_at));
 	base_paths = base != NULL ? calloc(base->tree->n + 1, sizeof(*base_paths)) : NULL;
-	if (paths == NULL || hash_at == NULL || (base != NULL && base_paths == NULL)) {
+	base_hash_at = base != NULL ? calloc(base->tree->n + 1, sizeof(*base_hash_at)) : NULL;
+	if (paths == NULL || hash_at == NULL ||
+	    (base != NULL && (base_paths == NULL || base_hash_at == NULL))) {
 		wsync_err_set(err, EX_SOFTWARE, "out of memory");
 		goto out;
 	}
@@ -811,18 +813,21 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 		paths[i] = tree->t[i].path;
 		hash_at[i] = tree->t[i].hash_at;
 	}
-	for (size_t i = 0; base != NULL && i < base->tree->n; i++)
+	for (size_t i = 0; base != NULL && i < base->tree->n; i++) {
 		base_paths[i] = base->tree->t[i].path;
+		base_hash_at[i] = base->tree->t[i].hash_at;
+	}
 	rc = wsync_delta_make_over(base_fd, &(wsync_delta_over_t){ .fd = hfd, .n = tree->n,
 	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src,
 	    .patch = patch, .base_read = base != NULL ? s_read_data : NULL, .base_arg = base,
-	    .base_n = base != NULL ? base->tree->n : 0, .base_paths = base_paths }, out_fd, name,
-	    limit, stats, err);
+	    .base_n = base != NULL ? base->tree->n : 0, .base_paths = base_paths,
+	    .base_hash_at = base_hash_at }, out_fd, name, limit, stats, err);
 out:
 	if (hfd >= 0)
 		close(hfd);
 	free(paths);
 	free(base_paths);
+	free(base_hash_at);
 	free(hash_at);
 	return rc;
 }
@@ -840,18 +845,37 @@ wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
     uint64_t *base_content, wsync_err_t *err)
 {
-	wsync_file_t *skeleton;
+	wsync_file_t *skeleton = NULL;
+	uint64_t bsize;
+	int bfd = -1, rc = -1;
 
 	if (src->tree == NULL || src->pipe || base->tree == NULL || base->pipe)
 		return 2;
-	/* The base's skeleton with every hash, its data pages holes: the hub matches its content id. */
-	if (wsync_source_size(base, err) == 0 || (base->doc < 0 && s_prepare_reads(base, err) < 0))
+	/*
+	 * The base's skeleton, its data pages holes: the delta maker hashes its
+	 * tensors as it reads them and writes the hashes in, for the content id
+	 * the hub matches.
+	 */
+	if ((bsize = wsync_source_size(base, err)) == 0)
 		return -1;
-	if ((skeleton = wsync_file_open_fd(base->doc, base->name, err)) == NULL)
-		return -1;
-	*base_content = wsync_file_content_id(skeleton);
+	if ((bfd = memfd_create("wsync-base", MFD_CLOEXEC)) < 0 ||
+	    ftruncate(bfd, (off_t)bsize) < 0) {
+		wsync_err_set(err, EX_OSERR, "%s: the base's skeleton: %s", base->name,
+		    strerror(errno));
+		goto out;
+	}
+	if (wsync_tree_write_skeleton(base->tree, bfd, err) < 0)
+		goto out;
+	rc = s_delta_over(src, size, bfd, 0, base, out_fd, name, limit, stats, err);
+	if (rc == 0 && (skeleton = wsync_file_open_fd(bfd, base->name, err)) == NULL)
+		rc = -1;
+	if (rc == 0)
+		*base_content = wsync_file_content_id(skeleton);
+out:
 	wsync_file_close(&skeleton);
-	return s_delta_over(src, size, base->doc, 0, base, out_fd, name, limit, stats, err);
+	if (bfd >= 0)
+		close(bfd);
+	return rc;
 }
 
 int

@@ -116,8 +116,9 @@ int wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int
 /*
  * As wsync_source_delta_over, from base's document (a tree, as src's: a
  * safetensors file, a checkpoint directory) where no file of it exists: its
- * tensors hashed (base_content gets its content id) and read from base, no
- * file of it written. 2 when src or base is not a tree or is a pipe.
+ * tensors read from base and hashed on the way (base_content gets its
+ * content id on 0), no file of it written. 2 when src or base is not a tree
+ * or is a pipe.
  */
 int wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base,
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
