@@ -89,15 +89,17 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 
 
 /*
- * The delta from bfd (patch: made into the version as it is read) to src's
- * version, made straight from src (wsync_source_delta_over), into a scratch
- * file: *out on 0 (and stats); 1 not worth it, 2 when it cannot be made so
- * (a pipe, an input sent as it is, a signed push, or another layout to
- * patch), nothing done; -1 with err.
+ * The delta from bfd (patch: made into the version as it is read), or, base
+ * set, from base read where it lies (its content id into *base_content), to
+ * src's version, made straight from src (wsync_source_delta_over, _from),
+ * into a scratch file: *out on 0 (and stats); 1 not worth it, 2 when it
+ * cannot be made so (a pipe, an input sent as it is, a signed push, or
+ * another layout to patch), nothing done; -1 with err.
  */
 static int
 s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t size, int bfd,
-    int patch, const char *name, wsync_delta_stats_t *stats, int *out, wsync_err_t *err)
+    int patch, wsync_source_t *base, uint64_t *base_content, const char *name,
+    wsync_delta_stats_t *stats, int *out, wsync_err_t *err)
 {
 	int rc;
 
@@ -105,8 +107,9 @@ s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t siz
 		return 2;
 	if ((*out = s_scratch(err)) < 0)
 		return -1;
-	rc = wsync_source_delta_over(src, size, bfd, patch, *out, name, WSYNC_DELTA_WORTH,
-	    stats, err);
+	rc = base != NULL ? wsync_source_delta_from(src, size, base, *out, name,
+	    WSYNC_DELTA_WORTH, stats, base_content, err) : wsync_source_delta_over(src, size, bfd,
+	    patch, *out, name, WSYNC_DELTA_WORTH, stats, err);
 	if (rc != 0) {
 		close(*out);
 		*out = -1;
@@ -128,8 +131,8 @@ s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, ui
     struct wsync_kept *k, struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, "the version pushed before",
-	    &stats, &out, err);
+	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, NULL, NULL,
+	    "the version pushed before", &stats, &out, err);
 
 	if (rc == 2)
 		return 1;
@@ -151,19 +154,20 @@ s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, ui
 }
 
 /*
- * A single push's delta from its --base (bfd), made straight from src
- * (wsync_source_delta_over, nothing patched): no file of the version is
+ * A single push's delta from its --base (bfd, or base read where it lies),
+ * made straight from src (nothing patched): no file of the version is
  * written, which only a push that keeps it needs. 0 with send set (sent
  * whole, from src, when the delta is not worth it); 1 when src cannot be
  * read so (s_straight_from's 2); -1 with err.
  */
 static int
 s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
-    wsync_source_t *src, uint64_t size, int bfd, struct wsync_push_send *send,
-    wsync_err_t *err)
+    wsync_source_t *src, uint64_t size, int bfd, wsync_source_t *base,
+    struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, item->base, &stats, &out, err);
+	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, base, &send->base_content,
+	    item->base, &stats, &out, err);
 
 	if (rc == 1) {
 		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not worth "
@@ -180,9 +184,8 @@ s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
 
 /*
  * A single push's delta from its --base in the form the trainer pushed it
- * (a safetensors file, a checkpoint directory), made straight from both
- * (wsync_source_delta_from): the base's tensors are hashed for its content
- * id and read where they lie, no file of it or of the version written.
+ * (a safetensors file, a checkpoint directory), read where it lies and
+ * hashed on the way (s_straight): no file of it or of the version written.
  * As s_straight; 2, nothing done, for a .wsync base or what cannot be read
  * so (a pipe or stream, a signed push).
  */
@@ -190,14 +193,12 @@ static int
 s_straight_source(struct wsync_push_session *ps, const wsync_push_item_t *item,
     wsync_source_t *src, uint64_t size, struct wsync_push_send *send, wsync_err_t *err)
 {
-	wsync_delta_stats_t stats;
 	wsync_source_t *base;
-	int out = -1, rc;
-
 	struct stat st;
+	int rc;
 
 	/* A stream is read once: s_base_file reads it, as the trainer sent it. */
-	if (ps->sign != NULL || strcmp(item->base, "-") == 0 || stat(item->base, &st) < 0 ||
+	if (strcmp(item->base, "-") == 0 || stat(item->base, &st) < 0 ||
 	    !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)))
 		return 2;
 	if ((base = wsync_source_open(item->base, item->model, item->ckpt, err)) == NULL)
@@ -206,28 +207,12 @@ s_straight_source(struct wsync_push_session *ps, const wsync_push_item_t *item,
 		wsync_source_destroy(&base);
 		return 2;
 	}
-	if ((out = s_scratch(err)) < 0) {
-		wsync_source_destroy(&base);
-		return -1;
-	}
-	rc = wsync_source_delta_from(src, size, base, out, item->base, WSYNC_DELTA_WORTH, &stats,
-	    &send->base_content, err);
-	wsync_source_destroy(&base);
-	if (rc != 0)
-		close(out);
-	if (rc == 1) {
-		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not worth "
-		    "it (over half of the version)", item->base);
-		send->base_content = 0;
-		return 0;
-	}
-	if (rc != 0)
-		return rc;
 	send->delta = 1;
-	send->base = 0;
-	send->fd = out;
-	send->bytes = stats.bytes;
-	return 0;
+	rc = s_straight(ps, item, src, size, -1, base, send, err);
+	wsync_source_destroy(&base);
+	if (rc == 1)
+		send->delta = 0;
+	return rc == 1 ? 2 : rc;
 }
 
 /*
@@ -287,7 +272,7 @@ wsync_client_pushdelta(wsync_client_t *c, const wsync_push_item_t *item,
 	rc = -1;
 	if (item->base != NULL && (bfd = s_base_file(c, item, send, err)) < 0)
 		return -1;
-	if (bfd >= 0 && !ps->keep_pushed && (rc = s_straight(ps, item, src, size, bfd, send,
+	if (bfd >= 0 && !ps->keep_pushed && (rc = s_straight(ps, item, src, size, bfd, NULL, send,
 	    err)) <= 0) {
 		close(bfd);
 		return rc;

@@ -990,6 +990,23 @@ s_over_fits(const s_make_t *m, int patch)
 }
 
 /*
+ * n hashes written into the skeleton in fd (what: "head" or "base"), each
+ * at its place in at, and *f (the skeleton's file) opened again from it,
+ * so that its content id is the hashes'. -1 with err.
+ */
+static int
+s_skeleton_hashes(const s_make_t *m, int fd, const uint64_t *hashes, const uint64_t *at,
+    size_t n, const char *what, wsync_file_t **f, wsync_err_t *err)
+{
+	for (size_t i = 0; i < n; i++)
+		if (wsync_write_be64_at(fd, hashes[i], at[i]) < 0)
+			return wsync_err_set(err, EX_IOERR, "%s: cannot write the %s's hashes: %s",
+			    m->out.name, what, strerror(errno));
+	wsync_file_close(f);
+	return (*f = wsync_file_open_fd(fd, what, err)) == NULL ? -1 : 0;
+}
+
+/*
  * Over, once every tensor is made: H's hashes into its skeleton, then the
  * delta's head packed into out (H's bytes outside its tensors written over
  * B's on the way: B is H now), and the tensors packed into the scratch tmp
@@ -1000,16 +1017,8 @@ s_over_finish(s_make_t *m, wsync_file_t **head, delta_out_t *tmp, wsync_err_t *e
 {
 	unsigned char *buf = m->workers[0].tmp;
 
-	for (size_t i = 0; i < m->over->n; i++) {
-		unsigned char be[8];
-		for (int b = 0; b < 8; b++)
-			be[b] = (unsigned char)(m->hashes[i] >> (56 - 8 * b));
-		if (wsync_write_at(m->head_fd, be, sizeof(be), m->over->hash_at[i]) < 0)
-			return wsync_err_set(err, EX_IOERR, "%s: cannot write the head's hashes: %s",
-			    m->out.name, strerror(errno));
-	}
-	wsync_file_close(head);
-	if ((*head = wsync_file_open_fd(m->head_fd, "head", err)) == NULL)
+	if (s_skeleton_hashes(m, m->head_fd, m->hashes, m->over->hash_at, m->over->n, "head",
+	    head, err) < 0)
 		return -1;
 	m->head = *head;
 	if (s_pack_head(m, err) < 0)
@@ -1038,25 +1047,19 @@ s_base_finish(s_make_t *m, wsync_file_t **base, wsync_err_t *err)
 
 	for (size_t i = 0; i < m->over->base_n; i++) {
 		const wsync_tensor_t *bt = wsync_file_tensor(*base, i);
-		unsigned char be[8];
-		if (!m->base_hashed[i]) {
-			XXH3_64bits_reset(wk->bhash);
-			for (uint64_t at = 0; at < bt->nbytes; at += CHUNK) {
-				size_t n = bt->nbytes - at < CHUNK ? (size_t)(bt->nbytes - at) : CHUNK;
-				if (m->over->base_read(m->over->base_arg, i, at, wk->bwin, n, err) < 0)
-					return -1;
-				wsync_hash_update(wk->bhash, wk->bwin, n);
-			}
-			m->base_hashes[i] = XXH3_64bits_digest(wk->bhash);
+		if (m->base_hashed[i])
+			continue;
+		XXH3_64bits_reset(wk->bhash);
+		for (uint64_t at = 0; at < bt->nbytes; at += CHUNK) {
+			size_t n = bt->nbytes - at < CHUNK ? (size_t)(bt->nbytes - at) : CHUNK;
+			if (m->over->base_read(m->over->base_arg, i, at, wk->bwin, n, err) < 0)
+				return -1;
+			wsync_hash_update(wk->bhash, wk->bwin, n);
 		}
-		for (int b = 0; b < 8; b++)
-			be[b] = (unsigned char)(m->base_hashes[i] >> (56 - 8 * b));
-		if (wsync_write_at(m->base_fd, be, sizeof(be), m->over->base_hash_at[i]) < 0)
-			return wsync_err_set(err, EX_IOERR, "%s: cannot write the base's hashes: %s",
-			    m->out.name, strerror(errno));
+		m->base_hashes[i] = XXH3_64bits_digest(wk->bhash);
 	}
-	wsync_file_close(base);
-	if ((*base = wsync_file_open_fd(m->base_fd, "base", err)) == NULL)
+	if (s_skeleton_hashes(m, m->base_fd, m->base_hashes, m->over->base_hash_at,
+	    m->over->base_n, "base", base, err) < 0)
 		return -1;
 	m->base = *base;
 	return 0;

@@ -524,16 +524,12 @@ s_union_skeleton(wsync_tree_t *tree, uint64_t size, wsync_err_t *err)
 	}
 	if (wsync_tree_write_skeleton(tree, fd, err) < 0)
 		goto fail;
-	for (size_t i = 0; i < tree->n; i++) {
-		unsigned char be[8];
-		for (int b = 0; b < 8; b++)
-			be[b] = (unsigned char)(tree->t[i].hash >> (56 - 8 * b));
-		if (wsync_write_at(fd, be, sizeof(be), tree->t[i].hash_at) < 0) {
+	for (size_t i = 0; i < tree->n; i++)
+		if (wsync_write_be64_at(fd, tree->t[i].hash, tree->t[i].hash_at) < 0) {
 			wsync_err_set(err, EX_IOERR, "model %s: the union's skeleton: %s",
 			    tree->model, strerror(errno));
 			goto fail;
 		}
-	}
 	return fd;
 fail:
 	if (fd >= 0)

@@ -53,6 +53,16 @@ wsync_write_at(int fd, const void *buf, size_t len, uint64_t off)
 }
 
 int
+wsync_write_be64_at(int fd, uint64_t v, uint64_t off)
+{
+	unsigned char be[8];
+
+	for (int b = 0; b < 8; b++)
+		be[b] = (unsigned char)(v >> (56 - 8 * b));
+	return wsync_write_at(fd, be, sizeof(be), off);
+}
+
+int
 wsync_read_at(int fd, void *buf, size_t len, uint64_t off)
 {
 	char *p = buf;

@@ -9,6 +9,8 @@
 int wsync_write_all(int fd, const void *buf, size_t len);
 /* Writes all len bytes at off of fd, retrying on EINTR and short writes; -1 with errno. */
 int wsync_write_at(int fd, const void *buf, size_t len, uint64_t off);
+/* Writes v at off of fd big-endian (a msgpack uint64's bytes: a hash in a header); -1 with errno. */
+int wsync_write_be64_at(int fd, uint64_t v, uint64_t off);
 /* Reads all len bytes at off of fd; -1 with errno (EIO: the file ends first). */
 int wsync_read_at(int fd, void *buf, size_t len, uint64_t off);
 

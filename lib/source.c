@@ -13,7 +13,6 @@
 #include "file_int.h"
 #include "hash_int.h"
 #include "io_int.h"
-#include "pool_int.h"
 #include "source_int.h"
 #include "tree_int.h"
 
@@ -536,7 +535,7 @@ s_pipe_skip(wsync_source_t *src, const struct wsync_tree_tensor *t, wsync_err_t 
  */
 static int
 s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int data,
-    unsigned char *buf, wsync_err_t *err)
+    wsync_err_t *err)
 {
 	unsigned char be[8];
 	XXH3_state_t state;
@@ -544,10 +543,10 @@ s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int
 	XXH3_64bits_reset(&state);
 	for (uint64_t off = 0; off < t->nbytes; off += S_PIECE) {
 		size_t n = t->nbytes - off < S_PIECE ? (size_t)(t->nbytes - off) : S_PIECE;
-		if (s_piece(src, t, off, buf, n, err) < 0)
+		if (s_piece(src, t, off, src->buf, n, err) < 0)
 			return -1;
-		wsync_hash_update(&state, buf, n);
-		if (data && s_pwrite(src, fd, buf, n, t->at + off, err) < 0)
+		wsync_hash_update(&state, src->buf, n);
+		if (data && s_pwrite(src, fd, src->buf, n, t->at + off, err) < 0)
 			return -1;
 	}
 	s_put_be64(be, XXH3_64bits_digest(&state));
@@ -647,7 +646,7 @@ wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
 			goto out;
 		}
 		if ((src->pipe && s_pipe_skip(src, order[i], err) < 0) ||
-		    s_tensor_out(src, order[i], fd, 1, src->buf, err) < 0)
+		    s_tensor_out(src, order[i], fd, 1, err) < 0)
 			goto out;
 		done += order[i]->nbytes;
 		if (progress != NULL)
@@ -666,65 +665,6 @@ wsync_source_write_fd(wsync_source_t *src, int fd, uint64_t size,
 	rc = 0;
 out:
 	free(order);
-	return rc;
-}
-
-/* Tensors of a source hashed by a pool's threads, each with a buffer and an error of its own. */
-struct s_hashing {
-	wsync_source_t *src;
-	unsigned char **bufs;
-	wsync_err_t *errs;
-};
-
-/* Hashes tensor i into the skeleton (src->doc); a wsync_pool_fn. */
-static int
-s_hash_one(void *arg, size_t i, unsigned worker)
-{
-	struct s_hashing *hs = arg;
-
-	return s_tensor_out(hs->src, &hs->src->tree->t[i], hs->src->doc, 0, hs->bufs[worker],
-	    &hs->errs[worker]) < 0 ? -1 : 0;
-}
-
-/* Tensor i's bytes, for the pool to hash the largest first; a wsync_pool_size_fn. */
-static uint64_t
-s_hash_size(void *arg, size_t i)
-{
-	return ((struct s_hashing *)arg)->src->tree->t[i].nbytes;
-}
-
-/* Every tensor's hash into src->doc, a tensor per thread at a time (WSYNC_THREADS). */
-static int
-s_hash_all(wsync_source_t *src, wsync_err_t *err)
-{
-	unsigned threads = wsync_threads_for(src->size), failed = 0, made = 0;
-	struct s_hashing hs = { .src = src };
-	int rc = -1;
-
-	if (threads > src->tree->n)
-		threads = src->tree->n > 0 ? (unsigned)src->tree->n : 1;
-	hs.bufs = calloc(threads, sizeof(*hs.bufs));
-	hs.errs = calloc(threads, sizeof(*hs.errs));
-	if (hs.bufs == NULL || hs.errs == NULL) {
-		wsync_err_set(err, EX_SOFTWARE, "out of memory");
-		goto out;
-	}
-	for (; made < threads; made++)
-		if ((hs.bufs[made] = malloc(S_PIECE)) == NULL) {
-			wsync_err_set(err, EX_SOFTWARE, "out of memory");
-			goto out;
-		}
-	if (wsync_pool_run_sized(src->tree->n, threads, s_hash_one, s_hash_size, &hs,
-	    &failed) != 0) {
-		*err = hs.errs[failed];
-		goto out;
-	}
-	rc = 0;
-out:
-	for (unsigned k = 0; k < made; k++)
-		free(hs.bufs[k]);
-	free(hs.bufs);
-	free(hs.errs);
 	return rc;
 }
 
@@ -747,7 +687,10 @@ s_prepare_reads(wsync_source_t *src, wsync_err_t *err)
 	}
 	if (wsync_tree_write_skeleton(src->tree, src->doc, err) < 0)
 		return -1;
-	return s_hash_all(src, err);
+	for (size_t i = 0; i < src->tree->n; i++)
+		if (s_tensor_out(src, &src->tree->t[i], src->doc, 0, err) < 0)
+			return -1;
+	return 0;
 }
 
 int
