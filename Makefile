@@ -107,9 +107,11 @@ check-build: all $(UNITS) $(BUILD)/bench/zmq_raw $(BUILD)/bench/delta $(BUILD)/b
     $(BUILD)/bench/floors $(BUILD)/bench/passes
 
 # The crash tests need the hooks: the test build. bench/hosts-fanout (the
-# fanout test) makes its model with bench/mkmodel.
+# fanout test) makes its model with bench/mkmodel, bench/hosts-delta (the
+# slow-link test) its steps with bench/mkstep.
 check-long:
-	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all $(TEST_BUILD)/bench/mkmodel
+	@$(MAKE) --no-print-directory BUILD=$(TEST_BUILD) all $(TEST_BUILD)/bench/mkmodel \
+	    $(TEST_BUILD)/bench/mkstep
 	@scripts/deps check-or-install long
 	@BUILD=$(TEST_BUILD) SANITIZE=$(SANITIZE) tests/run long
 

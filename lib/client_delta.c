@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -151,6 +152,59 @@ s_selected_bytes(const wsync_file_t *bf, const wsync_ckpt_out_t *sel)
 	return n;
 }
 
+/* An apply of the delta as it arrives, on a thread of its own. */
+typedef struct s_fed_job {
+	int base_fd, delta_fd, out_fd;
+	const char *model;
+	const wsync_ckpt_out_t *sel;
+	wsync_delta_feed_t *feed;
+	uint64_t version, content;
+	int rc;
+	wsync_err_t why;
+} s_fed_job_t;
+
+static void *
+s_fed_run(void *arg)
+{
+	s_fed_job_t *j = arg;
+
+	j->rc = wsync_delta_apply_fed(j->base_fd, j->delta_fd, j->out_fd, j->model,
+	    j->sel != NULL ? s_keep : NULL, (void *)j->sel, j->feed, &j->version, &j->content,
+	    &j->why);
+	/* Refused (a damaged delta or base): the rest of the delta is not worth fetching. */
+	if (j->rc < 0)
+		wsync_delta_feed_stop(j->feed);
+	return NULL;
+}
+
+/*
+ * What the transfer has in without a gap, told to the apply; nonzero once the
+ * apply stopped (it refused the delta). For wsync_client_get_all.
+ */
+static int
+s_arrived(void *arg, uint64_t upto)
+{
+	wsync_delta_feed_arrived(arg, upto);
+	return wsync_delta_feed_stopped(arg);
+}
+
+/*
+ * Starts j's apply on a thread that takes no signal (this one's, waiting on
+ * the hub, must see them); 0 when it started.
+ */
+static int
+s_fed_start(pthread_t *t, s_fed_job_t *j)
+{
+	sigset_t all, was;
+	int rc;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &was);
+	rc = pthread_create(t, NULL, s_fed_run, j);
+	pthread_sigmask(SIG_SETMASK, &was, NULL);
+	return rc;
+}
+
 int
 wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
@@ -162,6 +216,9 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	wsync_file_t *bf;
 	const wsync_head_t *got = &out->head;
 	wsync_err_t why;
+	s_fed_job_t job;
+	pthread_t applier;
+	int fed, got_all, recycled;
 
 	*fd = -1;
 	buf[0] = '\0';
@@ -208,12 +265,6 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 		rc = s_whole(out, "cannot hold the delta: %s", strerror(errno));
 		goto finish;
 	}
-	if (wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd, out,
-	    c->idle_ms > 0 ? wsync_now_ms() + c->idle_ms : deadline, err) < 0) {
-		/* Dropped since (its base retired): the version comes whole. */
-		rc = err->code == EX_NOINPUT ? s_whole(out, "%s", err->msg) : -1;
-		goto finish;
-	}
 	/*
 	 * Never in place: the version is rebuilt into another file, the base stays
 	 * whole. A spare's pages exist (--recycle): rebuilding into one costs a
@@ -226,12 +277,43 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 		unlink(buf);
 		*fd = -1;
 	}
+	recycled = *fd >= 0;
 	if (*fd < 0 && (*fd = wsync_temp_open(path, buf, size, err)) < 0) {
 		rc = -1;
 		goto finish;
 	}
-	if (wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ? s_keep : NULL,
-	    (void *)sel, &version, &content, &why) < 0)
+	/*
+	 * The version is rebuilt while the delta comes: each tensor once its
+	 * bytes are in, on a thread of its own. Where none can start, after.
+	 */
+	job = (s_fed_job_t){ .base_fd = base_fd, .delta_fd = dfd, .out_fd = *fd,
+	    .model = f->model, .sel = sel, .feed = wsync_delta_feed_new(dsize), .rc = -1 };
+	fed = job.feed != NULL && s_fed_start(&applier, &job) == 0;
+	got_all = wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd,
+	    out, fed ? s_arrived : NULL, job.feed, c->idle_ms > 0 ? wsync_now_ms() +
+	    c->idle_ms : deadline, err);
+	if (fed) {
+		if (got_all == 0)
+			wsync_delta_feed_arrived(job.feed, dsize);
+		wsync_delta_feed_stop(job.feed);
+		pthread_join(applier, NULL);
+	}
+	wsync_delta_feed_free(&job.feed);
+	if (got_all < 0 && !(fed && job.rc < 0 && job.why.code != EX_TEMPFAIL)) {
+		/* A spare stays one: its pages serve the fetch that comes next. */
+		if (recycled)
+			wsync_recycle_keep(recycle, buf);
+		/* Dropped since (its base retired): the version comes whole. */
+		rc = err->code == EX_NOINPUT ? s_whole(out, "%s", err->msg) : -1;
+		goto finish;
+	}
+	if (!fed)
+		job.rc = wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ?
+		    s_keep : NULL, (void *)sel, &job.version, &job.content, &job.why);
+	version = job.version;
+	content = job.content;
+	why = job.why;
+	if (job.rc < 0)
 		rc = s_whole(out, "the delta from version %" PRIu64 " did not apply: %s", base,
 		    why.msg);
 	else if (version != got->version || content != got->content)

@@ -9,7 +9,10 @@
  * bounded scratch, then into a bounded output buffer. The reader bounds the
  * document's declared sizes (mpcheck.c) before msgpack-c unpacks it, its
  * bins left in place in the mapped delta. The applier writes H's skeleton,
- * then its tensors on all threads (pool.c), each in one pass a MiB at a time:
+ * then its tensors on all threads (pool.c) (the tensors first, then the
+ * skeleton, when it applies a delta as it arrives: wsync_delta_apply_fed
+ * walks the document an object at a time as its bytes come, mpcheck.c), each
+ * in one pass a MiB at a time:
  * B's piece read into a buffer and hashed, patched there, hashed again while
  * in cache and written at its offset; then it parses what it wrote and checks it
  * against the delta. It parses an image of H rather than the file: the
@@ -22,6 +25,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,23 +251,13 @@ static const char *const s_header_keys[H_COUNT] = {
 	"skeleton", "tensors"
 };
 
-/* The top-level map, decoded into h. */
+/* The top level's fields but the tensors, from their values v (none NULL), into h. */
 static int
-s_rd_root(s_in_t *in, const msgpack_object *o, wsync_delta_header_t *h)
+s_rd_top(s_in_t *in, const msgpack_object *const *v, wsync_delta_header_t *h)
 {
-	const msgpack_object *v[H_COUNT];
 	uint64_t format, *num[H_COUNT] = { &format, NULL, &h->base, &h->base_content,
 		&h->version, &h->content, &h->size };
-	const msgpack_object_array *ts;
 
-	if (o->type != MSGPACK_OBJECT_MAP)
-		return s_bad(in, "not a map");
-	if (s_fields(in, &o->via.map, s_header_keys, H_COUNT, v, "the top level") < 0)
-		return -1;
-	for (int k = 0; k < H_COUNT; k++)
-		if (v[k] == NULL)
-			return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: no "
-			    "\"%s\"", in->name, s_header_keys[k]);
 	for (int k = 0; k <= H_SIZE; k++)
 		if (num[k] != NULL && s_uint(in, v[k], "the top level", s_header_keys[k],
 		    num[k]) < 0)
@@ -281,14 +275,60 @@ s_rd_root(s_in_t *in, const msgpack_object *o, wsync_delta_header_t *h)
 		return s_bad(in, "\"skeleton\" is not a bin");
 	h->skeleton_off = (uint64_t)(v[H_SKELETON]->via.bin.ptr - in->buf);
 	h->skeleton_len = v[H_SKELETON]->via.bin.size;
+	if (h->size == 0 || h->size > (UINT64_C(1) << 62))
+		return s_bad(in, "an absurd head size");
+	return 0;
+}
+
+/* The tensors of n, in a head of which h holds the rest: a tensors array of n, allocated. */
+static int
+s_tensors_alloc(s_in_t *in, wsync_delta_header_t *h, uint64_t n)
+{
+	if (n > WSYNC_MAX_TENSORS)
+		return s_bad(in, "more tensors than a model may have");
+	h->ntensors = (size_t)n;
+	if ((h->tensors = calloc(h->ntensors + 1, sizeof(*h->tensors))) == NULL)
+		return wsync_err_set(in->err, EX_OSERR, "%s: out of memory", in->name);
+	return 0;
+}
+
+/*
+ * What the skeleton must expand to, data being the bytes of the tensors' data:
+ * no more than a header of this many tensors and the largest meta hold, so a
+ * small frame cannot fill a disk.
+ */
+static int
+s_check_skeleton(s_in_t *in, const wsync_delta_header_t *h, uint64_t data)
+{
+	if (h->size - data > SKELETON_FIXED_MAX + h->ntensors * SKELETON_TENSOR_MAX)
+		return wsync_err_set(in->err, EX_DATAERR, "%s: a head of %llu bytes outside its "
+		    "%zu tensors' data, more than any header", in->name,
+		    (unsigned long long)(h->size - data), h->ntensors);
+	return 0;
+}
+
+/* The top-level map, decoded into h. */
+static int
+s_rd_root(s_in_t *in, const msgpack_object *o, wsync_delta_header_t *h)
+{
+	const msgpack_object *v[H_COUNT];
+	const msgpack_object_array *ts;
+
+	if (o->type != MSGPACK_OBJECT_MAP)
+		return s_bad(in, "not a map");
+	if (s_fields(in, &o->via.map, s_header_keys, H_COUNT, v, "the top level") < 0)
+		return -1;
+	for (int k = 0; k < H_COUNT; k++)
+		if (v[k] == NULL)
+			return wsync_err_set(in->err, EX_DATAERR, "%s: not a wsync delta: no "
+			    "\"%s\"", in->name, s_header_keys[k]);
+	if (s_rd_top(in, v, h) < 0)
+		return -1;
 	if (v[H_TENSORS]->type != MSGPACK_OBJECT_ARRAY)
 		return s_bad(in, "\"tensors\" is not an array");
 	ts = &v[H_TENSORS]->via.array;
-	if (ts->size > WSYNC_MAX_TENSORS)
-		return s_bad(in, "more tensors than a model may have");
-	h->ntensors = ts->size;
-	if ((h->tensors = calloc(h->ntensors + 1, sizeof(*h->tensors))) == NULL)
-		return wsync_err_set(in->err, EX_OSERR, "%s: out of memory", in->name);
+	if (s_tensors_alloc(in, h, ts->size) < 0)
+		return -1;
 	for (size_t j = 0; j < h->ntensors; j++)
 		if (s_rd_tensor(in, &ts->ptr[j], &h->tensors[j]) < 0)
 			return -1;
@@ -321,22 +361,12 @@ wsync_delta_read_header(const void *buf, size_t len, const char *name,
 	msgpack_unpacked_destroy(&doc);
 	if (rc < 0)
 		return -1;
-	if (h->size == 0 || h->size > (UINT64_C(1) << 62))
-		return s_bad(&in, "an absurd head size");
 	for (size_t i = 0; i < h->ntensors; i++) {
 		if (s_check_tensor(&in, h, &h->tensors[i], &prev_end) < 0)
 			return -1;
 		data += h->tensors[i].len;
 	}
-	/*
-	 * What the skeleton must expand to: no more than a header of this many
-	 * tensors and the largest meta hold, so a small frame cannot fill a disk.
-	 */
-	if (h->size - data > SKELETON_FIXED_MAX + h->ntensors * SKELETON_TENSOR_MAX)
-		return wsync_err_set(err, EX_DATAERR, "%s: a head of %llu bytes outside its "
-		    "%zu tensors' data, more than any header", name,
-		    (unsigned long long)(h->size - data), h->ntensors);
-	return 0;
+	return s_check_skeleton(&in, h, data);
 }
 
 void
@@ -467,8 +497,11 @@ typedef struct s_apply {
 	int hash_base;
 	wsync_delta_keep_fn keep;       /* NULL: every tensor is written */
 	void *keep_arg;
+	struct wsync_delta_feed *feed;  /* the delta still arriving, or NULL */
 	wsync_err_t err;                /* this thread's, when it applies tensors */
 } s_apply_t;
+
+static int s_feed_cut(struct wsync_delta_feed *f);
 
 /*
  * Moves a positioned output to file offset off: what it writes next goes
@@ -528,6 +561,9 @@ static int
 s_emit(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at, const unsigned char *p,
     size_t n, XXH3_state_t *hash, wsync_err_t *err)
 {
+	/* A delta that stopped arriving stops its apply between pieces, not at its end. */
+	if (a->feed != NULL && s_feed_cut(a->feed))
+		return wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", a->name);
 	if (hash != NULL)
 		wsync_hash_update(hash, p, n);
 	if (wsync_write_at(a->out.fd, p, n, t->off + at) < 0)
@@ -883,15 +919,11 @@ s_apply_size(void *arg, size_t i)
 	return ((s_apply_t *)arg)->h->tensors[i].len;
 }
 
-/*
- * Writes H: the skeleton first, on this thread, then the tensors, each
- * written at its offset by one of nworkers appliers (a[0] is this thread's).
- */
+/* Whether a's base is the one the delta was made from. */
 static int
-s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
+s_apply_base(s_apply_t *a, wsync_err_t *err)
 {
 	const wsync_delta_header_t *h = a->h;
-	unsigned failed = 0;
 
 	if (wsync_file_content_id(a->base) != h->base_content ||
 	    strcmp(wsync_file_model(a->base), h->model) != 0)
@@ -899,21 +931,40 @@ s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
 		    "(content id %016llx of %s, the delta wants %016llx of %s)", a->name,
 		    (unsigned long long)wsync_file_content_id(a->base), wsync_file_model(a->base),
 		    (unsigned long long)h->base_content, h->model);
-	if (s_apply_skeleton(a, err) < 0)
-		return -1;
-	if (wsync_pool_run_sized(h->ntensors, nworkers, s_apply_item, s_apply_size, a,
-	    &failed) != 0) {
-		*err = a[failed].err;
-		return -1;
-	}
+	return 0;
+}
+
+/* Sizes the output and checks it, once the skeleton and the tensors are written. */
+static int
+s_apply_finish(s_apply_t *a, wsync_err_t *err)
+{
 	/*
 	 * A tensor left out at the end is a hole the file must still reach over;
 	 * an output that held more (a recycled file) ends where the head does.
 	 */
-	if (ftruncate(a->out.fd, (off_t)h->size) < 0)
+	if (ftruncate(a->out.fd, (off_t)a->h->size) < 0)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot size the output: %s", a->name,
 		    strerror(errno));
 	return s_apply_check(a, err);
+}
+
+/*
+ * Writes H: the skeleton first, on this thread, then the tensors, each
+ * written at its offset by one of nworkers appliers (a[0] is this thread's).
+ */
+static int
+s_apply(s_apply_t *a, unsigned nworkers, wsync_err_t *err)
+{
+	unsigned failed = 0;
+
+	if (s_apply_base(a, err) < 0 || s_apply_skeleton(a, err) < 0)
+		return -1;
+	if (wsync_pool_run_sized(a->h->ntensors, nworkers, s_apply_item, s_apply_size, a,
+	    &failed) != 0) {
+		*err = a[failed].err;
+		return -1;
+	}
+	return s_apply_finish(a, err);
 }
 
 /*
@@ -1010,6 +1061,65 @@ s_image_map(s_apply_t *a, wsync_err_t *err)
 	    a->name, (unsigned long long)a->h->size, strerror(errno));
 }
 
+/*
+ * The appliers of H (header h) from the delta mapped at delta into out_fd,
+ * base_fd opened as *base: an applier per thread, a tensor each at a time,
+ * each holding about 6 MiB, its zstd stream's window (4 MiB as wsync writes
+ * them) and a MiB of decoded bytes and a sparse group. a is their model, with
+ * H's image unless image is 0 (reserving no memory: only the skeleton's pages
+ * are ever written; the first applier's alone is used).
+ * -1 with err; s_appliers_close either way.
+ */
+static int
+s_appliers_open(s_apply_t *a, s_apply_t **ws, unsigned *nworkers, wsync_file_t **base,
+    int base_fd, int out_fd, const wsync_delta_header_t *h, const void *delta,
+    const char *name, wsync_delta_keep_fn keep, void *keep_arg, int image, wsync_err_t *err)
+{
+	struct stat ost;
+	unsigned n;
+
+	*a = (s_apply_t){ .out = { .fd = out_fd, .name = name, .err = err, .positioned = 1 },
+	    .name = name, .keep = keep, .keep_arg = keep_arg, .h = h, .delta = delta };
+	*ws = NULL;
+	*nworkers = 0;
+	if ((*base = wsync_file_open_fd(base_fd, "base", err)) == NULL)
+		return -1;
+	a->base = *base;
+	a->base_fd = (*base)->mem == WSYNC_MEM_MMAP ? base_fd : -1;
+	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
+	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
+	    (keep != NULL && ost.st_size != 0))
+		return wsync_err_set(err, EX_SOFTWARE, "%s: the output must be %s", name,
+		    keep != NULL ? "a new empty file" : "a file open at its start");
+	if (image && s_image_map(a, err) < 0)
+		return -1;
+	n = wsync_threads_for(h->size);
+	if (n > h->ntensors)
+		n = h->ntensors > 0 ? (unsigned)h->ntensors : 1;
+	if ((*ws = calloc(n, sizeof(**ws))) == NULL)
+		return wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
+	for (; *nworkers < n; ) {
+		s_apply_t *w = &(*ws)[*nworkers];
+		*w = *a;
+		w->out.err = *nworkers == 0 ? err : &w->err;
+		++*nworkers;
+		if (s_applier_open(w, *nworkers == 1, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static void
+s_appliers_close(s_apply_t *a, s_apply_t *ws, unsigned nworkers, wsync_file_t *base)
+{
+	for (unsigned k = 0; k < nworkers; k++)
+		s_applier_close(&ws[k]);
+	free(ws);
+	if (a->image != NULL)
+		munmap(a->image, (size_t)a->h->size);
+	wsync_file_close(&base);
+}
+
 int
 wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err)
@@ -1023,53 +1133,16 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
     wsync_err_t *err)
 {
-	s_apply_t a = { .out = { .fd = out_fd, .name = name, .err = err, .positioned = 1 },
-	    .name = name, .keep = keep, .keep_arg = keep_arg }, *ws = NULL;
+	s_apply_t a = { 0 }, *ws = NULL;
 	s_din_t d;
 	wsync_file_t *base = NULL;
-	unsigned nworkers = 0, opened = 0;
-	struct stat ost;
+	unsigned nworkers = 0;
 	int rc = -1;
 
-	if (s_din_open(&d, delta_fd, name, err) < 0 ||
-	    (base = wsync_file_open_fd(base_fd, "base", err)) == NULL)
+	if (s_din_open(&d, delta_fd, name, err) < 0)
 		goto out;
-	a.h = &d.h;
-	a.delta = d.map;
-	a.base = base;
-	a.base_fd = base->mem == WSYNC_MEM_MMAP ? base_fd : -1;
-	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
-	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
-	    (keep != NULL && ost.st_size != 0)) {
-		wsync_err_set(err, EX_SOFTWARE, "%s: the output must be %s", name, keep != NULL ?
-		    "a new empty file" : "a file open at its start");
-		goto out;
-	}
-	/* Reserves no memory: only the skeleton's pages are ever written. */
-	if (s_image_map(&a, err) < 0)
-		goto out;
-	/*
-	 * An applier per thread, a tensor each at a time, the largest first: each
-	 * holds about 6 MiB, its zstd stream's window (4 MiB as wsync writes them)
-	 * and a MiB of decoded bytes and a sparse group.
-	 */
-	nworkers = wsync_threads_for(d.h.size);
-	if (nworkers > d.h.ntensors)
-		nworkers = d.h.ntensors > 0 ? (unsigned)d.h.ntensors : 1;
-	if ((ws = calloc(nworkers, sizeof(*ws))) == NULL) {
-		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
-		goto out;
-	}
-	for (; opened < nworkers; opened++) {
-		ws[opened] = a;
-		ws[opened].out.err = &ws[opened].err;
-		if (s_applier_open(&ws[opened], opened == 0, err) < 0) {
-			opened++;
-			goto out;
-		}
-	}
-	ws[0].out.err = err;
-	if (s_apply(ws, nworkers, err) < 0)
+	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &d.h, d.map, name, keep,
+	    keep_arg, 1, err) < 0 || s_apply(ws, nworkers, err) < 0)
 		goto out;
 	if (version != NULL)
 		*version = d.h.version;
@@ -1077,13 +1150,374 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 		*content = d.h.content;
 	rc = 0;
 out:
-	for (unsigned k = 0; k < opened; k++)
-		s_applier_close(&ws[k]);
-	free(ws);
-	if (a.image != NULL)
-		munmap(a.image, (size_t)d.h.size);
+	s_appliers_close(&a, ws, nworkers, base);
 	s_din_close(&d);
-	wsync_file_close(&base);
+	return rc;
+}
+
+/* ---- a delta applied while it arrives ---- */
+
+struct wsync_delta_feed {
+	pthread_mutex_t lock;
+	pthread_cond_t more;            /* have grew, or the feed stopped */
+	uint64_t size, have;            /* bytes [0, have) are in the file */
+	int stopped;
+	size_t applied;
+};
+
+wsync_delta_feed_t *
+wsync_delta_feed_new(uint64_t size)
+{
+	wsync_delta_feed_t *f = calloc(1, sizeof(*f));
+
+	if (f == NULL)
+		return NULL;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->more, NULL);
+	f->size = size;
+	return f;
+}
+
+void
+wsync_delta_feed_arrived(wsync_delta_feed_t *f, uint64_t upto)
+{
+	pthread_mutex_lock(&f->lock);
+	if (upto > f->have) {
+		f->have = upto < f->size ? upto : f->size;
+		pthread_cond_broadcast(&f->more);
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
+void
+wsync_delta_feed_stop(wsync_delta_feed_t *f)
+{
+	pthread_mutex_lock(&f->lock);
+	f->stopped = 1;
+	pthread_cond_broadcast(&f->more);
+	pthread_mutex_unlock(&f->lock);
+}
+
+int
+wsync_delta_feed_stopped(wsync_delta_feed_t *f)
+{
+	int stopped;
+
+	pthread_mutex_lock(&f->lock);
+	stopped = f->stopped;
+	pthread_mutex_unlock(&f->lock);
+	return stopped;
+}
+
+size_t
+wsync_delta_feed_applied(wsync_delta_feed_t *f)
+{
+	size_t n;
+
+	pthread_mutex_lock(&f->lock);
+	n = f->applied;
+	pthread_mutex_unlock(&f->lock);
+	return n;
+}
+
+void
+wsync_delta_feed_free(wsync_delta_feed_t **f)
+{
+	if (*f == NULL)
+		return;
+	pthread_cond_destroy(&(*f)->more);
+	pthread_mutex_destroy(&(*f)->lock);
+	free(*f);
+	*f = NULL;
+}
+
+/* Whether the feed stopped before the whole delta arrived. */
+static int
+s_feed_cut(wsync_delta_feed_t *f)
+{
+	int cut;
+
+	pthread_mutex_lock(&f->lock);
+	cut = f->stopped && f->have < f->size;
+	pthread_mutex_unlock(&f->lock);
+	return cut;
+}
+
+/* Waits until upto bytes have arrived or the feed stops; the bytes arrived. A wsync_mp_wait_fn. */
+static uint64_t
+s_feed_wait(void *arg, uint64_t upto)
+{
+	wsync_delta_feed_t *f = arg;
+	uint64_t have;
+
+	pthread_mutex_lock(&f->lock);
+	while (f->have < upto && !f->stopped)
+		pthread_cond_wait(&f->more, &f->lock);
+	have = f->have;
+	pthread_mutex_unlock(&f->lock);
+	return have;
+}
+
+/* A fed apply: the walk of the delta as it arrives, and the tensors read from it so far. */
+typedef struct s_fed {
+	wsync_delta_feed_t *feed;
+	wsync_mpwalk_t *walk;
+	s_in_t in;                      /* in.buf: the walk's image */
+	wsync_delta_header_t *h;        /* top level read; tensors [0, read) */
+	pthread_mutex_t lock;           /* guards read, failed and parsing */
+	size_t off;                     /* where the next entry starts */
+	size_t read;
+	uint64_t prev_end, data;
+	int failed;                     /* the walk failed: err says why */
+	wsync_err_t err;
+	int parsing;                    /* a worker reads an entry, the lock let go */
+	pthread_cond_t parsed;          /* it read one, or failed */
+	s_apply_t *ws;
+} s_fed_t;
+
+/* The walk's why, as the delta's error: 75 when its bytes stopped coming. */
+static int
+s_fed_bad(s_fed_t *s, wsync_err_t *err, const char *why)
+{
+	if (errno == EPIPE)
+		return wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", s->in.name);
+	return wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: %s", s->in.name, why);
+}
+
+/*
+ * Reads the next tensor entry (s->read), once it has arrived; -1 with s->err.
+ * Only the worker that is parsing calls it: the walk, the entries and what
+ * follows them are its alone till it is done.
+ */
+static int
+s_fed_entry(s_fed_t *s)
+{
+	wsync_delta_tensor_t *t = &s->h->tensors[s->read];
+	const unsigned char *image = wsync_mpwalk_image(s->walk);
+	msgpack_unpacked o;
+	size_t end, at = 0;
+	char why[256];
+	int rc;
+
+	s->in.err = &s->err;
+	if (wsync_mpwalk_object(s->walk, s->off, &end, DOC_DEPTH - 2, DOC_OBJECTS, why,
+	    sizeof(why)) < 0)
+		return s_fed_bad(s, &s->err, why);
+	/* Its data too: a walk reads headers, not what they announce. */
+	if (s_feed_wait(s->feed, end) < end) {
+		errno = EPIPE;
+		return s_fed_bad(s, &s->err, "");
+	}
+	msgpack_unpacked_init(&o);
+	if (msgpack_unpack_next(&o, (const char *)image + s->off, end - s->off, &at) !=
+	    MSGPACK_UNPACK_SUCCESS)
+		rc = s_bad(&s->in, "msgpack-c cannot unpack a tensor entry");
+	else
+		rc = s_rd_tensor(&s->in, &o.data, t);
+	msgpack_unpacked_destroy(&o);
+	if (rc < 0 || s_check_tensor(&s->in, s->h, t, &s->prev_end) < 0)
+		return -1;
+	s->data += t->len;
+	s->off = end;
+	return 0;
+}
+
+/* Writes H's tensor i once its entry has arrived; a wsync_pool_fn. */
+static int
+s_fed_item(void *arg, size_t i, unsigned worker)
+{
+	s_fed_t *s = arg;
+	int rc = 0;
+
+	/* One worker reads entries, waiting for their bytes; the others apply those read. */
+	pthread_mutex_lock(&s->lock);
+	while (s->read <= i && !s->failed) {
+		if (s->parsing) {
+			pthread_cond_wait(&s->parsed, &s->lock);
+			continue;
+		}
+		s->parsing = 1;
+		pthread_mutex_unlock(&s->lock);
+		rc = s_fed_entry(s);
+		pthread_mutex_lock(&s->lock);
+		s->parsing = 0;
+		if (rc < 0)
+			s->failed = 1;
+		else
+			s->read++;
+		rc = 0;
+		pthread_cond_broadcast(&s->parsed);
+	}
+	if (s->read <= i) {
+		s->ws[worker].err = s->err;
+		rc = 1;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (rc != 0 || s_apply_item(s->ws, i, worker) != 0)
+		return 1;
+	pthread_mutex_lock(&s->feed->lock);
+	s->feed->applied++;
+	pthread_mutex_unlock(&s->feed->lock);
+	return 0;
+}
+
+/*
+ * Reads the top level up to the tensors array, as it arrives: 0 with the
+ * header in h (tensors allocated, none read) and s->off at the first entry,
+ * 1 when some key comes after the tensors, -1 with err.
+ */
+static int
+s_fed_top(s_fed_t *s, wsync_delta_header_t *h, wsync_err_t *err)
+{
+	const unsigned char *image = wsync_mpwalk_image(s->walk);
+	msgpack_unpacked vals[H_COUNT];
+	const msgpack_object *v[H_COUNT] = { 0 };
+	uint64_t pairs, n;
+	size_t off, end;
+	char why[256];
+	int rc = -1, k = 0, nvals = 0;
+
+	if (wsync_mpwalk_open(s->walk, 0, 1, &pairs, &off, why, sizeof(why)) < 0)
+		return errno == EPIPE ? s_fed_bad(s, err, why) : s_bad(&s->in, "not a map");
+	for (uint64_t i = 0; i < pairs; i++) {
+		msgpack_unpacked key;
+		size_t at = 0;
+		if (wsync_mpwalk_object(s->walk, off, &end, 0, DOC_OBJECTS, why, sizeof(why)) < 0) {
+			s_fed_bad(s, err, why);
+			goto out;
+		}
+		msgpack_unpacked_init(&key);
+		if (msgpack_unpack_next(&key, (const char *)image + off, end - off, &at) !=
+		    MSGPACK_UNPACK_SUCCESS) {
+			msgpack_unpacked_destroy(&key);
+			s_bad(&s->in, "msgpack-c cannot unpack a key");
+			goto out;
+		}
+		for (k = 0; k < H_COUNT && !s_is(&key.data, s_header_keys[k]); k++)
+			;
+		msgpack_unpacked_destroy(&key);
+		off = end;
+		if (k == H_TENSORS)
+			break;
+		if (k == H_COUNT || v[k] != NULL) {
+			/* s_fields says which, once the whole has arrived. */
+			rc = 1;
+			goto out;
+		}
+		if (wsync_mpwalk_object(s->walk, off, &end, DOC_DEPTH - 1, DOC_OBJECTS, why,
+		    sizeof(why)) < 0) {
+			s_fed_bad(s, err, why);
+			goto out;
+		}
+		msgpack_unpacked_init(&vals[nvals]);
+		at = 0;
+		if (msgpack_unpack_next(&vals[nvals], (const char *)image + off, end - off, &at) !=
+		    MSGPACK_UNPACK_SUCCESS) {
+			nvals++;
+			s_bad(&s->in, "msgpack-c cannot unpack a value");
+			goto out;
+		}
+		v[k] = &vals[nvals++].data;
+		off = end;
+	}
+	/* The tensors last, after every other key: else the delta is applied once it is all in. */
+	for (int j = 0; j < H_TENSORS; j++)
+		if (k != H_TENSORS || v[j] == NULL || pairs != H_COUNT) {
+			rc = 1;
+			goto out;
+		}
+	if (s_rd_top(&s->in, v, h) < 0)
+		goto out;
+	if (wsync_mpwalk_open(s->walk, off, 0, &n, &s->off, why, sizeof(why)) < 0) {
+		if (errno == EPIPE)
+			s_fed_bad(s, err, why);
+		else
+			s_bad(&s->in, "\"tensors\" is not an array");
+		goto out;
+	}
+	rc = s_tensors_alloc(&s->in, h, n);
+out:
+	for (int j = 0; j < nvals; j++)
+		msgpack_unpacked_destroy(&vals[j]);
+	return rc;
+}
+
+int
+wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, wsync_delta_feed_t *feed, uint64_t *version,
+    uint64_t *content, wsync_err_t *err)
+{
+	s_fed_t s = { .feed = feed, .in = { .name = name, .err = err } };
+	wsync_delta_header_t h = { 0 };
+	s_apply_t a = { 0 }, *ws = NULL;
+	wsync_file_t *base = NULL;
+	unsigned nworkers = 0, failed = 0;
+	void *map = MAP_FAILED;
+	char why[256];
+	int rc = -1, top;
+
+	pthread_mutex_init(&s.lock, NULL);
+	pthread_cond_init(&s.parsed, NULL);
+	if ((s.walk = wsync_mpwalk_new(delta_fd, (size_t)feed->size, s_feed_wait, feed, why,
+	    sizeof(why))) == NULL) {
+		s_bad(&s.in, why);
+		goto out;
+	}
+	s.in.buf = (const char *)wsync_mpwalk_image(s.walk);
+	s.h = &h;
+	if ((top = s_fed_top(&s, &h, err)) < 0)
+		goto out;
+	if (top == 1) {
+		/* Another writer's order: the whole delta first. */
+		if (s_feed_wait(feed, feed->size) < feed->size) {
+			wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", name);
+			goto out;
+		}
+		rc = wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg,
+		    version, content, err);
+		goto out;
+	}
+	if ((map = mmap(NULL, (size_t)feed->size, PROT_READ, MAP_SHARED, delta_fd, 0)) ==
+	    MAP_FAILED) {
+		wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name, strerror(errno));
+		goto out;
+	}
+	/* H's image once its entries have checked its size, as the whole delta's header does. */
+	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &h, map, name, keep,
+	    keep_arg, 0, err) < 0 || s_apply_base(ws, err) < 0)
+		goto out;
+	for (unsigned k = 0; k < nworkers; k++)
+		ws[k].feed = feed;
+	s.ws = ws;
+	if (wsync_pool_run(h.ntensors, nworkers, s_fed_item, &s, &failed) != 0) {
+		*err = ws[failed].err;
+		goto out;
+	}
+	/* Nothing after the last entry; then the bytes around the tensors. */
+	if (s.off != feed->size) {
+		wsync_err_set(err, EX_DATAERR, "%s: not a wsync delta: trailing bytes after the "
+		    "document", name);
+		goto out;
+	}
+	s.in.err = err;
+	if (s_check_skeleton(&s.in, &h, s.data) < 0 || s_image_map(&a, err) < 0)
+		goto out;
+	ws[0].image = a.image;
+	if (s_apply_skeleton(ws, err) < 0 || s_apply_finish(ws, err) < 0)
+		goto out;
+	if (version != NULL)
+		*version = h.version;
+	if (content != NULL)
+		*content = h.content;
+	rc = 0;
+out:
+	s_appliers_close(&a, ws, nworkers, base);
+	if (map != MAP_FAILED)
+		munmap(map, (size_t)feed->size);
+	wsync_delta_header_free(&h);
+	wsync_mpwalk_free(&s.walk);
+	pthread_cond_destroy(&s.parsed);
+	pthread_mutex_destroy(&s.lock);
 	return rc;
 }
 

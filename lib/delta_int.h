@@ -127,6 +127,35 @@ int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *na
     wsync_err_t *err);
 
 /*
+ * A delta that is still arriving, in order, into its file: how much of it
+ * has (the receiver says), and how far an apply of it got. Thread-safe.
+ */
+typedef struct wsync_delta_feed wsync_delta_feed_t;
+/* A feed for a delta of size bytes; NULL when out of memory. */
+wsync_delta_feed_t *wsync_delta_feed_new(uint64_t size);
+/* Bytes [0, upto) of the delta are in its file. */
+void wsync_delta_feed_arrived(wsync_delta_feed_t *feed, uint64_t upto);
+/* No more bytes will come: an apply waiting for them fails. */
+void wsync_delta_feed_stop(wsync_delta_feed_t *feed);
+/* Whether the feed was stopped (by the receiver, or by an apply that refused the delta). */
+int wsync_delta_feed_stopped(wsync_delta_feed_t *feed);
+/* The tensors an apply of it has written so far (and checked). */
+size_t wsync_delta_feed_applied(wsync_delta_feed_t *feed);
+void wsync_delta_feed_free(wsync_delta_feed_t **feed);
+/*
+ * As wsync_delta_apply_some, with the delta in delta_fd (already of its
+ * size) still arriving as feed says: each tensor is rebuilt once its entry
+ * has arrived, while later ones are still on their way, on as many threads as
+ * wsync_delta_apply_some takes, the others (skeleton, content id) at the end.
+ * A delta whose top-level keys do not all come before its tensors (wsync
+ * writes them so) is applied once it has all arrived. The file written is the
+ * same byte for byte. A feed stopped before the end gives 75.
+ */
+int wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, wsync_delta_feed_t *feed, uint64_t *version,
+    uint64_t *content, wsync_err_t *err);
+
+/*
  * Writes to out_fd the delta in delta_fds (n of them), made against some copy
  * of B's tensors, as the delta from base_fd (B as held, numbered base): the
  * same encoded tensor bytes, each base_off where base_fd holds a tensor of

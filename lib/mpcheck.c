@@ -83,6 +83,8 @@ typedef struct s_fill {
 	unsigned char *image;           /* the document's length, anonymous */
 	unsigned char win[1 << 16];
 	size_t win_off, win_len;
+	wsync_mp_wait_fn wait;          /* NULL: the whole document is in the file */
+	void *wait_arg;
 } s_fill_t;
 
 /* Copies bytes [off, off + n) of the file into the image. */
@@ -92,9 +94,20 @@ s_fill(s_fill_t *f, size_t off, size_t n)
 	while (n > 0) {
 		size_t k;
 		if (off < f->win_off || off >= f->win_off + f->win_len) {
+			size_t want = sizeof(f->win);
 			ssize_t got;
+			/* Bytes past those arrived are not read: they may still change. */
+			if (f->wait != NULL) {
+				uint64_t have = f->wait(f->wait_arg, off + n);
+				if (have < off + n) {
+					errno = EPIPE;
+					return -1;
+				}
+				if (have - off < want)
+					want = (size_t)(have - off);
+			}
 			do
-				got = pread(f->fd, f->win, sizeof(f->win), (off_t)off);
+				got = pread(f->fd, f->win, want, (off_t)off);
 			while (got < 0 && errno == EINTR);
 			if (got <= 0) {
 				if (got == 0)
@@ -116,12 +129,12 @@ s_fill(s_fill_t *f, size_t off, size_t n)
 
 /* The walk of wsync_msgpack_check; with fill, each header (and small body) is read first. */
 static int
-s_walk(const unsigned char *p, size_t len, s_fill_t *fill, size_t *end, int max_depth,
-    size_t max_objects, char *why, size_t whylen)
+s_walk(const unsigned char *p, size_t len, s_fill_t *fill, size_t start, size_t *end,
+    int max_depth, size_t *objects, size_t max_objects, char *why, size_t whylen)
 {
 	uint64_t left[64];           /* objects still to read at each open level */
 	int depth = 0;
-	size_t off = 0, objects = 0;
+	size_t off = start;
 
 	if (max_depth > 63)
 		max_depth = 63;
@@ -143,7 +156,7 @@ s_walk(const unsigned char *p, size_t len, s_fill_t *fill, size_t *end, int max_
 			    "bad msgpack header at byte %zu", off);
 			return -1;
 		}
-		if (++objects > max_objects) {
+		if (++*objects > max_objects) {
 			snprintf(why, whylen, "more than %zu msgpack objects", max_objects);
 			return -1;
 		}
@@ -182,14 +195,24 @@ int
 wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end, int max_depth,
     size_t max_objects, char *why, size_t whylen)
 {
-	return s_walk(p, len, NULL, end, max_depth, max_objects, why, whylen);
+	size_t objects = 0;
+
+	return s_walk(p, len, NULL, 0, end, max_depth, &objects, max_objects, why, whylen);
 }
 
-unsigned char *
-wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth, size_t max_objects,
-    char *why, size_t whylen)
+/* ---- a document walked as it arrives ---- */
+
+struct wsync_mpwalk {
+	s_fill_t fill;
+	size_t len;
+	size_t objects;
+};
+
+wsync_mpwalk_t *
+wsync_mpwalk_new(int fd, size_t len, wsync_mp_wait_fn wait, void *arg, char *why,
+    size_t whylen)
 {
-	s_fill_t *f;
+	wsync_mpwalk_t *w;
 	unsigned char *image;
 
 	if (len == 0) {
@@ -199,20 +222,94 @@ wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth, size_t max_o
 	/* Reserves nothing: only the pages a header or a small body lands in are written. */
 	image = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS |
 	    MAP_NORESERVE, -1, 0);
-	if (image == MAP_FAILED || (f = malloc(sizeof(*f))) == NULL) {
+	if (image == MAP_FAILED || (w = calloc(1, sizeof(*w))) == NULL) {
 		snprintf(why, whylen, "cannot map %zu bytes for its headers: %s", len,
 		    strerror(errno));
 		if (image != MAP_FAILED)
 			munmap(image, len);
 		return NULL;
 	}
-	f->fd = fd;
-	f->image = image;
-	f->win_off = f->win_len = 0;
-	if (s_walk(image, len, f, end, max_depth, max_objects, why, whylen) < 0) {
-		munmap(image, len);
-		image = NULL;
+	w->fill.fd = fd;
+	w->fill.image = image;
+	w->fill.wait = wait;
+	w->fill.wait_arg = arg;
+	w->len = len;
+	return w;
+}
+
+const unsigned char *
+wsync_mpwalk_image(const wsync_mpwalk_t *w)
+{
+	return w->fill.image;
+}
+
+int
+wsync_mpwalk_object(wsync_mpwalk_t *w, size_t off, size_t *end, int max_depth,
+    size_t max_objects, char *why, size_t whylen)
+{
+	/* errno says EPIPE only when the bytes stopped coming, not what an earlier call left. */
+	errno = 0;
+	return s_walk(w->fill.image, w->len, &w->fill, off, end, max_depth, &w->objects,
+	    max_objects, why, whylen);
+}
+
+int
+wsync_mpwalk_open(wsync_mpwalk_t *w, size_t off, int map, uint64_t *count, size_t *first,
+    char *why, size_t whylen)
+{
+	const unsigned char *p = w->fill.image;
+	uint64_t skip, children;
+	int is;
+
+	errno = 0;
+	if (off >= w->len || s_fill(&w->fill, off, w->len - off < 9 ? w->len - off : 9) < 0) {
+		snprintf(why, whylen, off >= w->len ? "truncated at byte %zu" :
+		    "cannot read byte %zu: %s", off, strerror(errno));
+		return -1;
 	}
-	free(f);
+	is = map ? (p[off] >= 0x80 && p[off] <= 0x8f) || p[off] == 0xde || p[off] == 0xdf :
+	    (p[off] >= 0x90 && p[off] <= 0x9f) || p[off] == 0xdc || p[off] == 0xdd;
+	if (!is || s_header(p, w->len, off, &skip, &children) < 0) {
+		snprintf(why, whylen, "no %s at byte %zu", map ? "map" : "array", off);
+		return -1;
+	}
+	if (children > w->len - off - skip) {
+		snprintf(why, whylen, "truncated: the container at byte %zu declares %llu objects; "
+		    "only %zu bytes are left", off, (unsigned long long)children,
+		    w->len - off - (size_t)skip);
+		return -1;
+	}
+	w->objects++;
+	*count = map ? children / 2 : children;
+	*first = off + (size_t)skip;
+	return 0;
+}
+
+unsigned char *
+wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth, size_t max_objects,
+    char *why, size_t whylen)
+{
+	wsync_mpwalk_t *w = wsync_mpwalk_new(fd, len, NULL, NULL, why, whylen);
+	unsigned char *image;
+
+	if (w == NULL)
+		return NULL;
+	if (wsync_mpwalk_object(w, 0, end, max_depth, max_objects, why, whylen) < 0) {
+		wsync_mpwalk_free(&w);
+		return NULL;
+	}
+	/* The image outlives the walk. */
+	image = w->fill.image;
+	free(w);
 	return image;
+}
+
+void
+wsync_mpwalk_free(wsync_mpwalk_t **w)
+{
+	if (*w == NULL)
+		return;
+	munmap((*w)->fill.image, (*w)->len);
+	free(*w);
+	*w = NULL;
 }

@@ -38,4 +38,37 @@ int wsync_msgpack_check(const unsigned char *p, size_t len, size_t *end,
 unsigned char *wsync_msgpack_image(int fd, size_t len, size_t *end, int max_depth,
     size_t max_objects, char *why, size_t whylen);
 
+/*
+ * How many bytes of the document have arrived, once at least upto have or no
+ * more will come (then fewer than upto): a document walked while its bytes
+ * are still being written, in order, into its file.
+ */
+typedef uint64_t (*wsync_mp_wait_fn)(void *arg, uint64_t upto);
+
+/*
+ * A document of len bytes in the file fd, walked an object at a time as
+ * wsync_msgpack_image does the whole, into an image of its own: each read
+ * first waits (wait, unless NULL) for the bytes it needs. NULL with why set.
+ */
+typedef struct wsync_mpwalk wsync_mpwalk_t;
+wsync_mpwalk_t *wsync_mpwalk_new(int fd, size_t len, wsync_mp_wait_fn wait, void *arg,
+    char *why, size_t whylen);
+/* The image: the headers and small bodies of the objects walked, at their offsets. */
+const unsigned char *wsync_mpwalk_image(const wsync_mpwalk_t *w);
+/*
+ * Walks the object at off into the image, checked as wsync_msgpack_check does
+ * (max_objects counts every object the walk has met so far). 0 with *end the
+ * offset after it, -1 with why set (errno EPIPE: its bytes stopped coming).
+ */
+int wsync_mpwalk_object(wsync_mpwalk_t *w, size_t off, size_t *end, int max_depth,
+    size_t max_objects, char *why, size_t whylen);
+/*
+ * The header of the map (map 1: its pairs in *count) or array (map 0: its
+ * elements) at off, and where its first object starts; -1 with why set (errno
+ * EPIPE: its bytes stopped coming, 0: it is not one).
+ */
+int wsync_mpwalk_open(wsync_mpwalk_t *w, size_t off, int map, uint64_t *count, size_t *first,
+    char *why, size_t whylen);
+void wsync_mpwalk_free(wsync_mpwalk_t **w);
+
 #endif

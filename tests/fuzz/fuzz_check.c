@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sysexits.h>
@@ -40,6 +41,23 @@ fuzz_scratch_fd(int which)
 	FUZZ_ASSERT(ftruncate(fds[which], 0) == 0, "ftruncate: %s", strerror(errno));
 	FUZZ_ASSERT(lseek(fds[which], 0, SEEK_SET) == 0, "lseek: %s", strerror(errno));
 	return fds[which];
+}
+
+int
+fuzz_same_fds(int a, int b)
+{
+	struct stat sa, sb;
+	char x[4096], y[4096];
+
+	if (fstat(a, &sa) != 0 || fstat(b, &sb) != 0 || sa.st_size != sb.st_size)
+		return 0;
+	for (off_t at = 0; at < sa.st_size; ) {
+		ssize_t n = pread(a, x, sizeof(x), at);
+		if (n <= 0 || pread(b, y, (size_t)n, at) != n || memcmp(x, y, (size_t)n) != 0)
+			return 0;
+		at += n;
+	}
+	return 1;
 }
 
 static int

@@ -36,5 +36,7 @@ void fuzz_roundtrip(const wsync_file_t *f, int also_safetensors);
 
 /* A memfd for the targets' scratch files, created on first use, emptied. */
 int fuzz_scratch_fd(int which);
+/* 1 when files a and b hold the same bytes. */
+int fuzz_same_fds(int a, int b);
 
 #endif

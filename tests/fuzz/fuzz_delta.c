@@ -3,7 +3,9 @@
  * DELTA). Its header is decoded from memory (wsync_delta_read_header) and,
  * when it reads, checked to lie inside the input and inside the head; then
  * the input is applied to a fixed base (delta_models.h), and a result is
- * checked to be a valid file whose every hash and content id hold.
+ * checked to be a valid file whose every hash and content id hold; applied
+ * as it arrives (wsync_delta_apply_fed), it must give the same verdict and
+ * the same file.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,8 +45,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	wsync_err_t err = { 0 };
 	wsync_delta_header_t h;
 	uint64_t version = 0, content = 0;
+	wsync_delta_feed_t *feed;
 	unsigned char *buf;
-	int d, out, rc;
+	int d, out, fed, rc, fed_rc;
 
 	if (base < 0) {
 		base = fuzz_scratch_fd(0);
@@ -65,9 +68,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	d = fuzz_scratch_fd(1);
 	FUZZ_ASSERT(write(d, data, size) == (ssize_t)size, "cannot write the delta");
+	/* Applied as it arrives (all of it in): the same verdict, the same file. */
+	fed = fuzz_scratch_fd(3);
+	feed = wsync_delta_feed_new(size);
+	FUZZ_ASSERT(feed != NULL, "out of memory");
+	wsync_delta_feed_arrived(feed, size);
+	memset(&err, 0, sizeof(err));
+	fed_rc = wsync_delta_apply_fed(base, d, fed, "fuzz.wdelta", NULL, NULL, feed, NULL, NULL,
+	    &err);
+	wsync_delta_feed_free(&feed);
+	if (fed_rc < 0)
+		FUZZ_ASSERT(err.code == EX_DATAERR && err.msg[0] != '\0',
+		    "applied as it arrives, failed with %d: %s", err.code, err.msg);
 	out = fuzz_scratch_fd(2);
 	memset(&err, 0, sizeof(err));
 	if (wsync_delta_apply(base, d, out, "fuzz.wdelta", &version, &content, &err) < 0) {
+		FUZZ_ASSERT(fed_rc < 0, "applied as it arrived, but not whole: %s", err.msg);
 		FUZZ_ASSERT(err.code == EX_DATAERR && err.msg[0] != '\0',
 		    "apply failed with %d: %s", err.code, err.msg);
 	} else {
@@ -79,6 +95,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_ASSERT(wsync_file_content_id(f) == content && wsync_file_version(f) == version,
 		    "applied, but content or version differ from what apply returned");
 		wsync_file_close(&f);
+		FUZZ_ASSERT(fed_rc == 0 && fuzz_same_fds(out, fed),
+		    "applied whole, but not the same as it arrived");
 	}
 	return 0;
 }

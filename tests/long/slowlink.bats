@@ -2,7 +2,9 @@
 # A slow link slows a transfer down; it never restarts it (issue 16): a
 # watcher behind a 5 Mbit/s link receives a 32 MiB version over the socket in
 # one go, about as fast as plain TCP on the same link measured in the same
-# run. Emulated hosts (tests/hosts.bash); needs root, skipped otherwise.
+# run; a watcher behind 100 Mbit/s follows each step as a delta that it
+# rebuilds while it arrives (bench/hosts-delta, issue 28). Emulated hosts
+# (tests/hosts.bash); needs root, skipped otherwise.
 
 load ../test_helper
 load ../hub_helper
@@ -39,4 +41,19 @@ hub_listening() {
 	run -0 host_exec 2 wsync-inspect --json "$HOSTS_DIR/h2/w.wsync"
 	[ "$(jq -r .content_id <<<"$output")" = "$(wsync-convert -m policy big.safetensors - |
 		wsync-inspect --json - | jq -r .content_id)" ]
+}
+
+@test "bench/hosts-delta: a watcher behind 100 Mbit/s follows each step as a delta, rebuilt while it arrives" {
+	[ -x "$ROOT/${BUILD:-build/cc}/bench/mkstep" ] || skip "no bench/mkstep in ${BUILD:-build/cc}"
+	# Exits 0 only when every step was acked, each as a delta (the hub's log says so).
+	run -0 --separate-stderr env BOUND_S=60 "$ROOT/bench/hosts-delta" 32 100mbit 1
+	echo "$output" | sed 's/^/# /' >&3
+	assert_line --index 0 "| row | seconds | against |"
+	assert_line --index 2 --regexp '^\| commit to ack, links at 100mbit \(best of runs\) \| [0-9.]+ \| [0-9.]+x diff \+ wire \+ rebuild; [0-9.]+x diff \+ the larger of wire and rebuild \|$'
+	assert_line --index 3 --regexp "^\\| the hub's diff in it \\| [0-9.]+ \\| - \\|\$"
+	assert_line --index 4 --regexp '^\| commit to ack, links at 10gbit \(best of runs\) \| [0-9.]+ \| - \|$'
+	assert_line --index 5 --regexp '^\| the rebuild: that, less its diff \([0-9.]+ s\) \| -?[0-9.]+ \| - \|$'
+	assert_line --index 6 --regexp '^\| the delta \([0-9]+ bytes\) over plain TCP at 100mbit: the wire \| [0-9.]+ \| - \|$'
+	assert_line --index 7 --regexp '^\| diff \+ wire \+ rebuild: the rebuild after the delta is in \| [0-9.]+ \| - \|$'
+	assert_line --index 8 --regexp '^\| diff \+ the larger of wire and rebuild: the rebuild while it arrives \| [0-9.]+ \| - \|$'
 }

@@ -5,10 +5,15 @@
  * header decoder on truncated and altered input, and inputs that are pipes
  * (held in memory, not read from their files); a delta made over the base
  * (a pusher's kept copy made into the head as it is read), the same bytes as
- * the delta made from the two files. Run from the repository root
+ * the delta made from the two files; a delta applied while it arrives, the
+ * same file, its first tensors written before its last bytes came. Run from
+ * the repository root
  * (tests/fixtures/mkstep.py writes the stepped models).
  */
 #include <fcntl.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1110,6 +1115,185 @@ test_an_unchanged_tensor_carries_its_own_hash(void)
 	wsync_file_close(&fh);
 }
 
+/* ---- a delta applied while it arrives ---- */
+
+/* The receiver's side: the delta written into its file in pieces, each told to the feed. */
+typedef struct s_sender {
+	const unsigned char *buf;
+	size_t len, first;              /* first: bytes sent before waiting for a tensor */
+	size_t stop_at;                 /* 0: all; else the feed stops after these bytes */
+	int wait;                       /* for a tensor to be written before sending the rest */
+	int fd;
+	wsync_delta_feed_t *feed;
+	int early;                      /* a tensor was written before the rest was sent */
+} s_sender_t;
+
+static int
+s_send(s_sender_t *s, size_t from, size_t to)
+{
+	for (size_t at = from; at < to; ) {
+		size_t n = to - at < 4096 ? to - at : 4096;
+		if (pwrite(s->fd, s->buf + at, n, (off_t)at) != (ssize_t)n)
+			return -1;
+		at += n;
+		wsync_delta_feed_arrived(s->feed, at);
+	}
+	return 0;
+}
+
+static void *
+s_sender(void *arg)
+{
+	s_sender_t *s = arg;
+	struct timespec nap = { 0, 1000000 };
+
+	if (s_send(s, 0, s->first) < 0)
+		return NULL;
+	if (s->stop_at != 0) {
+		wsync_delta_feed_stop(s->feed);
+		return NULL;
+	}
+	/* Bounded: a tensor whose entry is in is written without the rest, or the test says so. */
+	for (int ms = 0; s->wait && ms < 20000 && wsync_delta_feed_applied(s->feed) == 0; ms++)
+		nanosleep(&nap, NULL);
+	s->early = wsync_delta_feed_applied(s->feed) > 0;
+	s_send(s, s->first, s->len);
+	return NULL;
+}
+
+/* Applies buf (a delta of len bytes) to base as it arrives into out; 0 or the error's code. */
+static int
+s_apply_fed(const char *base, const unsigned char *buf, size_t len, size_t first,
+    size_t stop_at, const char *out, int *early, size_t *applied, wsync_err_t *err)
+{
+	s_sender_t s = { .buf = buf, .len = len, .first = first, .stop_at = stop_at,
+	    .wait = early != NULL };
+	int b = open(base, O_RDONLY), o = open(out, O_RDWR | O_CREAT | O_TRUNC, 0600), rc;
+	uint64_t version = 0, content = 0;
+	pthread_t t;
+
+	s.fd = open(s_path("fed.wdelta"), O_RDWR | O_CREAT | O_TRUNC, 0600);
+	s.feed = wsync_delta_feed_new(len);
+	if (b < 0 || o < 0 || s.fd < 0 || s.feed == NULL || ftruncate(s.fd, (off_t)len) < 0 ||
+	    pthread_create(&t, NULL, s_sender, &s) != 0)
+		return -1;
+	rc = wsync_delta_apply_fed(b, s.fd, o, "fed", NULL, NULL, s.feed, &version, &content,
+	    err) < 0 ? err->code : 0;
+	/* What failed stops the feed for good: the sender may still be sending. */
+	wsync_delta_feed_stop(s.feed);
+	pthread_join(t, NULL);
+	if (early != NULL)
+		*early = s.early;
+	*applied = wsync_delta_feed_applied(s.feed);
+	wsync_delta_feed_free(&s.feed);
+	close(b);
+	close(o);
+	close(s.fd);
+	return rc;
+}
+
+/* The delta at path with its top-level keys in another order: "tensors" first. */
+static int
+s_tensors_first(const char *path, const char *to)
+{
+	size_t len = 0, off = 0;
+	unsigned char *buf = s_slurp(path, &len);
+	msgpack_unpacked doc;
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	int rc = -1;
+
+	if (buf == NULL)
+		return -1;
+	msgpack_unpacked_init(&doc);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	if (msgpack_unpack_next(&doc, (const char *)buf, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+	    doc.data.type == MSGPACK_OBJECT_MAP) {
+		const msgpack_object_map *m = &doc.data.via.map;
+		msgpack_pack_map(&pk, m->size);
+		for (int pass = 0; pass < 2; pass++)
+			for (uint32_t i = 0; i < m->size; i++) {
+				const msgpack_object *k = &m->ptr[i].key;
+				int tensors = k->via.str.size == 7 && memcmp(k->via.str.ptr,
+				    "tensors", 7) == 0;
+				if (tensors != (pass == 0))
+					continue;
+				msgpack_pack_object(&pk, *k);
+				msgpack_pack_object(&pk, m->ptr[i].val);
+			}
+		rc = s_spit(to, sb.data, sb.size);
+	}
+	msgpack_sbuffer_destroy(&sb);
+	msgpack_unpacked_destroy(&doc);
+	free(buf);
+	return rc;
+}
+
+static void
+test_a_delta_applied_as_it_arrives_is_the_same(void)
+{
+	static const char *const threads[] = { "1", "2", "7" };
+	wsync_delta_header_t h = { 0 };
+	unsigned char *buf = NULL, *other = NULL;
+	size_t len = 0, olen = 0, applied = 0, first;
+	wsync_delta_stats_t st;
+	wsync_err_t err = { 0 };
+	int early = 0;
+
+	int made = s_mkstep("bf16", "0.01", 1u << 22) == 0 &&
+	    s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("d.wdelta"), &st,
+	    &err) == 0 && s_header(s_path("d.wdelta"), &buf, &len, &h) == 0 && h.ntensors > 2;
+
+	ok(made, "fed: a stepped pair and its delta of several tensors are written");
+	if (!made)
+		goto out;
+	/* Up to the first tensor's data: its entry is whole, the others' still to come. */
+	first = (size_t)(h.tensors[0].data_off + h.tensors[0].data_len);
+	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+		int rc;
+		setenv("WSYNC_THREADS", threads[k], 1);
+		rc = s_apply_fed(s_path("base.wsync"), buf, len, first, 0, s_path("out.wsync"),
+		    &early, &applied, &err);
+		ok(rc == 0 && s_same_files(s_path("out.wsync"), s_path("head.wsync")) &&
+		    applied == h.ntensors,
+		    "fed, %s threads: the head is rebuilt byte for byte, %zu of %zu tensors (%s)",
+		    threads[k], applied, h.ntensors, err.msg);
+		ok(early, "fed, %s threads: the first tensor is written before the rest of the "
+		    "delta arrives", threads[k]);
+	}
+	unsetenv("WSYNC_THREADS");
+
+	/* Stopped halfway: 75, and the output is the caller's to remove. */
+	err.msg[0] = '\0';
+	ok(s_apply_fed(s_path("base.wsync"), buf, len, len / 2, len / 2, s_path("out.wsync"),
+	    NULL, &applied, &err) == EX_TEMPFAIL &&
+	    strcmp(err.msg, "fed: the delta stopped arriving") == 0,
+	    "fed: a delta that stops arriving gives 75: %s", err.msg);
+
+	/* Damaged in its first tensor: 65 naming it, as a delta applied whole. */
+	buf[h.tensors[0].data_off + h.tensors[0].data_len / 2] ^= 0x10;
+	err.msg[0] = '\0';
+	ok(s_apply_fed(s_path("base.wsync"), buf, len, first, 0, s_path("out.wsync"), &early,
+	    &applied, &err) == EX_DATAERR && strstr(err.msg, h.tensors[0].path) != NULL,
+	    "fed: a damaged tensor is refused naming it: %s", err.msg);
+	buf[h.tensors[0].data_off + h.tensors[0].data_len / 2] ^= 0x10;
+
+	/* Another writer's order: the tensors before the other keys, applied once all is in. */
+	err.msg[0] = '\0';
+	ok(s_tensors_first(s_path("d.wdelta"), s_path("first.wdelta")) == 0 &&
+	    (other = s_slurp(s_path("first.wdelta"), &olen)) != NULL &&
+	    s_apply_fed(s_path("base.wsync"), other, olen, olen / 3, 0, s_path("out.wsync"),
+	    NULL, &applied, &err) == 0 && s_same_files(s_path("out.wsync"),
+	    s_path("head.wsync")),
+	    "fed: a delta whose tensors come first is applied once it has arrived (%s)",
+	    err.msg);
+out:
+	wsync_delta_header_free(&h);
+	free(buf);
+	free(other);
+}
+
 static void
 s_clean(void)
 {
@@ -1142,6 +1326,7 @@ main(void)
 	test_a_delta_from_the_base_as_it_lies_is_the_same();
 	test_an_unchanged_tensor_carries_its_own_hash();
 	test_a_change_the_sample_skips_is_judged_alike_over();
+	test_a_delta_applied_as_it_arrives_is_the_same();
 	s_clean();
 	return tap_done();
 }
