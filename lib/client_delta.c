@@ -161,6 +161,7 @@ typedef struct s_fed_job {
 	uint64_t version, content;
 	int rc;
 	wsync_err_t why;
+	int refused;                    /* it stopped the transfer (this thread's, not the apply's) */
 } s_fed_job_t;
 
 static void *
@@ -179,13 +180,15 @@ s_fed_run(void *arg)
 
 /*
  * What the transfer has in without a gap, told to the apply; nonzero once the
- * apply stopped (it refused the delta). For wsync_client_get_all.
+ * apply refused the delta. For wsync_client_get_all.
  */
 static int
 s_arrived(void *arg, uint64_t upto)
 {
-	wsync_delta_feed_arrived(arg, upto);
-	return wsync_delta_feed_stopped(arg);
+	s_fed_job_t *j = arg;
+
+	wsync_delta_feed_arrived(j->feed, upto);
+	return j->refused = wsync_delta_feed_stopped(j->feed);
 }
 
 /*
@@ -290,7 +293,7 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	    .model = f->model, .sel = sel, .feed = wsync_delta_feed_new(dsize), .rc = -1 };
 	fed = job.feed != NULL && s_fed_start(&applier, &job) == 0;
 	got_all = wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd,
-	    out, fed ? s_arrived : NULL, job.feed, c->idle_ms > 0 ? wsync_now_ms() +
+	    out, fed ? s_arrived : NULL, &job, c->idle_ms > 0 ? wsync_now_ms() +
 	    c->idle_ms : deadline, err);
 	if (fed) {
 		if (got_all == 0)
@@ -299,7 +302,7 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 		pthread_join(applier, NULL);
 	}
 	wsync_delta_feed_free(&job.feed);
-	if (got_all < 0 && !(fed && job.rc < 0 && job.why.code != EX_TEMPFAIL)) {
+	if (got_all < 0 && !job.refused) {
 		/* A spare stays one: its pages serve the fetch that comes next. */
 		if (recycled)
 			wsync_recycle_keep(recycle, buf);
@@ -307,15 +310,22 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 		rc = err->code == EX_NOINPUT ? s_whole(out, "%s", err->msg) : -1;
 		goto finish;
 	}
+	/* Stopped by the apply's refusal: not a transfer's failure. */
+	if (job.refused)
+		*err = (wsync_err_t){ 0 };
 	if (!fed)
 		job.rc = wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ?
 		    s_keep : NULL, (void *)sel, &job.version, &job.content, &job.why);
 	version = job.version;
 	content = job.content;
 	why = job.why;
-	if (job.rc < 0)
+	if (job.rc < 0) {
+		/* The version comes whole next: into the spare's pages. */
+		if (recycled)
+			wsync_recycle_keep(recycle, buf);
 		rc = s_whole(out, "the delta from version %" PRIu64 " did not apply: %s", base,
 		    why.msg);
+	}
 	else if (version != got->version || content != got->content)
 		rc = s_whole(out, "the delta from version %" PRIu64 " rebuilt version %" PRIu64
 		    " content %016" PRIx64 ", the hub announced %" PRIu64 " content %016" PRIx64,

@@ -1162,6 +1162,7 @@ struct wsync_delta_feed {
 	pthread_cond_t more;            /* have grew, or the feed stopped */
 	uint64_t size, have;            /* bytes [0, have) are in the file */
 	int stopped;
+	int refused;                    /* the apply refused the delta: nothing more is awaited */
 	size_t applied;
 };
 
@@ -1204,7 +1205,7 @@ wsync_delta_feed_stopped(wsync_delta_feed_t *f)
 	int stopped;
 
 	pthread_mutex_lock(&f->lock);
-	stopped = f->stopped;
+	stopped = f->stopped || f->refused;
 	pthread_mutex_unlock(&f->lock);
 	return stopped;
 }
@@ -1231,7 +1232,11 @@ wsync_delta_feed_free(wsync_delta_feed_t **f)
 	*f = NULL;
 }
 
-/* Whether the feed stopped before the whole delta arrived. */
+/*
+ * Whether the feed stopped before the whole delta arrived. Not when the apply
+ * refused it: the tensors below the refused one finish, so that the pool
+ * reports the lowest failure, the refusal, not a cut.
+ */
 static int
 s_feed_cut(wsync_delta_feed_t *f)
 {
@@ -1251,7 +1256,7 @@ s_feed_wait(void *arg, uint64_t upto)
 	uint64_t have;
 
 	pthread_mutex_lock(&f->lock);
-	while (f->have < upto && !f->stopped)
+	while (f->have < upto && !f->stopped && !f->refused)
 		pthread_cond_wait(&f->more, &f->lock);
 	have = f->have;
 	pthread_mutex_unlock(&f->lock);
@@ -1353,8 +1358,24 @@ s_fed_item(void *arg, size_t i, unsigned worker)
 		rc = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (rc != 0 || s_apply_item(s->ws, i, worker) != 0)
+	if (rc != 0)
 		return 1;
+	if (s_apply_item(s->ws, i, worker) != 0) {
+		/*
+		 * Refused: no later entry is worth waiting for. The worker reading one
+		 * and those waiting to stop (their failures come after this one);
+		 * the transfer is told (wsync_delta_feed_stopped).
+		 */
+		pthread_mutex_lock(&s->feed->lock);
+		s->feed->refused = 1;
+		pthread_cond_broadcast(&s->feed->more);
+		pthread_mutex_unlock(&s->feed->lock);
+		pthread_mutex_lock(&s->lock);
+		s->failed = 1;
+		pthread_cond_broadcast(&s->parsed);
+		pthread_mutex_unlock(&s->lock);
+		return 1;
+	}
 	pthread_mutex_lock(&s->feed->lock);
 	s->feed->applied++;
 	pthread_mutex_unlock(&s->feed->lock);

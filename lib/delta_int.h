@@ -137,7 +137,7 @@ wsync_delta_feed_t *wsync_delta_feed_new(uint64_t size);
 void wsync_delta_feed_arrived(wsync_delta_feed_t *feed, uint64_t upto);
 /* No more bytes will come: an apply waiting for them fails. */
 void wsync_delta_feed_stop(wsync_delta_feed_t *feed);
-/* Whether the feed was stopped (by the receiver, or by an apply that refused the delta). */
+/* Whether the feed was stopped by the receiver, or an apply of it refused the delta. */
 int wsync_delta_feed_stopped(wsync_delta_feed_t *feed);
 /* The tensors an apply of it has written so far (and checked). */
 size_t wsync_delta_feed_applied(wsync_delta_feed_t *feed);

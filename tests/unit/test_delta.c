@@ -1123,6 +1123,7 @@ typedef struct s_sender {
 	size_t len, first;              /* first: bytes sent before waiting for a tensor */
 	size_t stop_at;                 /* 0: all; else the feed stops after these bytes */
 	int wait;                       /* for a tensor to be written before sending the rest */
+	int hold;                       /* send no more: wait for the apply to stop the feed */
 	int fd;
 	wsync_delta_feed_t *feed;
 	int early;                      /* a tensor was written before the rest was sent */
@@ -1153,6 +1154,15 @@ s_sender(void *arg)
 		wsync_delta_feed_stop(s->feed);
 		return NULL;
 	}
+	/* Bounded: an apply that refuses the delta says so before the rest comes. */
+	if (s->hold) {
+		for (int ms = 0; ms < 20000 && !wsync_delta_feed_stopped(s->feed); ms++)
+			nanosleep(&nap, NULL);
+		s->early = wsync_delta_feed_stopped(s->feed);
+		/* Else the apply would wait for bytes that never come: the test fails, not hangs. */
+		wsync_delta_feed_stop(s->feed);
+		return NULL;
+	}
 	/* Bounded: a tensor whose entry is in is written without the rest, or the test says so. */
 	for (int ms = 0; s->wait && ms < 20000 && wsync_delta_feed_applied(s->feed) == 0; ms++)
 		nanosleep(&nap, NULL);
@@ -1164,10 +1174,10 @@ s_sender(void *arg)
 /* Applies buf (a delta of len bytes) to base as it arrives into out; 0 or the error's code. */
 static int
 s_apply_fed(const char *base, const unsigned char *buf, size_t len, size_t first,
-    size_t stop_at, const char *out, int *early, size_t *applied, wsync_err_t *err)
+    size_t stop_at, int hold, const char *out, int *early, size_t *applied, wsync_err_t *err)
 {
 	s_sender_t s = { .buf = buf, .len = len, .first = first, .stop_at = stop_at,
-	    .wait = early != NULL };
+	    .wait = early != NULL && !hold, .hold = hold };
 	int b = open(base, O_RDONLY), o = open(out, O_RDWR | O_CREAT | O_TRUNC, 0600), rc;
 	uint64_t version = 0, content = 0;
 	pthread_t t;
@@ -1179,9 +1189,13 @@ s_apply_fed(const char *base, const unsigned char *buf, size_t len, size_t first
 		return -1;
 	rc = wsync_delta_apply_fed(b, s.fd, o, "fed", NULL, NULL, s.feed, &version, &content,
 	    err) < 0 ? err->code : 0;
+	/* The sender first: whether the apply stopped the feed itself is what it reports. */
+	if (hold)
+		pthread_join(t, NULL);
 	/* What failed stops the feed for good: the sender may still be sending. */
 	wsync_delta_feed_stop(s.feed);
-	pthread_join(t, NULL);
+	if (!hold)
+		pthread_join(t, NULL);
 	if (early != NULL)
 		*early = s.early;
 	*applied = wsync_delta_feed_applied(s.feed);
@@ -1253,7 +1267,7 @@ test_a_delta_applied_as_it_arrives_is_the_same(void)
 	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
 		int rc;
 		setenv("WSYNC_THREADS", threads[k], 1);
-		rc = s_apply_fed(s_path("base.wsync"), buf, len, first, 0, s_path("out.wsync"),
+		rc = s_apply_fed(s_path("base.wsync"), buf, len, first, 0, 0, s_path("out.wsync"),
 		    &early, &applied, &err);
 		ok(rc == 0 && s_same_files(s_path("out.wsync"), s_path("head.wsync")) &&
 		    applied == h.ntensors,
@@ -1266,24 +1280,34 @@ test_a_delta_applied_as_it_arrives_is_the_same(void)
 
 	/* Stopped halfway: 75, and the output is the caller's to remove. */
 	err.msg[0] = '\0';
-	ok(s_apply_fed(s_path("base.wsync"), buf, len, len / 2, len / 2, s_path("out.wsync"),
+	ok(s_apply_fed(s_path("base.wsync"), buf, len, len / 2, len / 2, 0, s_path("out.wsync"),
 	    NULL, &applied, &err) == EX_TEMPFAIL &&
 	    strcmp(err.msg, "fed: the delta stopped arriving") == 0,
 	    "fed: a delta that stops arriving gives 75: %s", err.msg);
 
-	/* Damaged in its first tensor: 65 naming it, as a delta applied whole. */
+	/*
+	 * Damaged in its first tensor: 65 naming it, as a delta applied whole,
+	 * on every thread count, without waiting for the rest of the delta.
+	 */
 	buf[h.tensors[0].data_off + h.tensors[0].data_len / 2] ^= 0x10;
-	err.msg[0] = '\0';
-	ok(s_apply_fed(s_path("base.wsync"), buf, len, first, 0, s_path("out.wsync"), &early,
-	    &applied, &err) == EX_DATAERR && strstr(err.msg, h.tensors[0].path) != NULL,
-	    "fed: a damaged tensor is refused naming it: %s", err.msg);
+	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+		int rc;
+		setenv("WSYNC_THREADS", threads[k], 1);
+		err.msg[0] = '\0';
+		rc = s_apply_fed(s_path("base.wsync"), buf, len, first, 0, 1, s_path("out.wsync"),
+		    &early, &applied, &err);
+		ok(rc == EX_DATAERR && strstr(err.msg, h.tensors[0].path) != NULL && early,
+		    "fed, %s threads: a damaged tensor is refused naming it, before the rest "
+		    "of the delta came: %s", threads[k], err.msg);
+	}
+	unsetenv("WSYNC_THREADS");
 	buf[h.tensors[0].data_off + h.tensors[0].data_len / 2] ^= 0x10;
 
 	/* Another writer's order: the tensors before the other keys, applied once all is in. */
 	err.msg[0] = '\0';
 	ok(s_tensors_first(s_path("d.wdelta"), s_path("first.wdelta")) == 0 &&
 	    (other = s_slurp(s_path("first.wdelta"), &olen)) != NULL &&
-	    s_apply_fed(s_path("base.wsync"), other, olen, olen / 3, 0, s_path("out.wsync"),
+	    s_apply_fed(s_path("base.wsync"), other, olen, olen / 3, 0, 0, s_path("out.wsync"),
 	    NULL, &applied, &err) == 0 && s_same_files(s_path("out.wsync"),
 	    s_path("head.wsync")),
 	    "fed: a delta whose tensors come first is applied once it has arrived (%s)",
