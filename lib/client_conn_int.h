@@ -117,14 +117,15 @@ int wsync_client_copy_fd(const wsync_client_t *c, int in, int out, uint64_t size
 /*
  * Gets bytes [0, size) of version of model (with base non-zero: of the delta
  * from base to it) into fd, up to the window of gets in flight, each chunk
- * written at its offset as it comes, and counted in out. arrived (may be
- * NULL) is told, with arrived_arg, each time the bytes in without a gap reach
- * further; when it returns nonzero the gets stop (65).
+ * written at its offset as it comes, and counted in out. written (may be
+ * NULL) is told, with written_arg, each time the bytes in without a gap reach
+ * further (tmp NULL), as wsync_fetch_temp_t's is; a nonzero return stops the
+ * gets (65).
  */
 int wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version,
     uint64_t base, uint64_t size, const char *worker, int fd, wsync_fetched_t *out,
-    int (*arrived)(void *arg, uint64_t upto), void *arrived_arg, int64_t deadline,
-    wsync_err_t *err);
+    int (*written)(void *arg, const char *tmp, uint64_t upto), void *written_arg,
+    int64_t deadline, wsync_err_t *err);
 
 /* ---- deltas (client_delta.c) ---- */
 

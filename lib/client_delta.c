@@ -183,10 +183,11 @@ s_fed_run(void *arg)
  * apply refused the delta. For wsync_client_get_all.
  */
 static int
-s_arrived(void *arg, uint64_t upto)
+s_arrived(void *arg, const char *tmp, uint64_t upto)
 {
 	s_fed_job_t *j = arg;
 
+	(void)tmp;
 	wsync_delta_feed_arrived(j->feed, upto);
 	return j->refused = wsync_delta_feed_stopped(j->feed);
 }
@@ -213,7 +214,7 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
     const char *path, char *buf, size_t size, int *fd, const wsync_ckpt_out_t *sel,
     wsync_recycle_t *recycle, char *keep, int64_t deadline, wsync_err_t *err)
 {
-	uint64_t base, base_content, dsize, version, content, selected = 0;
+	uint64_t base, base_content, dsize, selected = 0;
 	int base_fd, dfd = -1, rc = 1;
 	char dtmp[PATH_MAX];
 	wsync_file_t *bf;
@@ -316,20 +317,16 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	if (!fed)
 		job.rc = wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ?
 		    s_keep : NULL, (void *)sel, &job.version, &job.content, &job.why);
-	version = job.version;
-	content = job.content;
-	why = job.why;
 	if (job.rc < 0) {
 		/* The version comes whole next: into the spare's pages. */
 		if (recycled)
 			wsync_recycle_keep(recycle, buf);
 		rc = s_whole(out, "the delta from version %" PRIu64 " did not apply: %s", base,
-		    why.msg);
-	}
-	else if (version != got->version || content != got->content)
+		    job.why.msg);
+	} else if (job.version != got->version || job.content != got->content)
 		rc = s_whole(out, "the delta from version %" PRIu64 " rebuilt version %" PRIu64
 		    " content %016" PRIx64 ", the hub announced %" PRIu64 " content %016" PRIx64,
-		    base, version, content, got->version, got->content);
+		    base, job.version, job.content, got->version, got->content);
 	else
 		rc = 0;
 #ifdef WSYNC_TEST_HOOKS

@@ -65,10 +65,8 @@ struct s_gets {
 	unsigned window;
 	uint64_t piece;
 	int arriving;
-	void (*written)(void *arg, const char *tmp, uint64_t upto);
+	int (*written)(void *arg, const char *tmp, uint64_t upto);  /* nonzero: stop */
 	void *written_arg;
-	int (*arrived)(void *arg, uint64_t upto);   /* as written; nonzero stops the gets */
-	void *arrived_arg;
 	const char *tmp;
 	wsync_fetched_t *out;           /* counts what was asked and what came */
 };
@@ -226,14 +224,12 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 		 * What is in without a gap: everything below the lowest get still
 		 * out and below the next one to ask for.
 		 */
-		if ((g->written != NULL || g->arrived != NULL) && from0) {
+		if (g->written != NULL && from0) {
 			uint64_t upto = next_off;
 			for (unsigned i = 0; i < inflight; i++)
 				if (i != at && offs[i] < upto)
 					upto = offs[i];
-			if (g->written != NULL)
-				g->written(g->written_arg, g->tmp, upto);
-			if (g->arrived != NULL && g->arrived(g->arrived_arg, upto) != 0)
+			if (g->written(g->written_arg, g->tmp, upto) != 0)
 				return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the "
 				    "transfer was stopped by what it feeds", model, h->version);
 		}
@@ -261,12 +257,12 @@ wsync_client_get_ranges(wsync_client_t *c, const char *model, wsync_fetched_t *o
 int
 wsync_client_get_all(wsync_client_t *c, const char *model, uint64_t version, uint64_t base,
     uint64_t size, const char *worker, int fd, wsync_fetched_t *out,
-    int (*arrived)(void *arg, uint64_t upto), void *arrived_arg, int64_t deadline,
-    wsync_err_t *err)
+    int (*written)(void *arg, const char *tmp, uint64_t upto), void *written_arg,
+    int64_t deadline, wsync_err_t *err)
 {
 	const wsync_head_t head = { .version = version, .size = size };
 	const struct s_gets g = { .base = base, .ranges = &(wsync_range_t){ 0, size },
-	    .nranges = 1, .out = out, .arrived = arrived, .arrived_arg = arrived_arg };
+	    .nranges = 1, .out = out, .written = written, .written_arg = written_arg };
 
 	return s_get_ranges(c, model, &head, worker, fd, &g, deadline, err);
 }
@@ -559,7 +555,7 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			goto fail;
 		}
 		if (f->written != NULL)
-			f->written(f->written_arg, buf, 0);
+			(void)f->written(f->written_arg, buf, 0);
 		if (f->select != NULL && f->select->nselect > 0) {
 			if (wsync_client_get_selected(c, model, out, f->what.worker, f->select, fd,
 			    deadline, err) < 0)

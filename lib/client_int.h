@@ -104,9 +104,10 @@ typedef struct wsync_fetch_temp {
 	/*
 	 * NULL, or told, as a fetch over the socket writes the whole version into
 	 * its temporary file tmp, how much of it is in from offset 0 without a
-	 * gap: upto 0 once the file is made, then more as gets come back.
+	 * gap: upto 0 once the file is made, then more as gets come back. A
+	 * nonzero return stops the gets (65).
 	 */
-	void (*written)(void *arg, const char *tmp, uint64_t upto);
+	int (*written)(void *arg, const char *tmp, uint64_t upto);
 	void *written_arg;
 	/*
 	 * NULL, or a buffer of PATH_MAX: a version that came as a delta from

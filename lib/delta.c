@@ -1290,6 +1290,28 @@ s_fed_bad(s_fed_t *s, wsync_err_t *err, const char *why)
 }
 
 /*
+ * Walks the object at off, nested at most depth deep, as it arrives, and
+ * unpacks what (a key, a value...) from the image into o, which the caller
+ * destroys either way; *end is where it ends. -1 with s->in.err.
+ */
+static int
+s_fed_object(s_fed_t *s, size_t off, int depth, size_t *end, msgpack_unpacked *o,
+    const char *what)
+{
+	char why[256];
+	size_t at = 0;
+
+	msgpack_unpacked_init(o);
+	if (wsync_mpwalk_object(s->walk, off, end, depth, DOC_OBJECTS, why, sizeof(why)) < 0)
+		return s_fed_bad(s, s->in.err, why);
+	if (msgpack_unpack_next(o, s->in.buf + off, *end - off, &at) != MSGPACK_UNPACK_SUCCESS) {
+		snprintf(why, sizeof(why), "msgpack-c cannot unpack %s", what);
+		return s_bad(&s->in, why);
+	}
+	return 0;
+}
+
+/*
  * Reads the next tensor entry (s->read), once it has arrived; -1 with s->err.
  * Only the worker that is parsing calls it: the walk, the entries and what
  * follows them are its alone till it is done.
@@ -1298,26 +1320,18 @@ static int
 s_fed_entry(s_fed_t *s)
 {
 	wsync_delta_tensor_t *t = &s->h->tensors[s->read];
-	const unsigned char *image = wsync_mpwalk_image(s->walk);
 	msgpack_unpacked o;
-	size_t end, at = 0;
-	char why[256];
+	size_t end;
 	int rc;
 
 	s->in.err = &s->err;
-	if (wsync_mpwalk_object(s->walk, s->off, &end, DOC_DEPTH - 2, DOC_OBJECTS, why,
-	    sizeof(why)) < 0)
-		return s_fed_bad(s, &s->err, why);
+	rc = s_fed_object(s, s->off, DOC_DEPTH - 2, &end, &o, "a tensor entry");
 	/* Its data too: a walk reads headers, not what they announce. */
-	if (s_feed_wait(s->feed, end) < end) {
+	if (rc == 0 && s_feed_wait(s->feed, end) < end) {
 		errno = EPIPE;
-		return s_fed_bad(s, &s->err, "");
+		rc = s_fed_bad(s, &s->err, "");
 	}
-	msgpack_unpacked_init(&o);
-	if (msgpack_unpack_next(&o, (const char *)image + s->off, end - s->off, &at) !=
-	    MSGPACK_UNPACK_SUCCESS)
-		rc = s_bad(&s->in, "msgpack-c cannot unpack a tensor entry");
-	else
+	if (rc == 0)
 		rc = s_rd_tensor(&s->in, &o.data, t);
 	msgpack_unpacked_destroy(&o);
 	if (rc < 0 || s_check_tensor(&s->in, s->h, t, &s->prev_end) < 0)
@@ -1388,66 +1402,44 @@ s_fed_item(void *arg, size_t i, unsigned worker)
  * 1 when some key comes after the tensors, -1 with err.
  */
 static int
-s_fed_top(s_fed_t *s, wsync_delta_header_t *h, wsync_err_t *err)
+s_fed_top(s_fed_t *s, wsync_err_t *err)
 {
-	const unsigned char *image = wsync_mpwalk_image(s->walk);
 	msgpack_unpacked vals[H_COUNT];
 	const msgpack_object *v[H_COUNT] = { 0 };
 	uint64_t pairs, n;
 	size_t off, end;
 	char why[256];
-	int rc = -1, k = 0, nvals = 0;
+	int rc = -1, k = 0, nvals = 0, in_order;
 
 	if (wsync_mpwalk_open(s->walk, 0, 1, &pairs, &off, why, sizeof(why)) < 0)
 		return errno == EPIPE ? s_fed_bad(s, err, why) : s_bad(&s->in, "not a map");
-	for (uint64_t i = 0; i < pairs; i++) {
+	for (uint64_t i = 0; i < pairs; i++, off = end) {
 		msgpack_unpacked key;
-		size_t at = 0;
-		if (wsync_mpwalk_object(s->walk, off, &end, 0, DOC_OBJECTS, why, sizeof(why)) < 0) {
-			s_fed_bad(s, err, why);
-			goto out;
-		}
-		msgpack_unpacked_init(&key);
-		if (msgpack_unpack_next(&key, (const char *)image + off, end - off, &at) !=
-		    MSGPACK_UNPACK_SUCCESS) {
-			msgpack_unpacked_destroy(&key);
-			s_bad(&s->in, "msgpack-c cannot unpack a key");
-			goto out;
-		}
-		for (k = 0; k < H_COUNT && !s_is(&key.data, s_header_keys[k]); k++)
+		rc = s_fed_object(s, off, 0, &end, &key, "a key");
+		for (k = 0; rc == 0 && k < H_COUNT && !s_is(&key.data, s_header_keys[k]); k++)
 			;
 		msgpack_unpacked_destroy(&key);
+		if (rc < 0)
+			goto out;
 		off = end;
-		if (k == H_TENSORS)
+		/* Unknown or repeated: s_fields says which, once the whole has arrived. */
+		if (k == H_TENSORS || k == H_COUNT || v[k] != NULL)
 			break;
-		if (k == H_COUNT || v[k] != NULL) {
-			/* s_fields says which, once the whole has arrived. */
-			rc = 1;
-			goto out;
-		}
-		if (wsync_mpwalk_object(s->walk, off, &end, DOC_DEPTH - 1, DOC_OBJECTS, why,
-		    sizeof(why)) < 0) {
-			s_fed_bad(s, err, why);
-			goto out;
-		}
-		msgpack_unpacked_init(&vals[nvals]);
-		at = 0;
-		if (msgpack_unpack_next(&vals[nvals], (const char *)image + off, end - off, &at) !=
-		    MSGPACK_UNPACK_SUCCESS) {
-			nvals++;
-			s_bad(&s->in, "msgpack-c cannot unpack a value");
-			goto out;
-		}
+		rc = s_fed_object(s, off, DOC_DEPTH - 1, &end, &vals[nvals], "a value");
 		v[k] = &vals[nvals++].data;
-		off = end;
+		if (rc < 0)
+			goto out;
 	}
 	/* The tensors last, after every other key: else the delta is applied once it is all in. */
+	in_order = k == H_TENSORS && pairs == H_COUNT;
 	for (int j = 0; j < H_TENSORS; j++)
-		if (k != H_TENSORS || v[j] == NULL || pairs != H_COUNT) {
-			rc = 1;
-			goto out;
-		}
-	if (s_rd_top(&s->in, v, h) < 0)
+		in_order = in_order && v[j] != NULL;
+	if (!in_order) {
+		rc = 1;
+		goto out;
+	}
+	rc = -1;
+	if (s_rd_top(&s->in, v, s->h) < 0)
 		goto out;
 	if (wsync_mpwalk_open(s->walk, off, 0, &n, &s->off, why, sizeof(why)) < 0) {
 		if (errno == EPIPE)
@@ -1456,7 +1448,7 @@ s_fed_top(s_fed_t *s, wsync_delta_header_t *h, wsync_err_t *err)
 			s_bad(&s->in, "\"tensors\" is not an array");
 		goto out;
 	}
-	rc = s_tensors_alloc(&s->in, h, n);
+	rc = s_tensors_alloc(&s->in, s->h, n);
 out:
 	for (int j = 0; j < nvals; j++)
 		msgpack_unpacked_destroy(&vals[j]);
@@ -1486,7 +1478,7 @@ wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
 	}
 	s.in.buf = (const char *)wsync_mpwalk_image(s.walk);
 	s.h = &h;
-	if ((top = s_fed_top(&s, &h, err)) < 0)
+	if ((top = s_fed_top(&s, err)) < 0)
 		goto out;
 	if (top == 1) {
 		/* Another writer's order: the whole delta first. */

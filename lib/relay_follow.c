@@ -73,7 +73,7 @@ s_rate(struct hub_relay *rl, uint64_t bytes, int64_t ms)
  * written): the hub's loop is told, so that it passes the version on while
  * it arrives.
  */
-static void
+static int
 s_written(void *arg, const char *tmp, uint64_t upto)
 {
 	struct hub_relay *rl = arg;
@@ -108,7 +108,7 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 		rl->halt = 1;
 	}
 	if (rl->told != 0 && upto <= rl->told)
-		return;
+		return 0;
 	snprintf(a.model, sizeof(a.model), "%s", rl->fetching);
 	snprintf(a.path, sizeof(a.path), "%s", tmp);
 	wsync_enc_init(&e);
@@ -118,6 +118,7 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	s_gate(rl, upto);
 #endif
 	rl->told = upto > 0 ? upto : 1;
+	return 0;
 }
 
 /* Tells the hub's loop the version being fetched will not arrive (err says why). */
