@@ -10,8 +10,10 @@
  * no row pays the first touch of memory. Then times, best of RUNS (default 3):
  * the pusher's diff (wsync_delta_make with the hub's limit into an anonymous
  * file), the hub's diff (the same into a file in DIR), the hub's rebuild
- * (wsync_delta_apply into a new file) and the watcher's (into a file whose
- * pages exist, as --recycle does); one memcpy of the model into existing
+ * (wsync_delta_apply into a spare of its store, whose pages exist, as
+ * wsync-serve --recycle does; and, as context, into a new file, as a hub
+ * without a spare does) and the watcher's (into its file's pages, as
+ * wsync-watch --recycle does); one memcpy of the model into existing
  * pages; and two floors on the same threads: hash H and count its changes
  * against B (a diff), copy B, patch the changes and hash (a rebuild).
  */
@@ -170,13 +172,37 @@ s_floor_rebuild(void *arg, size_t t, unsigned worker)
 	return 0;
 }
 
+/* Copies DIR/passes.FROM.wsync to DIR/passes.TO.wsync. */
+static void
+s_copy_file(const char *dir, const char *from, const char *to)
+{
+	char src[4096], dst[4096];
+	static unsigned char buf[1 << 20];
+	ssize_t n;
+	int in, out;
+
+	snprintf(src, sizeof(src), "%s/passes.%s.wsync", dir, from);
+	snprintf(dst, sizeof(dst), "%s/passes.%s.wsync", dir, to);
+	if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0)
+		s_die(src, strerror(errno));
+	if ((out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+		s_die(dst, strerror(errno));
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			s_die(dst, strerror(errno));
+	if (n < 0)
+		s_die(src, strerror(errno));
+	close(in);
+	close(out);
+}
+
 /* ---- the passes ---- */
 
 enum { P_PUSH_DIFF, P_HUB_DIFF, P_HUB_REBUILD, P_WATCH_REBUILD, P_FLOOR_DIFF,
-	P_FLOOR_REBUILD, P_COUNT };
+	P_FLOOR_REBUILD, P_HUB_REBUILD_NEW, P_COUNT };
 static const char *const s_names[P_COUNT] = {
 	"pusher diff", "hub diff", "hub rebuild", "watcher rebuild", "floor: hash+diff",
-	"floor: copy+patch+hash",
+	"floor: copy+patch+hash", "hub rebuild, new file",
 };
 
 static int
@@ -217,8 +243,12 @@ s_pass(int p, const char *dir, s_floor_t *fl, unsigned threads)
 		break;
 	case P_HUB_REBUILD:
 	case P_WATCH_REBUILD:
+	case P_HUB_REBUILD_NEW:
 		d = s_open(delta, O_RDONLY);
+		/* A spare of the hub's store (--recycle) or the watcher's file: pages that exist. */
 		if (p == P_HUB_REBUILD)
+			snprintf(out, sizeof(out), "%s/passes.spare.wsync", dir);
+		if (p == P_HUB_REBUILD_NEW)
 			unlink(out);
 		o = s_open(out, O_RDWR | O_CREAT);
 		t0 = bench_now();
@@ -282,6 +312,9 @@ main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/passes.head.wsync", dir);
 	if ((hf = wsync_file_open(path, &err)) == NULL)
 		s_die(path, err.msg);
+	/* The hub's spare and the watcher's file: an older version's pages, as --recycle keeps. */
+	s_copy_file(dir, "base", "spare");
+	s_copy_file(dir, "base", "out");
 	for (int t = 0; t < NTENSORS; t++) {
 		m.bt[t] = wsync_file_tensor(bf, (size_t)t)->data;
 		m.ht[t] = wsync_file_tensor(hf, (size_t)t)->data;
@@ -304,7 +337,7 @@ main(int argc, char **argv)
 			snprintf(many_s, sizeof(many_s), "%d", many);
 			setenv("WSYNC_THREADS", k == 0 ? "1" : many_s, 1);
 			/* A rebuild needs the delta the diff before it wrote. */
-			if (p == P_HUB_REBUILD || p == P_WATCH_REBUILD)
+			if (p == P_HUB_REBUILD || p == P_WATCH_REBUILD || p == P_HUB_REBUILD_NEW)
 				s_pass(P_HUB_DIFF, dir, &fl, k == 0 ? 1 : (unsigned)many);
 			for (int r = 0; r < runs; r++) {
 				double s = s_pass(p, dir, &fl, k == 0 ? 1 : (unsigned)many);
@@ -328,7 +361,7 @@ main(int argc, char **argv)
 		    best[p][0] / best[p][1], best[p][1] / copy);
 	printf("%-24s %9.3fs\n", "memcpy of the model", copy);
 	for (const char *n = "base"; n != NULL; n = strcmp(n, "base") == 0 ? "head" :
-	    strcmp(n, "head") == 0 ? "out" : NULL) {
+	    strcmp(n, "head") == 0 ? "out" : strcmp(n, "out") == 0 ? "spare" : NULL) {
 		snprintf(path, sizeof(path), "%s/passes.%s.wsync", dir, n);
 		unlink(path);
 	}
