@@ -22,7 +22,20 @@ struct hub_place {
 	char rate_from[512];            /* the endpoint that fetch came from; "": not said */
 	int slow;                       /* a third of its parent's rate or less: last in line */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
+	int shared;                     /* another place says its endpoint: parent of none */
 };
+
+/* Marks the places whose endpoint another place says too (after any place came, went or moved). */
+static void
+s_mark_shared(wsync_hub_t *h)
+{
+	for (size_t i = 0; i < h->nplaces; i++) {
+		h->places[i].shared = 0;
+		for (size_t j = 0; j < h->nplaces && !h->places[i].shared; j++)
+			h->places[i].shared = j != i &&
+			    strcmp(h->places[j].endpoint, h->places[i].endpoint) == 0;
+	}
+}
 
 /* Forgets the relays not heard from within HUB_PLACE_ALIVE_MS of now. */
 static void
@@ -37,13 +50,28 @@ s_expire(wsync_hub_t *h, int64_t now)
 			hub_log(h, "event=relay-gone relay=%s endpoint=%s", h->places[i].relay,
 			    h->places[i].endpoint);
 	}
-	h->nplaces = kept;
+	if (kept < h->nplaces) {
+		h->nplaces = kept;
+		s_mark_shared(h);
+	}
+}
+
+/*
+ * Whether place i may feed no relay: one below lost it or got bad bytes from
+ * it, or another relay says the same endpoint (an ipc path or a loopback
+ * address on two hosts), where each relay would reach only itself.
+ */
+static int
+s_no_parent(const wsync_hub_t *h, size_t i)
+{
+	return h->places[i].bad || h->places[i].shared;
 }
 
 /*
  * The chain: the indexes of the places, in the order the versions flow,
  * into order (h->nplaces of them); how many of them may be parents. The
- * relays that came first lead, slow ones follow them, bad ones are last.
+ * relays that came first lead, slow ones follow them, those that may feed
+ * none (s_no_parent) are last.
  */
 static size_t
 s_chain(const wsync_hub_t *h, size_t *order)
@@ -51,14 +79,14 @@ s_chain(const wsync_hub_t *h, size_t *order)
 	size_t n = 0, parents;
 
 	for (size_t i = 0; i < h->nplaces; i++)
-		if (!h->places[i].slow && !h->places[i].bad)
+		if (!h->places[i].slow && !s_no_parent(h, i))
 			order[n++] = i;
 	for (size_t i = 0; i < h->nplaces; i++)
-		if (h->places[i].slow && !h->places[i].bad)
+		if (h->places[i].slow && !s_no_parent(h, i))
 			order[n++] = i;
 	parents = n;
 	for (size_t i = 0; i < h->nplaces; i++)
-		if (h->places[i].bad)
+		if (s_no_parent(h, i))
 			order[n++] = i;
 	return parents;
 }
@@ -82,6 +110,16 @@ s_parent_of(const wsync_hub_t *h, size_t i)
 	while (order[at] != i)
 		at++;
 	return s_parent_at(order, parents, at);
+}
+
+/* The parent of the relay named relay as placed now: its index in h->places, -1 for none. */
+static long
+s_parent_named(const wsync_hub_t *h, const char *relay)
+{
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (strcmp(h->places[i].relay, relay) == 0)
+			return s_parent_of(h, i);
+	return -1;
 }
 
 /* The place of relay (made when new, at the end); NULL when there are HUB_PLACES already. */
@@ -129,14 +167,14 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 		return 0;
 	for (size_t i = 0; i < h->nplaces && p->rate_from[0] != '\0'; i++)
 		if (&h->places[i] != p && strcmp(h->places[i].endpoint, p->rate_from) == 0)
-			return p->rate * 3 < h->places[i].rate;
+			return p->rate < h->places[i].rate / 3;
 	if (parent >= 0)
 		best = h->places[parent].rate;
 	else
 		for (size_t i = 0; i < h->nplaces; i++)
 			if (&h->places[i] != p && h->places[i].rate > best)
 				best = h->places[i].rate;
-	return p->rate * 3 < best;
+	return p->rate < best / 3;
 }
 
 /* Packs "admit": the client keys of the relays placed under place i (none: nothing); 1 or 0. */
@@ -177,12 +215,20 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	s_expire(h, now);
-	if (lost[0] != '\0')
+	/* Only the relay's parent, as this hub placed it, is one it can say it lost. */
+	if (lost[0] != '\0' && (at = s_parent_named(h, relay)) >= 0 &&
+	    strcmp(h->places[at].endpoint, lost) == 0)
 		s_lost(h, lost, relay);
 	if ((p = s_place(h, relay, endpoint)) == NULL)
 		return wsync_err_set(err, EX_UNAVAILABLE, "this hub places %d relays at most: %s "
 		    "takes versions from it directly", HUB_PLACES, relay);
-	snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
+	if (strcmp(p->endpoint, endpoint) != 0) {
+		snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
+		s_mark_shared(h);
+		if (p->shared)
+			hub_log(h, "event=relay-shared relay=%s endpoint=%s reason=\"another relay "
+			    "says this endpoint: it feeds none\"", relay, endpoint);
+	}
 	snprintf(p->key, sizeof(p->key), "%s", key);
 	wsync_auth_key_of(h->auth, &r->parts->part[2], p->client, sizeof(p->client));
 	p->seen = now;

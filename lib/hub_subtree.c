@@ -98,6 +98,17 @@ s_merge_model(struct hub_worker *w, const char *model, const msgpack_object *o,
  * Merges one reported worker, reached through relay: 1 when it brings news
  * (a worker new here, or as s_merge_model says), 0 when not, -1 with err.
  */
+#define S_MAX_AGO_MS ((uint64_t)1 << 40)  /* about 35 years */
+
+/* Whether a worker reached via path is reached through relay (its first hop). */
+static int
+s_via(const char *path, const char *relay)
+{
+	size_t n = strlen(relay);
+
+	return strncmp(path, relay, n) == 0 && (path[n] == '\0' || path[n] == '>');
+}
+
 static int
 s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpack_object *o,
     int64_t now, wsync_err_t *err)
@@ -118,9 +129,12 @@ s_merge_worker(wsync_hub_t *h, struct hub_req *r, const char *relay, const msgpa
 	wsync_obj_u64(wsync_obj_get(o, "pid"), &pid);
 	wsync_obj_str(wsync_obj_get(o, "via"), via, sizeof(via));
 	wsync_obj_u64(wsync_obj_get(o, "hops"), &hops);
+	/* Bounded: a relay's word cannot make a time before the clock's range. */
+	if (ago > S_MAX_AGO_MS)
+		ago = S_MAX_AGO_MS;
 	/* A fresher word from elsewhere (the worker failed over to us or another relay) wins. */
 	w = hub_worker_find(h, id);
-	if (w != NULL && w->seen > now - (int64_t)ago && strncmp(w->via, relay, strlen(relay)) != 0)
+	if (w != NULL && w->seen > now - (int64_t)ago && !s_via(w->via, relay))
 		return 0;
 	/* A worker this hub did not know is news too: a wait for all is to count it. */
 	news = w == NULL;
@@ -154,7 +168,8 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 	const msgpack_object *workers = wsync_msg_get(&r->msg, "workers");
 	int64_t now = wsync_now_ms();
 	wsync_enc_t e;
-	int news = 0, rc;
+	int news = 0, rc, full = 0;
+	char quoted[4 * sizeof(err->msg) + 8];
 
 	if (hub_str(r, "relay", 1, wsync_id_check, relay, sizeof(relay), err) < 0)
 		return -1;
@@ -163,9 +178,14 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		return wsync_err_set(err, EX_PROTOCOL, "field \"workers\" is not a list of at most "
 		    "%d workers", HUB_MAX_WORKERS);
 	for (uint32_t i = 0; i < workers->via.array.size; i++) {
-		if ((rc = s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err)) < 0)
+		if ((rc = s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err)) < 0 &&
+		    err->code != EX_UNAVAILABLE)
 			return -1;
-		news |= rc;
+		/* No room for one more worker: the rest of the report, and the placement, go on. */
+		if (rc < 0 && full++ == 0)
+			hub_log(h, "event=subtree-full relay=%s reason=\"%s\"", relay,
+			    wsync_log_quote(err->msg, quoted, sizeof(quoted)));
+		news |= rc > 0;
 	}
 	/* An ack from below goes on up at once, as the relay's own workers' do (hub_worker.c). */
 	if (news)

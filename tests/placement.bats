@@ -250,3 +250,40 @@ start_chain() {
 	run -0 grep -c "event=relay-slow" hub.log
 	assert_output 1
 }
+
+@test "relays that say one endpoint (an ipc path or a loopback address on two hosts) feed none, and both take versions from the root" {
+	start_hub
+	start_relay r1 --advertise "ipc://$TMP/same"
+	start_relay r2 --advertise "ipc://$TMP/same"
+	wait_until grep -q "event=relay-shared relay=$(hostname):${RPID[r2]} endpoint=ipc://$TMP/same " hub.log
+	run -0 wsync-inspect --hub --json
+	assert_equal "$(jq -c '[.relays[] | [.endpoint, .parent]]' <<<"$output")" \
+	    "[[\"ipc://$TMP/same\",\"\"],[\"ipc://$TMP/same\",\"\"]]"
+}
+
+@test "a relay's word that it lost a relay is taken only of its own parent" {
+	start_hub
+	start_chain 1
+	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" req \
+	    "{\"op\":\"subtree\",\"relay\":\"other:1\",\"workers\":[],\"advertise\":\"ipc://$TMP/other\",\"lost\":\"ipc://$TMP/r1\"}"
+	run -0 jq -c '[.ok, .parent]' <<<"$output"
+	assert_output "[true,\"ipc://$TMP/r1\"]"
+	run -1 grep "event=relay-drop" hub.log
+	run -0 placed_under r1 root
+}
+
+@test "a root whose registry of workers is full still places the relays that report" {
+	start_hub
+	"$PY" - >"$TMP/reports" <<'PYEOF'
+import json
+workers = [{"worker": "w%d" % i, "ago": 0, "models": {}} for i in range(4096)]
+print(json.dumps({"op": "subtree", "relay": "big:1", "workers": workers, "advertise": "ipc://big"}))
+print(json.dumps({"op": "subtree", "relay": "small:2", "advertise": "ipc://small",
+                  "workers": [{"worker": "extra", "ago": 0, "models": {}}]}))
+PYEOF
+	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <"$TMP/reports"
+	run -0 jq -sc '[.[] | [.ok, .parent]]' <<<"$output"
+	assert_output '[[true,""],[true,"ipc://big"]]'
+	run -0 grep -c 'event=subtree-full relay=small:2 reason="the hub already follows 4096 live workers"' hub.log
+	assert_output 1
+}
