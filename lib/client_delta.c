@@ -292,6 +292,9 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	 */
 	job = (s_fed_job_t){ .base_fd = base_fd, .delta_fd = dfd, .out_fd = *fd,
 	    .model = f->model, .sel = sel, .feed = wsync_delta_feed_new(dsize), .rc = -1 };
+	/* A delta whose head is not the size announced writes nothing (65). */
+	if (job.feed != NULL)
+		wsync_delta_feed_expect(job.feed, got->size);
 	fed = job.feed != NULL && s_fed_start(&applier, &job) == 0;
 	got_all = wsync_client_get_all(c, f->model, got->version, base, dsize, f->worker, dfd,
 	    out, fed ? s_arrived : NULL, &job, c->idle_ms > 0 ? wsync_now_ms() +
@@ -314,9 +317,13 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	/* Stopped by the apply's refusal: not a transfer's failure. */
 	if (job.refused)
 		*err = (wsync_err_t){ 0 };
-	if (!fed)
-		job.rc = wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ?
-		    s_keep : NULL, (void *)sel, &job.version, &job.content, &job.why);
+	if (!fed) {
+		uint64_t hsize;
+		job.rc = wsync_delta_head_size(dfd, f->model, &hsize, &job.why) < 0 ||
+		    wsync_delta_size_check(hsize, got->size, f->model, "the version announced has",
+		    &job.why) < 0 ? -1 : wsync_delta_apply_some(base_fd, dfd, *fd, f->model,
+		    sel != NULL ? s_keep : NULL, (void *)sel, &job.version, &job.content, &job.why);
+	}
 	if (job.rc < 0) {
 		/* The version comes whole next: into the spare's pages. */
 		if (recycled)

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <msgpack.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1048,6 +1049,28 @@ s_din_close(s_din_t *d)
 		munmap(d->doc, d->size);
 }
 
+int
+wsync_delta_size_check(uint64_t size, uint64_t want, const char *name, const char *said,
+    wsync_err_t *err)
+{
+	if (size == want)
+		return 0;
+	return wsync_err_set(err, EX_DATAERR, "%s: it rebuilds a version of %" PRIu64 " bytes, "
+	    "where %s %" PRIu64, name, size, said, want);
+}
+
+int
+wsync_delta_head_size(int delta_fd, const char *name, uint64_t *size, wsync_err_t *err)
+{
+	s_din_t d;
+	int rc = s_din_open(&d, delta_fd, name, err);
+
+	if (rc == 0)
+		*size = d.h.size;
+	s_din_close(&d);
+	return rc;
+}
+
 /* An anonymous image of H's size for a's skeleton, reserving no memory; -1 with err. */
 static int
 s_image_map(s_apply_t *a, wsync_err_t *err)
@@ -1164,6 +1187,7 @@ struct wsync_delta_feed {
 	int stopped;
 	int refused;                    /* the apply refused the delta: nothing more is awaited */
 	size_t applied;
+	uint64_t expect;                /* H's size, as announced (0: any) */
 };
 
 wsync_delta_feed_t *
@@ -1177,6 +1201,20 @@ wsync_delta_feed_new(uint64_t size)
 	pthread_cond_init(&f->more, NULL);
 	f->size = size;
 	return f;
+}
+
+void
+wsync_delta_feed_expect(wsync_delta_feed_t *f, uint64_t size)
+{
+	f->expect = size;
+}
+
+/* H's size checked against the one announced (wsync_delta_feed_expect); -1 with err (65). */
+static int
+s_fed_size(const wsync_delta_feed_t *f, uint64_t size, const char *name, wsync_err_t *err)
+{
+	return f->expect == 0 ? 0 : wsync_delta_size_check(size, f->expect, name,
+	    "the version announced has", err);
 }
 
 void
@@ -1481,15 +1519,21 @@ wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
 	if ((top = s_fed_top(&s, err)) < 0)
 		goto out;
 	if (top == 1) {
+		uint64_t size;
 		/* Another writer's order: the whole delta first. */
 		if (s_feed_wait(feed, feed->size) < feed->size) {
 			wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", name);
 			goto out;
 		}
-		rc = wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg,
-		    version, content, err);
+		if (wsync_delta_head_size(delta_fd, name, &size, err) == 0 &&
+		    s_fed_size(feed, size, name, err) == 0)
+			rc = wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg,
+			    version, content, err);
 		goto out;
 	}
+	/* Nothing is written of a head of another size than announced. */
+	if (s_fed_size(feed, h.size, name, err) < 0)
+		goto out;
 	if ((map = mmap(NULL, (size_t)feed->size, PROT_READ, MAP_SHARED, delta_fd, 0)) ==
 	    MAP_FAILED) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot map the delta: %s", name, strerror(errno));

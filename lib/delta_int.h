@@ -112,6 +112,14 @@ int wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
  * before it is rebuilt; its data reads as zeros. NULL with err (65).
  */
 wsync_file_t *wsync_delta_head(int delta_fd, const char *name, wsync_err_t *err);
+/* The size of the file the delta in delta_fd rebuilds, its header checked; -1 with err (65). */
+int wsync_delta_head_size(int delta_fd, const char *name, uint64_t *size, wsync_err_t *err);
+/*
+ * 0 when a delta's head has size bytes, the want its sender said; else -1
+ * with err (65): "NAME: it rebuilds a version of SIZE bytes, where SAID WANT".
+ */
+int wsync_delta_size_check(uint64_t size, uint64_t want, const char *name, const char *said,
+    wsync_err_t *err);
 /* Whether an apply writes the tensor at path: 1 to write it. */
 typedef int (*wsync_delta_keep_fn)(void *arg, const char *path);
 /*
@@ -134,6 +142,8 @@ typedef struct wsync_delta_feed wsync_delta_feed_t;
 /* A feed for a delta of size bytes; NULL when out of memory. */
 wsync_delta_feed_t *wsync_delta_feed_new(uint64_t size);
 /* Bytes [0, upto) of the delta are in its file. */
+/* The head's size the apply must find (the version announced), checked before it writes. */
+void wsync_delta_feed_expect(wsync_delta_feed_t *feed, uint64_t size);
 void wsync_delta_feed_arrived(wsync_delta_feed_t *feed, uint64_t upto);
 /* No more bytes will come: an apply waiting for them fails. */
 void wsync_delta_feed_stop(wsync_delta_feed_t *feed);

@@ -230,7 +230,7 @@ typedef struct s_in {
 static int
 s_in_open(s_in_t *in, int fd, const char *name, wsync_err_t *err)
 {
-	struct stat st;
+	struct stat st = { .st_size = 1 };      /* a failed fstat says why in errno */
 
 	if (fstat(fd, &st) < 0 || st.st_size <= 0 || (in->doc = mmap(NULL, (size_t)st.st_size,
 	    PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {

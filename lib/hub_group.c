@@ -567,7 +567,8 @@ s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 	    (skel = s_union_skeleton(tree, size, err)) < 0 ||
 	    wsync_store_temp_open(h->store, g->model, &joined, err) < 0 ||
 	    wsync_delta_rebase(fds, g->nparts, uf->base_fd, uf->base, skel, joined.fd, name,
-	    NULL, err) < 0 || lseek(joined.fd, 0, SEEK_SET) < 0 ||
+	    NULL, err) < 0 || (lseek(joined.fd, 0, SEEK_SET) < 0 &&
+	    wsync_err_set(err, EX_IOERR, "%s: %s", name, strerror(errno)) < 0) ||
 	    wsync_store_slot_open(h->store, g->model, size, t, err) < 0 ||
 	    wsync_delta_apply(uf->base_fd, joined.fd, t->fd, name, NULL, NULL, err) < 0)
 		goto done;
@@ -647,6 +648,33 @@ hub_group_defers(wsync_hub_t *h, const struct hub_upload *u)
 	return g != NULL && s_may_defer(g, u->files[0].base);
 }
 
+/* Refuses group g for good: group last of its model, a newer one, committed while g was open. */
+static void
+s_stale(wsync_hub_t *h, struct hub_group *g, uint64_t last)
+{
+	char why[WSYNC_MAX_REASON];
+
+	snprintf(why, sizeof(why), "model %s group %" PRIu64 " is not above the last group "
+	    "committed, %" PRIu64 " (committed while it was open); nothing committed", g->model,
+	    g->key, last);
+	s_group_fail(h, g, EX_DATAERR, why);
+}
+
+/*
+ * Group g committed: the open groups of its model with a lower key never
+ * will, so their parts are refused now rather than when they complete.
+ */
+static void
+s_older_fail(wsync_hub_t *h, const struct hub_group *g)
+{
+	for (int i = 0; i < HUB_GROUPS; i++) {
+		struct hub_group *o = &h->groups->groups[i];
+		if (o != g && o->key != 0 && o->key < g->key && o->code == 0 &&
+		    strcmp(o->model, g->model) == 0)
+			s_stale(h, o, g->key);
+	}
+}
+
 /* Every part of g is whole: commits their union as one version and answers every part. */
 static void
 s_group_commit(wsync_hub_t *h, struct hub_group *g)
@@ -658,7 +686,13 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 	wsync_err_t err;
 	int64_t start = wsync_now_ms();
 	const char *how = "copy";
+	uint64_t last = wsync_store_group_last(h->store, g->model);
 
+	/* A newer group committed while this one was open: an older step never follows it. */
+	if (last != 0 && g->key <= last) {
+		s_stale(h, g, last);
+		return;
+	}
 	/* Parts' deltas from one version: the union rebuilt from them at once. */
 	if (s_one_base(g)) {
 		if (s_union_apply(h, g, &t, &err) == 0) {
@@ -695,6 +729,7 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 		hub_pack_versions(&e, &out, 1);
 		s_answer(h, &g->parts[i], &e);
 	}
+	s_older_fail(h, g);
 	s_group_end(h, g, 0, NULL);
 }
 

@@ -4,6 +4,7 @@
  * received into a file of its own, the version rebuilt and verified from both
  * at the commit.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,6 +47,11 @@ hub_pushdelta_begin(wsync_hub_t *h, const msgpack_object *f, const char *model,
 		return wsync_err_set(err, EX_PROTOCOL, "model %s: a file sent as a delta needs "
 		    "base_content, delta (its size in bytes) and, when it names one, base (a "
 		    "version)", model);
+	/* wsync sends a delta only when it is under half of the version (DELTAS). */
+	if (size > uf->size)
+		return wsync_err_set(err, EX_USAGE, "model %s: a delta of %" PRIu64 " bytes for a "
+		    "version of %" PRIu64 ": a delta is smaller than its version (send the version "
+		    "whole)", model, size, uf->size);
 	if ((m = wsync_store_find(h->store, model)) == NULL)
 		return wsync_err_set(err, EX_NOINPUT, "model \"%s\" has no version", model);
 	/* Refused as a fetch of the base is: the pusher sends the version whole then. */
@@ -89,14 +95,16 @@ s_rebase(wsync_hub_t *h, struct hub_ufile *uf, const char *model, const char *na
 
 	if (wsync_store_temp_open(h->store, model, &t, err) < 0)
 		return -1;
-	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0 || wsync_delta_rebase(&uf->delta.fd, 1,
-	    uf->base_fd, uf->base, -1, t.fd, name, NULL, err) < 0) {
-		wsync_store_temp_remove(&t);
-		return -1;
+	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0) {
+		wsync_err_set(err, EX_IOERR, "%s: %s", name, strerror(errno));
+	} else if (wsync_delta_rebase(&uf->delta.fd, 1, uf->base_fd, uf->base, -1, t.fd, name,
+	    NULL, err) == 0) {
+		wsync_store_temp_remove(&uf->delta);
+		uf->delta = t;
+		return 0;
 	}
-	wsync_store_temp_remove(&uf->delta);
-	uf->delta = t;
-	return 0;
+	wsync_store_temp_remove(&t);
+	return -1;
 }
 
 /* The name of file i's delta in errors, into name (size bytes). */
@@ -112,11 +120,15 @@ hub_pushdelta_rebase(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t
 {
 	struct hub_ufile *uf = &u->files[i];
 	char name[WSYNC_MAX_MODEL + 64];
+	uint64_t size;
 
 	if (uf->rebased)
 		return 0;
 	s_name(u, i, name, sizeof(name));
-	if (s_rebase(h, uf, u->temps[i].model, name, err) < 0)
+	/* The size the begin declared is the one its room was checked for: no more is written. */
+	if (s_rebase(h, uf, u->temps[i].model, name, err) < 0 ||
+	    wsync_delta_head_size(uf->delta.fd, name, &size, err) < 0 ||
+	    wsync_delta_size_check(size, uf->head_size, name, "its begin said", err) < 0)
 		return -1;
 	uf->rebased = 1;
 	return 0;
@@ -145,7 +157,8 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	*t = spare;
 	u->recycled += (size_t)recycled;
 	/* Built into the upload's file, each tensor and the content id checked (65). */
-	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0 ||
+	if ((lseek(uf->delta.fd, 0, SEEK_SET) < 0 &&
+	    wsync_err_set(err, EX_IOERR, "%s: %s", name, strerror(errno)) < 0) ||
 	    wsync_delta_apply(uf->base_fd, uf->delta.fd, t->fd, name, &version, &content,
 	    err) < 0) {
 		hub_log(h, "event=abort upload=%" PRIu64 " model=%s reason=\"the delta did not "

@@ -124,6 +124,9 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct hub_upload *u, wsy
 	if ((u->temps = calloc(o->via.array.size, sizeof(*u->temps))) == NULL ||
 	    (u->files = calloc(o->via.array.size, sizeof(*u->files))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
+	/* No descriptors yet: a file refused before its delta's fields closes none. */
+	for (uint32_t i = 0; i < o->via.array.size; i++)
+		u->files[i].base_fd = u->files[i].delta.fd = -1;
 	for (uint32_t i = 0; i < o->via.array.size; i++) {
 		const msgpack_object *f = &o->via.array.ptr[i];
 		char model[WSYNC_MAX_MODEL + 1];
@@ -406,10 +409,11 @@ s_upload_commit(wsync_hub_t *h, struct hub_req *r, struct hub_upload *u, wsync_e
 	}
 	/*
 	 * A delta that does not apply ends the upload: the pusher sends the
-	 * version whole. A part's is rebuilt with its group's union.
+	 * version whole. A part's is rebuilt with its group's union. One rebuilt
+	 * already (a commit refused after it, then sent again) is not rebuilt twice.
 	 */
 	for (size_t i = 0; i < u->nfiles; i++)
-		if (u->files[i].base != 0 && !hub_group_defers(h, u) &&
+		if (u->files[i].base != 0 && !u->temps[i].verified && !hub_group_defers(h, u) &&
 		    hub_pushdelta_apply(h, u, i, err) < 0) {
 			hub_upload_end(u);
 			return -1;

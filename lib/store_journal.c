@@ -49,6 +49,9 @@ wsync_journal_group_set(wsync_store_t *s, const char *model, uint64_t key)
 {
 	char buf[32];
 
+	/* Only ever raised: an older group's key never lets a replay of a newer one in. */
+	if (key <= wsync_store_group_last(s, model))
+		return 0;
 	snprintf(buf, sizeof(buf), "%" PRIu64, key);
 	return json_object_set_new(s->groups, model, json_string(buf));
 }

@@ -17,6 +17,8 @@ steps() {
 	done
 }
 
+DELTA=$WSYNC_BIN/../bench/delta
+
 # same_but_number A B: the two .wsync files are equal past their version number.
 same_but_number() {
 	cmp <(tail -c +64 "$1") <(tail -c +64 "$2")
@@ -312,4 +314,45 @@ ok policy 6"
 	assert_output "5"
 	same_but_number "$STORE/policy/4.wsync" "$STORE/policy/5.wsync"
 	run -0 wsync-inspect --verify "$STORE/policy/4.wsync"
+}
+
+# raw_delta_push SIZE COMMIT...: begin, chunk and the COMMIT requests (JSON
+# lines), over one connection (hubclient.py session), as upload 2 (the hub's
+# second: hub_with_v1 made the first), of the delta from
+# p1.wsync to s2.wsync (d12.wdelta), its begin saying the version has SIZE
+# bytes; each reply a line in $output.
+raw_delta_push() {
+	local content dsize size=$1
+	shift
+	"$DELTA" p1.wsync s2.wsync d12.wdelta >/dev/null
+	content=$("$PY" -c 'import sys; print(int(sys.argv[1], 16))' "$(wsync-inspect --json p1.wsync | jq -r .content_id)")
+	dsize=$(stat -c %s d12.wdelta)
+	run "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session < <(
+		echo '{"op":"begin","files":[{"model":"policy","size":'"$size"',"delta":'"$dsize"',"base":1,"base_content":'"$content"'}]}'
+		echo '{"op":"chunk","upload":2,"file":0,"off":0} d12.wdelta'
+		printf '%s\n' "$@")
+}
+
+@test "a pushed delta that rebuilds another size than its begin said is refused with 65, the head unchanged" {
+	steps 2
+	hub_with_v1
+	size=$(stat -c %s s2.wsync)
+	raw_delta_push $((size + 4096)) '{"op":"commit","upload":2}'
+	assert_equal "$status" 65
+	assert_line --index 2 "{\"code\":65,\"error\":\"model policy: delta from version 1: it rebuilds a version of $size bytes, where its begin said $((size + 4096))\",\"id\":3,\"ok\":false}"
+	[ ! -e "$STORE/policy/2.wsync" ]
+	run -0 wsync-push -q --transfer socket -m policy s2.wsync
+	assert_output "2"
+}
+
+@test "a pushed delta's commit refused after its rebuild commits when sent again" {
+	steps 2
+	hub_with_v1
+	raw_delta_push "$(stat -c %s s2.wsync)" '{"op":"commit","upload":2,"trust":true}' '{"op":"commit","upload":2}'
+	assert_line --index 2 '{"code":64,"error":"upload 2 came through the socket: the hub verifies it (trust is for files written in its store)","id":3,"ok":false}'
+	run -0 jq -c '[.ok, .versions[0].version]' <<<"${lines[3]}"
+	assert_output '[true,2]'
+	run -0 wsync-push -q --transfer socket -m policy s2.wsync
+	assert_output "3"
+	same_but_number "$STORE/policy/2.wsync" "$STORE/policy/3.wsync"
 }

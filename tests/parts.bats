@@ -116,6 +116,21 @@ no_version() {
 	assert_output "2"
 }
 
+@test "a group still open when a newer one commits is refused at once, and never follows it" {
+	parts 2
+	start_hub
+	push_part 0/2 5
+	wait_log "event=part model=policy group=5 part=0/2"
+	# The newer step, whole in one part, commits first.
+	run -0 wsync-push -q --part 0/1 --group 6 -m policy "$TMP/m.safetensors"
+	assert_output "1"
+	wait_until ended 0
+	assert_equal "$(cat "$TMP/r0.rc") $(cat "$TMP/r0.err")" "65 wsync-push: model policy group 5 is not above the last group committed, 6 (committed while it was open); nothing committed"
+	run -65 wsync-push -q --part 1/2 --group 5 -m policy "$TMP/m.1.safetensors"
+	assert_output "wsync-push: model policy group 5 (part 1 of 2) is not above the last group committed, 6"
+	[ ! -e "$STORE/policy/2.wsync" ]
+}
+
 @test "a second live push of one part is refused while the first is mid-upload" {
 	need_test_hooks WSYNC_TEST_PUSH_GATE
 	parts 2 2 6000000

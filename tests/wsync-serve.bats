@@ -363,6 +363,20 @@ $TMP/store/.uploads:"
 	assert_output '[true,1]'
 }
 
+@test "a begin refused before its files' deltas are read closes none of the hub's descriptors" {
+	start_hub
+	assert_equal "$(readlink "/proc/$HUB_PID/fd/0")" /dev/null
+	run -64 hub req '{"op":"begin","local":true,"files":[{"model":"policy","size":100,"delta":50,"base_content":1}]}'
+	assert_output '{"code":64,"error":"file 0 (model policy): a slot is written in place, not sent as a delta","id":1,"ok":false}'
+	assert_equal "$(readlink "/proc/$HUB_PID/fd/0")" /dev/null
+}
+
+@test "a delta declared larger than its version is refused with 64" {
+	start_hub
+	run -64 hub req '{"op":"begin","files":[{"model":"policy","size":100,"delta":200,"base_content":1}]}'
+	assert_output '{"code":64,"error":"model policy: a delta of 200 bytes for a version of 100: a delta is smaller than its version (send the version whole)","id":1,"ok":false}'
+}
+
 @test "abort removes the upload's temporary file" {
 	start_hub
 	run -0 hub session <<-'EOF'

@@ -1171,6 +1171,9 @@ s_sender(void *arg)
 	return NULL;
 }
 
+/* The head's size the next fed applies expect (wsync_delta_feed_expect; 0: none). */
+static uint64_t s_fed_expect;
+
 /* Applies buf (a delta of len bytes) to base as it arrives into out; 0 or the error's code. */
 static int
 s_apply_fed(const char *base, const unsigned char *buf, size_t len, size_t first,
@@ -1184,6 +1187,8 @@ s_apply_fed(const char *base, const unsigned char *buf, size_t len, size_t first
 
 	s.fd = open(s_path("fed.wdelta"), O_RDWR | O_CREAT | O_TRUNC, 0600);
 	s.feed = wsync_delta_feed_new(len);
+	if (s.feed != NULL && s_fed_expect != 0)
+		wsync_delta_feed_expect(s.feed, s_fed_expect);
 	if (b < 0 || o < 0 || s.fd < 0 || s.feed == NULL || ftruncate(s.fd, (off_t)len) < 0 ||
 	    pthread_create(&t, NULL, s_sender, &s) != 0)
 		return -1;
@@ -1253,6 +1258,7 @@ test_a_delta_applied_as_it_arrives_is_the_same(void)
 	size_t len = 0, olen = 0, applied = 0, first;
 	wsync_delta_stats_t st;
 	wsync_err_t err = { 0 };
+	char want[256];
 	int early = 0;
 
 	int made = s_mkstep("bf16", "0.01", 1u << 22) == 0 &&
@@ -1264,6 +1270,8 @@ test_a_delta_applied_as_it_arrives_is_the_same(void)
 		goto out;
 	/* Up to the first tensor's data: its entry is whole, the others' still to come. */
 	first = (size_t)(h.tensors[0].data_off + h.tensors[0].data_len);
+	/* The size announced is the head's: applied as ever. */
+	s_fed_expect = h.size;
 	for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
 		int rc;
 		setenv("WSYNC_THREADS", threads[k], 1);
@@ -1312,7 +1320,23 @@ test_a_delta_applied_as_it_arrives_is_the_same(void)
 	    s_path("head.wsync")),
 	    "fed: a delta whose tensors come first is applied once it has arrived (%s)",
 	    err.msg);
+
+	/* Another size than announced: 65 before anything is written, in either order. */
+	s_fed_expect = h.size + 1;
+	snprintf(want, sizeof(want), "fed: it rebuilds a version of %llu bytes, where the "
+	    "version announced has %llu", (unsigned long long)h.size,
+	    (unsigned long long)h.size + 1);
+	for (int order = 0; order < 2 && (order == 0 || other != NULL); order++) {
+		struct stat out = { .st_size = -1 };
+		err.msg[0] = '\0';
+		ok(s_apply_fed(s_path("base.wsync"), order ? other : buf, order ? olen : len,
+		    first, 0, 0, s_path("out.wsync"), NULL, &applied, &err) == EX_DATAERR &&
+		    strcmp(err.msg, want) == 0 && stat(s_path("out.wsync"), &out) == 0 &&
+		    out.st_size == 0, "fed, %s: a head of another size than announced is refused "
+		    "with 65, nothing written: %s", order ? "tensors first" : "in order", err.msg);
+	}
 out:
+	s_fed_expect = 0;
 	wsync_delta_header_free(&h);
 	free(buf);
 	free(other);
