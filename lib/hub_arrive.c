@@ -93,8 +93,8 @@ hub_arrive_failed(const wsync_hub_t *h, const char *model, uint64_t version, wsy
 
 	if (a->failed == 0 || a->failed != version || strcmp(a->failed_model, model) != 0)
 		return 0;
-	wsync_err_set(err, EX_DATAERR, "model \"%s\" version %" PRIu64 " did not arrive whole at "
-	    "this relay: it failed verification", model, version);
+	wsync_err_set(err, EX_NOINPUT, "model \"%s\" version %" PRIu64 " did not arrive whole at "
+	    "this relay: it failed verification (ask again: it is fetched again)", model, version);
 	return 1;
 }
 
@@ -183,8 +183,13 @@ hub_arrive_end(wsync_hub_t *h, int code, const char *why)
 		a->upto = a->size;
 		s_answer(h);
 	} else {
-		wsync_err_set(&err, code, "model \"%s\" version %" PRIu64 " did not arrive whole "
-		    "at this relay: %s", a->model, a->version, why);
+		/*
+		 * 66, whatever dropped it: the relay below asks again, blaming no
+		 * one. This relay got the bad bytes (or lost its upstream) and says
+		 * so itself; it is not the one that spoiled them.
+		 */
+		wsync_err_set(&err, EX_NOINPUT, "model \"%s\" version %" PRIu64 " did not arrive "
+		    "whole at this relay: %s", a->model, a->version, why);
 		for (size_t i = 0; i < a->ngets; i++)
 			s_refuse(h, &a->gets[i], &err);
 		hub_log(h, "event=arriving-drop model=%s version=%" PRIu64 " code=%d", a->model,

@@ -414,10 +414,13 @@ s_cut_keep(struct hub_relay *rl, const char *model, const wsync_head_t *head,
  * committed (or it failed here), passing it on while it arrives; it is kept
  * in rl->fetched. A fetch of it cut off before resumes where it stopped. 0
  * when done or skipped, -1 with err when the upstream was lost, or when the
- * parent the root placed this relay under passed bytes that do not verify.
+ * parent the root placed this relay under passed bytes that do not verify
+ * of a version it committed (committed: head is one of its heads, not the
+ * one arriving there).
  */
 static int
-s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync_err_t *err)
+s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int committed,
+    wsync_err_t *err)
 {
 	wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
 	    .known = head, .beside = rl->beside, .window = RELAY_WINDOW, .piece = RELAY_PIECE,
@@ -478,12 +481,20 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, wsync
 		if (err->code == EX_DATAERR) {
 			s_log(rl, "event=relay-fail model=%s version=%" PRIu64 " upstream=%s "
 			    "error=\"%s\"", model, head->version, rl->up.endpoint, err->msg);
-			/* Spoiled on its way: fetched again through the parent the root names next. */
-			if (rl->parent[0] != '\0')
-				return -1;
-			/* What a cut-off fetch left may be what was spoiled: whole, the next round. */
+			/*
+			 * What a cut-off fetch left may be what was spoiled, through
+			 * whichever parent: whole, the next round, blaming none.
+			 */
 			if (f.resume != NULL)
 				return 0;
+			/*
+			 * Spoiled on its way: fetched again through the parent the
+			 * root names next. Not when the parent passed the version on
+			 * as it arrived there, before it verified it: what failed here
+			 * may have failed there too, and it fetches it again itself.
+			 */
+			if (rl->parent[0] != '\0')
+				return committed ? -1 : 0;
 			have->failed = head->version;
 			return 0;
 		}
@@ -606,9 +617,9 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	for (size_t i = 0; i < r.nheads && !rl->stop && rc == 0; i++)
 		if (others > 0 || wsync_follow_head_of(r.arriving, r.narriving,
 		    r.heads[i].model).version <= r.heads[i].head.version)
-			rc = s_fetch(rl, r.heads[i].model, &r.heads[i].head, err);
+			rc = s_fetch(rl, r.heads[i].model, &r.heads[i].head, 1, err);
 	for (size_t i = 0; i < r.narriving && !rl->stop && rc == 0; i++)
-		rc = s_fetch(rl, r.arriving[i].model, &r.arriving[i].head, err);
+		rc = s_fetch(rl, r.arriving[i].model, &r.arriving[i].head, 0, err);
 	/* The heads are what the upstream committed together: so are they here. */
 	if (rc == 0 && !rl->stop)
 		rc = s_commit_heads(rl, &r, others > 0, err);

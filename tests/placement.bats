@@ -287,3 +287,29 @@ PYEOF
 	run -0 grep -c 'event=subtree-full relay=small:2 reason="the hub already follows 4096 live workers"' hub.log
 	assert_output 1
 }
+
+@test "a relay that got bad bytes while passing them on is not blamed by the one below: only the relay that sent them is dropped" {
+	need_test_hooks WSYNC_TEST_RELAY_GATE
+	make_big 16
+	start_hub
+	# r1 serves every get from its store spoiled: r2 fetches version 1 bad.
+	WSYNC_TEST_FLIP_GET=1 start_relay r1
+	wait_until placed_under r1 root
+	wsync-push -m policy big.safetensors >/dev/null
+	wait_until grep -q "event=commit model=policy version=1 " r1.log
+	# r2 holds at half; r3, under it, reads what came while it arrives.
+	WSYNC_TEST_RELAY_GATE="$TMP/gate" start_relay r2
+	wait_until placed_under r2 r1
+	start_relay r3
+	wait_until placed_under r3 r2
+	start_watcher w3 -e "ipc://$TMP/r3"
+	wait_until grep -q "event=pass-on model=policy version=1 " r2.log
+	touch "$TMP/gate"
+	wait_until watcher_at w3 1
+	assert_equal "$(content_of w3.wsync)" "$(root_content)"
+	wait_until grep -q "event=commit model=policy version=1 " r2.log
+	run -0 grep "event=relay-drop" hub.log
+	assert_output --partial "event=relay-drop relay=$(hostname):${RPID[r1]} endpoint=ipc://$TMP/r1 by=$(hostname):${RPID[r2]}"
+	assert_equal "${#lines[@]}" 1
+	run -0 placed_under r3 r2
+}
