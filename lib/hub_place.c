@@ -23,6 +23,7 @@ struct hub_place {
 	int slow;                       /* a third of its parent's rate or less: last in line */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 	int shared;                     /* another place says its endpoint: parent of none */
+	char told[512];                 /* the parent it was told last; "": this hub */
 };
 
 /* Marks the places whose endpoint another place says too (after any place came, went or moved). */
@@ -110,16 +111,6 @@ s_parent_of(const wsync_hub_t *h, size_t i)
 	while (order[at] != i)
 		at++;
 	return s_parent_at(order, parents, at);
-}
-
-/* The parent of the relay named relay as placed now: its index in h->places, -1 for none. */
-static long
-s_parent_named(const wsync_hub_t *h, const char *relay)
-{
-	for (size_t i = 0; i < h->nplaces; i++)
-		if (strcmp(h->places[i].relay, relay) == 0)
-			return s_parent_of(h, i);
-	return -1;
 }
 
 /* The place of relay (made when new, at the end); NULL when there are HUB_PLACES already. */
@@ -215,10 +206,6 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	s_expire(h, now);
-	/* Only the relay's parent, as this hub placed it, is one it can say it lost. */
-	if (lost[0] != '\0' && (at = s_parent_named(h, relay)) >= 0 &&
-	    strcmp(h->places[at].endpoint, lost) == 0)
-		s_lost(h, lost, relay);
 	if ((p = s_place(h, relay, endpoint)) == NULL)
 		return wsync_err_set(err, EX_UNAVAILABLE, "this hub places %d relays at most: %s "
 		    "takes versions from it directly", HUB_PLACES, relay);
@@ -236,6 +223,9 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 		p->rate = rate;
 		snprintf(p->rate_from, sizeof(p->rate_from), "%s", rate_from);
 	}
+	/* Only the parent this hub told the relay last is one it can say it lost. */
+	if (lost[0] != '\0' && strcmp(p->told, lost) == 0)
+		s_lost(h, lost, relay);
 	i = (size_t)(p - h->places);
 	at = s_parent_of(h, i);
 	if (!p->slow && !p->bad && s_slow(h, p, at)) {
@@ -247,6 +237,7 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	hub_ok(e, r->id, 1 + (at >= 0 && h->places[at].key[0] != '\0') +
 	    s_pack_admit(h, i, e, 0));
 	wsync_enc_kv_str(e, "parent", at >= 0 ? h->places[at].endpoint : "");
+	snprintf(p->told, sizeof(p->told), "%s", at >= 0 ? h->places[at].endpoint : "");
 	if (at >= 0 && h->places[at].key[0] != '\0')
 		wsync_enc_kv_str(e, "parent_key", h->places[at].key);
 	s_pack_admit(h, i, e, 1);

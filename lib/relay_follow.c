@@ -493,8 +493,13 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 			 * as it arrived there, before it verified it: what failed here
 			 * may have failed there too, and it fetches it again itself.
 			 */
-			if (rl->parent[0] != '\0')
-				return committed ? -1 : 0;
+			if (rl->parent[0] != '\0' && committed)
+				return -1;
+			if (rl->parent[0] != '\0') {
+				snprintf(rl->spoiled_from, sizeof(rl->spoiled_from), "%s",
+				    rl->up.endpoint);
+				return 0;
+			}
 			have->failed = head->version;
 			return 0;
 		}
@@ -599,12 +604,15 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 	const wsync_follow_ask_t a = { .models = (const char *const *)rl->models,
 	    .n = rl->nmodels, .arriving = 1 };
 	wsync_follow_heads_t r;
-	int rc = 0, others = 0;
+	/* What it passed on as it arrived did not verify: what it committed is tried next. */
+	int rc = 0, others = 0, settle = rl->spoiled_from[0] != '\0' &&
+	    strcmp(rl->spoiled_from, rl->up.endpoint) == 0;
 
 	if (wsync_follow_heads(&rl->up, &a, &r, S_CALL_MS, err) < 0) {
 		wsync_follow_heads_free(&r);
 		return -1;
 	}
+	rl->spoiled_from[0] = '\0';
 	/*
 	 * A head with a newer version on its way is skipped for that one, taken
 	 * as it arrives, unless another model moved too: then every newer head
@@ -615,7 +623,7 @@ s_round(struct hub_relay *rl, wsync_err_t *err)
 		    r.arriving, r.narriving, r.heads[i].model).version <= r.heads[i].head.version)
 			others++;
 	for (size_t i = 0; i < r.nheads && !rl->stop && rc == 0; i++)
-		if (others > 0 || wsync_follow_head_of(r.arriving, r.narriving,
+		if (others > 0 || settle || wsync_follow_head_of(r.arriving, r.narriving,
 		    r.heads[i].model).version <= r.heads[i].head.version)
 			rc = s_fetch(rl, r.heads[i].model, &r.heads[i].head, 1, err);
 	for (size_t i = 0; i < r.narriving && !rl->stop && rc == 0; i++)

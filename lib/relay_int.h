@@ -114,6 +114,11 @@ struct hub_relay {
 	char placed[512];               /* the parent the root named last */
 	char placed_key[64];
 	char lost[512];                 /* a parent lost, or whose bytes did not verify: for home */
+	/*
+	 * A parent that passed on, as it arrived there, a version that did not
+	 * verify here: its committed heads are fetched next, and blamed if bad.
+	 */
+	char spoiled_from[512];
 	uint64_t rate;                  /* bytes/s of the last fetch of RELAY_RATE_MIN or more */
 	char rate_from[512];            /* the upstream that fetch came from */
 	wsync_log_fn log;
