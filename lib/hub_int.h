@@ -244,6 +244,7 @@ struct wsync_hub {
 	struct hub_relay *relay;        /* NULL: not a relay (hub_relay.c) */
 	void *relay_pair;               /* the hub's end of the relay thread's pair */
 	int64_t reported;               /* a relay: when the workers were last reported upstream */
+	int subtree_full;               /* the last relay report had workers left out (logged once) */
 	struct hub_arriving arriving;   /* a relay: the version its thread is fetching */
 	struct hub_place *places;       /* a root: the relays it places, as they came (hub_place.c) */
 	size_t nplaces;

@@ -181,12 +181,16 @@ hub_op_subtree(wsync_hub_t *h, struct hub_req *r, wsync_err_t *err)
 		if ((rc = s_merge_worker(h, r, relay, &workers->via.array.ptr[i], now, err)) < 0 &&
 		    err->code != EX_UNAVAILABLE)
 			return -1;
-		/* No room for one more worker: the rest of the report, and the placement, go on. */
-		if (rc < 0 && full++ == 0)
+		/*
+		 * No room for one more worker: the rest of the report, and the
+		 * placement, go on. Logged once, until a report fits again.
+		 */
+		if (rc < 0 && full++ == 0 && !h->subtree_full)
 			hub_log(h, "event=subtree-full relay=%s reason=\"%s\"", relay,
 			    wsync_log_quote(err->msg, quoted, sizeof(quoted)));
 		news |= rc > 0;
 	}
+	h->subtree_full = full > 0;
 	/* An ack from below goes on up at once, as the relay's own workers' do (hub_worker.c). */
 	if (news)
 		h->reported = 0;

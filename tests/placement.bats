@@ -272,18 +272,19 @@ start_chain() {
 	run -0 placed_under r1 root
 }
 
-@test "a root whose registry of workers is full still places the relays that report" {
+@test "a root whose registry of workers is full still places the relays that report, and says so once" {
 	start_hub
 	"$PY" - >"$TMP/reports" <<'PYEOF'
 import json
 workers = [{"worker": "w%d" % i, "ago": 0, "models": {}} for i in range(4096)]
 print(json.dumps({"op": "subtree", "relay": "big:1", "workers": workers, "advertise": "ipc://big"}))
-print(json.dumps({"op": "subtree", "relay": "small:2", "advertise": "ipc://small",
-                  "workers": [{"worker": "extra", "ago": 0, "models": {}}]}))
+for _ in range(2):
+    print(json.dumps({"op": "subtree", "relay": "small:2", "advertise": "ipc://small",
+                      "workers": [{"worker": "extra", "ago": 0, "models": {}}]}))
 PYEOF
 	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <"$TMP/reports"
 	run -0 jq -sc '[.[] | [.ok, .parent]]' <<<"$output"
-	assert_output '[[true,""],[true,"ipc://big"]]'
+	assert_output '[[true,""],[true,"ipc://big"],[true,"ipc://big"]]'
 	run -0 grep -c 'event=subtree-full relay=small:2 reason="the hub already follows 4096 live workers"' hub.log
 	assert_output 1
 }
