@@ -172,30 +172,6 @@ s_floor_rebuild(void *arg, size_t t, unsigned worker)
 	return 0;
 }
 
-/* Copies DIR/passes.FROM.wsync to DIR/passes.TO.wsync. */
-static void
-s_copy_file(const char *dir, const char *from, const char *to)
-{
-	char src[4096], dst[4096];
-	static unsigned char buf[1 << 20];
-	ssize_t n;
-	int in, out;
-
-	snprintf(src, sizeof(src), "%s/passes.%s.wsync", dir, from);
-	snprintf(dst, sizeof(dst), "%s/passes.%s.wsync", dir, to);
-	if ((in = open(src, O_RDONLY | O_CLOEXEC)) < 0)
-		s_die(src, strerror(errno));
-	if ((out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
-		s_die(dst, strerror(errno));
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		if (write(out, buf, (size_t)n) != n)
-			s_die(dst, strerror(errno));
-	if (n < 0)
-		s_die(src, strerror(errno));
-	close(in);
-	close(out);
-}
-
 /* ---- the passes ---- */
 
 enum { P_PUSH_DIFF, P_HUB_DIFF, P_HUB_REBUILD, P_WATCH_REBUILD, P_FLOOR_DIFF,
@@ -304,6 +280,11 @@ main(int argc, char **argv)
 	s_write(path, m.b, m.each, 1);
 	snprintf(path, sizeof(path), "%s/passes.head.wsync", dir);
 	s_write(path, m.h, m.each, 2);
+	/* The hub's spare and the watcher's file: an older version's pages, as --recycle keeps. */
+	snprintf(path, sizeof(path), "%s/passes.spare.wsync", dir);
+	s_write(path, m.b, m.each, 1);
+	snprintf(path, sizeof(path), "%s/passes.out.wsync", dir);
+	s_write(path, m.b, m.each, 1);
 	free(m.b);
 	free(m.h);
 	snprintf(path, sizeof(path), "%s/passes.base.wsync", dir);
@@ -312,9 +293,6 @@ main(int argc, char **argv)
 	snprintf(path, sizeof(path), "%s/passes.head.wsync", dir);
 	if ((hf = wsync_file_open(path, &err)) == NULL)
 		s_die(path, err.msg);
-	/* The hub's spare and the watcher's file: an older version's pages, as --recycle keeps. */
-	s_copy_file(dir, "base", "spare");
-	s_copy_file(dir, "base", "out");
 	for (int t = 0; t < NTENSORS; t++) {
 		m.bt[t] = wsync_file_tensor(bf, (size_t)t)->data;
 		m.ht[t] = wsync_file_tensor(hf, (size_t)t)->data;

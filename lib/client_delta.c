@@ -317,13 +317,9 @@ wsync_client_fetch_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetche
 	/* Stopped by the apply's refusal: not a transfer's failure. */
 	if (job.refused)
 		*err = (wsync_err_t){ 0 };
-	if (!fed) {
-		uint64_t hsize;
-		job.rc = wsync_delta_head_size(dfd, f->model, &hsize, &job.why) < 0 ||
-		    wsync_delta_size_check(hsize, got->size, f->model, "the version announced has",
-		    &job.why) < 0 ? -1 : wsync_delta_apply_some(base_fd, dfd, *fd, f->model,
-		    sel != NULL ? s_keep : NULL, (void *)sel, &job.version, &job.content, &job.why);
-	}
+	if (!fed)
+		job.rc = wsync_delta_apply_some(base_fd, dfd, *fd, f->model, sel != NULL ?
+		    s_keep : NULL, (void *)sel, got->size, &job.version, &job.content, &job.why);
 	if (job.rc < 0) {
 		/* The version comes whole next: into the spare's pages. */
 		if (recycled)

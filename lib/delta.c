@@ -1059,6 +1059,14 @@ wsync_delta_size_check(uint64_t size, uint64_t want, const char *name, const cha
 	    "where %s %" PRIu64, name, size, said, want);
 }
 
+/* H's size checked against the one announced (0: any), before anything is written. */
+static int
+s_expected(uint64_t expect, uint64_t size, const char *name, wsync_err_t *err)
+{
+	return expect == 0 ? 0 : wsync_delta_size_check(size, expect, name,
+	    "the version announced has", err);
+}
+
 int
 wsync_delta_head_size(int delta_fd, const char *name, uint64_t *size, wsync_err_t *err)
 {
@@ -1147,14 +1155,14 @@ int
 wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err)
 {
-	return wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, NULL, NULL, version,
+	return wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, NULL, NULL, 0, version,
 	    content, err);
 }
 
 int
 wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
-    wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
-    wsync_err_t *err)
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, uint64_t *version,
+    uint64_t *content, wsync_err_t *err)
 {
 	s_apply_t a = { 0 }, *ws = NULL;
 	s_din_t d;
@@ -1162,7 +1170,7 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	unsigned nworkers = 0;
 	int rc = -1;
 
-	if (s_din_open(&d, delta_fd, name, err) < 0)
+	if (s_din_open(&d, delta_fd, name, err) < 0 || s_expected(expect, d.h.size, name, err) < 0)
 		goto out;
 	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &d.h, d.map, name, keep,
 	    keep_arg, 1, err) < 0 || s_apply(ws, nworkers, err) < 0)
@@ -1207,14 +1215,6 @@ void
 wsync_delta_feed_expect(wsync_delta_feed_t *f, uint64_t size)
 {
 	f->expect = size;
-}
-
-/* H's size checked against the one announced (wsync_delta_feed_expect); -1 with err (65). */
-static int
-s_fed_size(const wsync_delta_feed_t *f, uint64_t size, const char *name, wsync_err_t *err)
-{
-	return f->expect == 0 ? 0 : wsync_delta_size_check(size, f->expect, name,
-	    "the version announced has", err);
 }
 
 void
@@ -1519,20 +1519,17 @@ wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
 	if ((top = s_fed_top(&s, err)) < 0)
 		goto out;
 	if (top == 1) {
-		uint64_t size;
 		/* Another writer's order: the whole delta first. */
 		if (s_feed_wait(feed, feed->size) < feed->size) {
 			wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", name);
 			goto out;
 		}
-		if (wsync_delta_head_size(delta_fd, name, &size, err) == 0 &&
-		    s_fed_size(feed, size, name, err) == 0)
-			rc = wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg,
-			    version, content, err);
+		rc = wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg,
+		    feed->expect, version, content, err);
 		goto out;
 	}
 	/* Nothing is written of a head of another size than announced. */
-	if (s_fed_size(feed, h.size, name, err) < 0)
+	if (s_expected(feed->expect, h.size, name, err) < 0)
 		goto out;
 	if ((map = mmap(NULL, (size_t)feed->size, PROT_READ, MAP_SHARED, delta_fd, 0)) ==
 	    MAP_FAILED) {

@@ -128,11 +128,12 @@ typedef int (*wsync_delta_keep_fn)(void *arg, const char *path);
  * (out_fd must then be a new empty file), neither read from B nor checked.
  * H's header, every tensor hash in it and H's content id are checked as
  * ever, and each tensor written against its hash: the file holds a
- * selection of H (wsync-watch --select).
+ * selection of H (wsync-watch --select). expect, unless 0, is H's size as
+ * announced: a delta of another head writes nothing (65).
  */
 int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
-    wsync_delta_keep_fn keep, void *keep_arg, uint64_t *version, uint64_t *content,
-    wsync_err_t *err);
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, uint64_t *version,
+    uint64_t *content, wsync_err_t *err);
 
 /*
  * A delta that is still arriving, in order, into its file: how much of it
@@ -141,9 +142,9 @@ int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *na
 typedef struct wsync_delta_feed wsync_delta_feed_t;
 /* A feed for a delta of size bytes; NULL when out of memory. */
 wsync_delta_feed_t *wsync_delta_feed_new(uint64_t size);
-/* Bytes [0, upto) of the delta are in its file. */
 /* The head's size the apply must find (the version announced), checked before it writes. */
 void wsync_delta_feed_expect(wsync_delta_feed_t *feed, uint64_t size);
+/* Bytes [0, upto) of the delta are in its file. */
 void wsync_delta_feed_arrived(wsync_delta_feed_t *feed, uint64_t upto);
 /* No more bytes will come: an apply waiting for them fails. */
 void wsync_delta_feed_stop(wsync_delta_feed_t *feed);

@@ -567,9 +567,7 @@ s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 	    (skel = s_union_skeleton(tree, size, err)) < 0 ||
 	    wsync_store_temp_open(h->store, g->model, &joined, err) < 0 ||
 	    wsync_delta_rebase(fds, g->nparts, uf->base_fd, uf->base, skel, joined.fd, name,
-	    NULL, err) < 0 || (lseek(joined.fd, 0, SEEK_SET) < 0 &&
-	    wsync_err_set(err, EX_IOERR, "%s: %s", name, strerror(errno)) < 0) ||
-	    wsync_store_slot_open(h->store, g->model, size, t, err) < 0 ||
+	    NULL, err) < 0 || wsync_store_slot_open(h->store, g->model, size, t, err) < 0 ||
 	    wsync_delta_apply(uf->base_fd, joined.fd, t->fd, name, NULL, NULL, err) < 0)
 		goto done;
 	t->verified = 1;

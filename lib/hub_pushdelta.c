@@ -4,7 +4,6 @@
  * received into a file of its own, the version rebuilt and verified from both
  * at the commit.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -95,16 +94,15 @@ s_rebase(wsync_hub_t *h, struct hub_ufile *uf, const char *model, const char *na
 
 	if (wsync_store_temp_open(h->store, model, &t, err) < 0)
 		return -1;
-	if (lseek(uf->delta.fd, 0, SEEK_SET) < 0) {
-		wsync_err_set(err, EX_IOERR, "%s: %s", name, strerror(errno));
-	} else if (wsync_delta_rebase(&uf->delta.fd, 1, uf->base_fd, uf->base, -1, t.fd, name,
-	    NULL, err) == 0) {
-		wsync_store_temp_remove(&uf->delta);
-		uf->delta = t;
-		return 0;
+	/* The delta is read where it lies (mapped): its file's position does not matter. */
+	if (wsync_delta_rebase(&uf->delta.fd, 1, uf->base_fd, uf->base, -1, t.fd, name, NULL,
+	    err) < 0) {
+		wsync_store_temp_remove(&t);
+		return -1;
 	}
-	wsync_store_temp_remove(&t);
-	return -1;
+	wsync_store_temp_remove(&uf->delta);
+	uf->delta = t;
+	return 0;
 }
 
 /* The name of file i's delta in errors, into name (size bytes). */
@@ -157,9 +155,7 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	*t = spare;
 	u->recycled += (size_t)recycled;
 	/* Built into the upload's file, each tensor and the content id checked (65). */
-	if ((lseek(uf->delta.fd, 0, SEEK_SET) < 0 &&
-	    wsync_err_set(err, EX_IOERR, "%s: %s", name, strerror(errno)) < 0) ||
-	    wsync_delta_apply(uf->base_fd, uf->delta.fd, t->fd, name, &version, &content,
+	if (wsync_delta_apply(uf->base_fd, uf->delta.fd, t->fd, name, &version, &content,
 	    err) < 0) {
 		hub_log(h, "event=abort upload=%" PRIu64 " model=%s reason=\"the delta did not "
 		    "apply\"", u->id, t->model);
