@@ -154,11 +154,17 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 {
 	uint64_t best = 0;
 
+	const struct hub_place *from = NULL;
+
 	if (p->rate == 0)
 		return 0;
+	/* Of two places saying that endpoint, the one heard from last is the relay there now. */
 	for (size_t i = 0; i < h->nplaces && p->rate_from[0] != '\0'; i++)
-		if (&h->places[i] != p && strcmp(h->places[i].endpoint, p->rate_from) == 0)
-			return p->rate < h->places[i].rate / 3;
+		if (&h->places[i] != p && strcmp(h->places[i].endpoint, p->rate_from) == 0 &&
+		    (from == NULL || h->places[i].seen > from->seen))
+			from = &h->places[i];
+	if (from != NULL)
+		return p->rate < from->rate / 3;
 	if (parent >= 0)
 		best = h->places[parent].rate;
 	else
@@ -186,6 +192,20 @@ s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
 	return 1;
 }
 
+/* Forgets relay, which said it stops (its last report, with leaving). */
+static void
+s_leave(wsync_hub_t *h, const char *relay)
+{
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (strcmp(h->places[i].relay, relay) == 0) {
+			hub_log(h, "event=relay-leave relay=%s endpoint=%s", relay,
+			    h->places[i].endpoint);
+			h->places[i] = h->places[--h->nplaces];
+			s_mark_shared(h);
+			return;
+		}
+}
+
 int
 hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsync_enc_t *e,
     wsync_err_t *err)
@@ -194,6 +214,7 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	int64_t now = wsync_now_ms();
 	struct hub_place *p;
 	uint64_t rate = 0;
+	int leaving = 0;
 	long at;
 	size_t i;
 
@@ -203,9 +224,16 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	    hub_u64(r, "rate", 0, &rate, err) < 0 ||
 	    hub_str(r, "rate_from", 0, NULL, rate_from, sizeof(rate_from), err) < 0)
 		return -1;
+	if (hub_bool(r, "leaving", &leaving, err) < 0)
+		return -1;
 	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
 	s_expire(h, now);
+	if (leaving) {
+		s_leave(h, relay);
+		hub_ok(e, r->id, 0);
+		return 0;
+	}
 	if ((p = s_place(h, relay, endpoint)) == NULL)
 		return wsync_err_set(err, EX_UNAVAILABLE, "this hub places %d relays at most: %s "
 		    "takes versions from it directly", HUB_PLACES, relay);

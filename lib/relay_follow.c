@@ -15,6 +15,7 @@
 #define S_CONNECT_MS 1000       /* how long one upstream has to answer hello */
 #define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
 #define S_REFUSALS 3            /* a placed parent's refusals of this relay's key, at most */
+#define S_LEAVE_MS 1000         /* bound on the last report of a relay that stops */
 
 #define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
 
@@ -254,24 +255,27 @@ s_home_connect(struct hub_relay *rl, wsync_err_t *err)
 /*
  * Sends the hub's latest report of its workers home (op subtree), with where
  * this hub is reached, its rate and a parent it lost; keeps the parent the
- * reply names (wsync(7) RELAYS). 0 when none was due.
+ * reply names (wsync(7) RELAYS). Leaving (the hub stops): the report says so,
+ * for the root to place no relay under this one from now on. 0 when none
+ * was due.
  */
 static int
-s_report(struct hub_relay *rl, wsync_err_t *err)
+s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 {
 	char parent[sizeof(rl->placed)], key[sizeof(rl->placed_key)];
-	int placing = rl->advertise[0] != '\0', lost = rl->lost[0] != '\0';
+	int placing = rl->advertise[0] != '\0', lost = rl->lost[0] != '\0' && !leaving;
 	int keyed = placing && rl->advertise_key[0] != '\0';
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
 	wsync_enc_t e;
 	uint64_t id;
 
-	if (rl->report == NULL && !placing)
+	if ((rl->report == NULL || leaving) && !placing)
 		return 0;
 	if (rl->home == NULL && s_home_connect(rl, err) < 0)
 		return -1;
-	id = wsync_client_request(rl->home, &e, "subtree", 2 + 3 * placing + keyed + lost);
+	id = wsync_client_request(rl->home, &e, "subtree", 2 + 3 * placing + keyed + lost +
+	    (placing && leaving));
 	wsync_enc_kv_str(&e, "relay", rl->name);
 	if (placing) {
 		wsync_enc_kv_str(&e, "advertise", rl->advertise);
@@ -282,6 +286,8 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 		wsync_enc_kv_str(&e, "advertise_key", rl->advertise_key);
 	if (lost)
 		wsync_enc_kv_str(&e, "lost", rl->lost);
+	if (placing && leaving)
+		wsync_enc_kv_bool(&e, "leaving", 1);
 	wsync_enc_str(&e, "workers");
 	/* Already packed by the hub's loop: the array goes in as it is. */
 	if (rl->report != NULL)
@@ -291,7 +297,8 @@ s_report(struct hub_relay *rl, wsync_err_t *err)
 	free(rl->report);
 	rl->report = NULL;
 	rl->reported_ms = wsync_now_ms();
-	if (wsync_client_call(rl->home, &e, id, NULL, 0, S_CALL_MS, "subtree", &m, &p, err) < 0) {
+	if (wsync_client_call(rl->home, &e, id, NULL, 0, leaving ? S_LEAVE_MS : S_CALL_MS,
+	    "subtree", &m, &p, err) < 0) {
 		wsync_client_destroy(&rl->home);
 		return -1;
 	}
@@ -316,7 +323,7 @@ s_report_now(struct hub_relay *rl)
 	wsync_err_t err;
 
 	s_pair_read(rl, NULL);
-	if (s_report(rl, &err) < 0)
+	if (s_report(rl, 0, &err) < 0)
 		s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->upstreams[0],
 		    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 }
@@ -691,11 +698,12 @@ relay_follow(void *arg)
 	struct hub_relay *rl = arg;
 	char quoted[2200];
 	int said = 0, refused = 0;
+	wsync_err_t left;
 
 	while (!rl->stop) {
 		wsync_err_t err;
 		/* Placed before the first round: a joining relay takes its first version in line. */
-		if (rl->reported_ms == 0 && rl->advertise[0] != '\0' && s_report(rl, &err) < 0)
+		if (rl->reported_ms == 0 && rl->advertise[0] != '\0' && s_report(rl, 0, &err) < 0)
 			rl->reported_ms = wsync_now_ms();
 		if (strcmp(rl->placed, rl->parent) != 0)
 			s_move(rl);
@@ -747,7 +755,7 @@ relay_follow(void *arg)
 			s_report_now(rl);
 			continue;
 		}
-		if (s_report(rl, &err) < 0)
+		if (s_report(rl, 0, &err) < 0)
 			s_log(rl, "event=relay-lost upstream=%s error=\"%s\"", rl->upstreams[0],
 			    wsync_log_quote(err.msg, quoted, sizeof(quoted)));
 		if (strcmp(rl->placed, rl->parent) == 0)
@@ -755,6 +763,15 @@ relay_follow(void *arg)
 	}
 	if (rl->cut.path[0] != '\0')
 		unlink(rl->cut.path);
+	/*
+	 * The root hears at once that this relay is gone: a relay restarted on
+	 * the same endpoint is not taken for a second one saying it, and none
+	 * waits 5 seconds to be placed around this one. Not in reach: it finds
+	 * out by the silence, as it would of a relay killed.
+	 */
+	if (rl->home != NULL && s_report(rl, 1, &left) < 0)
+		s_log(rl, "event=relay-leave-unsaid upstream=%s error=\"%s\"", rl->upstreams[0],
+		    wsync_log_quote(left.msg, quoted, sizeof(quoted)));
 	wsync_client_destroy(&rl->home);
 	wsync_follow_disconnect(&rl->up);
 	return NULL;

@@ -11,8 +11,14 @@
 # Each host's link carries at most RATE each way (tc tbf on both ends of its
 # veth: eth0's egress is what the host sends, the bridge port's egress what it
 # receives). RATE is a tc rate: 5mbit, 100mbit, 1gbit. The token buckets:
-#   burst   max(RATE x 4 ms, 64 KiB): a 64 KiB GSO packet passes whole at any
-#           rate, and at 1 Gbit/s the bucket covers a few timer ticks;
+#   burst   max(RATE x 4 ms, 128 KiB): a GSO packet of 64 KiB passes whole at
+#           any rate, as a real NIC's TSO sends it, and at 1 Gbit/s the bucket
+#           covers a few timer ticks. tbf counts a GSO packet as its payload
+#           and a set of headers per segment (about 68 KiB for 64 KiB): a
+#           bucket of 64 KiB cut every such packet into 1448-byte frames, each
+#           one more pass through the bridge and one more tbf timer, and 16
+#           emulated relays spent these 2 cores on that alone
+#           (bench/journal.md, 2026-11-27);
 #   limit   4 MiB on eth0, what the host sends: a real host's own queue does
 #           not drop what its TCP sends (byte queue limits push back), and the
 #           kernel's TCP small queues hold each connection to a few packets
@@ -109,7 +115,7 @@ s_hosts_tbf() {
 		return 64
 	}
 	local burst=$((bits / 8 * 4 / 1000))
-	((burst >= 65536)) || burst=65536
+	((burst >= 131072)) || burst=131072
 	echo "rate $1 burst $burst"
 }
 

@@ -251,6 +251,20 @@ start_chain() {
 	assert_output 1
 }
 
+@test "a relay that stops says so: the root places around it at once, and one started again at its endpoint is not taken for a second" {
+	start_hub
+	start_chain 3
+	kill "${RPID[r2]}"
+	wait "${RPID[r2]}" || true
+	run -0 grep -c "event=relay-leave relay=$(hostname):${RPID[r2]} endpoint=ipc://$TMP/r2\$" hub.log
+	assert_output 1
+	# Not the 5 seconds of silence a relay killed takes: r3 is under r1 now.
+	run -0 placed_under r3 r1
+	start_relay r2
+	wait_until placed_under r2 r3
+	run -1 grep "event=relay-shared" hub.log
+}
+
 @test "relays that say one endpoint (an ipc path or a loopback address on two hosts) feed none, and both take versions from the root" {
 	start_hub
 	start_relay r1 --advertise "ipc://$TMP/same"
