@@ -455,19 +455,22 @@ s_try_delta(wsync_client_t *c, const wsync_fetch_t *f, wsync_fetched_t *out,
 }
 
 /*
- * A hasher for version got from the hub's layout of it; NULL when the hub
- * gives none (the file is read back to verify it then).
+ * A hasher for version got from the layout of it that first (when not NULL:
+ * a relay's root, which has committed it) or else the hub gives; NULL when
+ * neither gives one (the file is read back to verify it then).
  */
 static wsync_stream_hash_t *
-s_layout_hash(wsync_client_t *c, const char *model, const wsync_head_t *got,
-    const char *worker, int64_t deadline)
+s_layout_hash(wsync_client_t *c, wsync_client_t *first, const char *model,
+    const wsync_head_t *got, const char *worker, int64_t deadline)
 {
 	wsync_stream_hash_t *sh = NULL;
 	wsync_known_hash_t *data;
 	wsync_layout_t l;
 	wsync_err_t ignored;
 
-	if (wsync_client_layout(c, model, got, worker, deadline, &l, &ignored) < 0)
+	if ((first == NULL || first == c ||
+	    wsync_client_layout(first, model, got, worker, deadline, &l, &ignored) < 0) &&
+	    wsync_client_layout(c, model, got, worker, deadline, &l, &ignored) < 0)
 		return NULL;
 	if ((data = calloc(l.n + 1, sizeof(*data))) != NULL) {
 		for (size_t i = 0; i < l.n; i++)
@@ -570,7 +573,8 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			sh = wsync_stream_hash_new(path);
 			/* No such output: where a large version's tensors lie, the hub says. */
 			if (sh == NULL && got->size >= S_LAYOUT_MIN)
-				sh = s_layout_hash(c, model, got, f->what.worker, deadline);
+				sh = s_layout_hash(c, f->layout_from, model, got, f->what.worker,
+				    deadline);
 			const struct s_gets g = { .ranges = &(wsync_range_t){ 0, got->size },
 			    .nranges = 1, .sh = sh, .window = f->window, .piece = f->piece,
 			    .arriving = f->arriving, .written = f->written,

@@ -116,6 +116,15 @@ typedef struct wsync_fetch_temp {
 	 * wsync(7) RELAYS); "" when the version came whole.
 	 */
 	char *keep_delta;
+	/*
+	 * NULL, or another hub to ask first where the version's tensors lie: a
+	 * relay asks its root, which committed the version, where the parent it
+	 * fetches from may have it only arriving (no layout yet); the chunks
+	 * are then hashed as they arrive and verifying reads none of them again.
+	 * A layout that is not the version's costs only that read (a hash found
+	 * counts only where the file says a tensor lies).
+	 */
+	struct wsync_client *layout_from;
 } wsync_fetch_temp_t;
 
 /*

@@ -62,19 +62,26 @@ s_serve(wsync_hub_t *h, const struct hub_early_get *g)
 	}
 }
 
-/* Answers the gets waiting for what has arrived now. */
+/*
+ * Answers the gets waiting for what has arrived now, lowest offset first: a
+ * relay below hashes what it reads as a stream, and a reply out of order
+ * would have it read the whole version again to verify it.
+ */
 static void
 s_answer(wsync_hub_t *h)
 {
 	struct hub_arriving *a = &h->arriving;
 
-	for (size_t i = 0; i < a->ngets; ) {
-		if (a->gets[i].off + a->gets[i].len > a->upto) {
-			i++;
-			continue;
-		}
-		s_serve(h, &a->gets[i]);
-		a->gets[i] = a->gets[--a->ngets];
+	for (;;) {
+		size_t at = a->ngets;
+		for (size_t i = 0; i < a->ngets; i++)
+			if (a->gets[i].off + a->gets[i].len <= a->upto &&
+			    (at == a->ngets || a->gets[i].off < a->gets[at].off))
+				at = i;
+		if (at == a->ngets)
+			return;
+		s_serve(h, &a->gets[at]);
+		a->gets[at] = a->gets[--a->ngets];
 	}
 }
 

@@ -431,7 +431,8 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 {
 	wsync_fetch_temp_t f = { .what = { .model = model, .version = head->version },
 	    .known = head, .beside = rl->beside, .window = RELAY_WINDOW, .piece = RELAY_PIECE,
-	    .arriving = 1, .keep_cut = 1, .written = s_written, .written_arg = rl };
+	    .arriving = 1, .keep_cut = 1, .written = s_written, .written_arg = rl,
+	    .layout_from = rl->home };
 	struct relay_have *have = relay_have(rl, model);
 	struct relay_fetched *to;
 	wsync_fetched_t got;

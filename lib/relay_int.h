@@ -45,11 +45,12 @@ struct relay_hand_over;
 /*
  * The most bytes one get of a relay asks for: its piece. A version flowing
  * down a chain is passed on a piece at a time, so each hop adds a piece's
- * time on its link (wsync(7) RELAYS: 21 ms at 100 Mbit/s).
+ * time on its link (wsync(7) RELAYS: 10.5 ms at 100 Mbit/s); smaller ones
+ * cost more messages per byte than they save (bench/journal.md, 2026-11-27).
  */
-#define RELAY_PIECE (256u << 10)
+#define RELAY_PIECE (128u << 10)
 /* Gets in flight: 2 MiB of pieces, what fills a link and holds little of a hub's memory. */
-#define RELAY_WINDOW 8
+#define RELAY_WINDOW 16
 /* A fetch this large or larger measures the relay's rate, for the root to place it. */
 #define RELAY_RATE_MIN (4u << 20)
 /* A fetch under way tells its rate once this much came in this long (then at each report). */

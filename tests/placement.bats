@@ -115,7 +115,7 @@ start_chain() {
 	wsync-push -m policy big.safetensors >/dev/null
 	# r2 holds at half the version; r3 has some of it when r2 dies: a quarter
 	# on disk (its "arriving" line comes before the first byte), so that with
-	# 8 pieces of 256 KiB in flight the part in without a gap is not empty.
+	# 16 pieces of 128 KiB in flight the part in without a gap is not empty.
 	wait_until relay_holds r3 $((4 << 20))
 	kill -9 "${RPID[r2]}"
 	wait_until watcher_at w3 1
@@ -128,6 +128,27 @@ start_chain() {
 	run -0 placed_under r3 r1
 	run -0 grep -c "event=commit model=policy version=1 " r3.log
 	assert_output 1
+}
+
+@test "a relay that reads a version as it arrives at its parent hashes it as it comes: it reads none of it back to verify" {
+	need_test_hooks WSYNC_TEST_RELAY_GATE
+	make_big 16
+	start_hub
+	WSYNC_TEST_RELAY_GATE="$TMP/gate" start_relay r1
+	wait_until placed_under r1 root
+	start_relay r2
+	wait_until placed_under r2 r1
+	wait_until follows r2 r1
+	wsync-push -m policy big.safetensors >/dev/null
+	# r1 holds at half the version: r2 has read a quarter of it there, arriving.
+	wait_until relay_holds r2 $((4 << 20))
+	touch "$TMP/gate"
+	wait_until grep -q "event=commit model=policy version=1 " r2.log
+	# What r2 read with read(2) and pread(2): its store's headers, none of the 16 MiB.
+	rchar=$(awk '$1 == "rchar:" { print $2 }' "/proc/${RPID[r2]}/io")
+	echo "r2 read $rchar bytes" >&2
+	((rchar < 1 << 20))
+	run -0 grep -q "event=pass-on model=policy version=1 " r1.log
 }
 
 @test "a relay that joins while a version flows is placed at the end of the chain and gets it" {
