@@ -26,15 +26,30 @@ struct hub_place {
 	char told[512];                 /* the parent it was told last; "": this hub */
 };
 
-/* Marks the places whose endpoint another place says too (after any place came, went or moved). */
+/*
+ * Marks the places whose endpoint another place says too (after any place
+ * came, went or moved). One that says it alone now (the relay that was
+ * there before it went: a relay restarted on its endpoint) goes to the end
+ * of the chain, where a relay that comes goes: put back where it first came,
+ * it would take its place above relays that are further on in the version
+ * flowing, and starve them.
+ */
 static void
 s_mark_shared(wsync_hub_t *h)
 {
 	for (size_t i = 0; i < h->nplaces; i++) {
+		int was = h->places[i].shared;
 		h->places[i].shared = 0;
 		for (size_t j = 0; j < h->nplaces && !h->places[i].shared; j++)
 			h->places[i].shared = j != i &&
 			    strcmp(h->places[j].endpoint, h->places[i].endpoint) == 0;
+		if (was && !h->places[i].shared && i + 1 < h->nplaces) {
+			struct hub_place p = h->places[i];
+			memmove(&h->places[i], &h->places[i + 1],
+			    (h->nplaces - 1 - i) * sizeof(h->places[0]));
+			h->places[h->nplaces - 1] = p;
+			i--;
+		}
 	}
 }
 
@@ -200,7 +215,10 @@ s_leave(wsync_hub_t *h, const char *relay)
 		if (strcmp(h->places[i].relay, relay) == 0) {
 			hub_log(h, "event=relay-leave relay=%s endpoint=%s", relay,
 			    h->places[i].endpoint);
-			h->places[i] = h->places[--h->nplaces];
+			/* The others keep their order: the chain's (s_chain). */
+			memmove(&h->places[i], &h->places[i + 1],
+			    (h->nplaces - 1 - i) * sizeof(h->places[0]));
+			h->nplaces--;
 			s_mark_shared(h);
 			return;
 		}

@@ -274,16 +274,36 @@ start_chain() {
 
 @test "a relay that stops says so: the root places around it at once, and one started again at its endpoint is not taken for a second" {
 	start_hub
-	start_chain 3
+	start_chain 4
 	kill "${RPID[r2]}"
 	wait "${RPID[r2]}" || true
 	run -0 grep -c "event=relay-leave relay=$(hostname):${RPID[r2]} endpoint=ipc://$TMP/r2\$" hub.log
 	assert_output 1
-	# Not the 5 seconds of silence a relay killed takes: r3 is under r1 now.
+	# Not the 5 seconds of silence a relay killed takes: r3 is under r1 now,
+	# and the others keep their order.
 	run -0 placed_under r3 r1
+	run -0 placed_under r4 r3
 	start_relay r2
-	wait_until placed_under r2 r3
+	wait_until placed_under r2 r4
 	run -1 grep "event=relay-shared" hub.log
+}
+
+@test "a relay started again at the endpoint of one killed goes to the end of the chain once the dead one is forgotten" {
+	start_hub
+	start_chain 3
+	kill -9 "${RPID[r2]}"
+	wait "${RPID[r2]}" || true
+	start_relay r2
+	wait_until grep -q "event=relay-shared relay=$(hostname):${RPID[r2]} endpoint=ipc://$TMP/r2 " hub.log
+	# Until the dead one is forgotten (5 s of silence), the two say one
+	# endpoint and the new r2 feeds none; r4 comes after it.
+	start_relay r4
+	wait_until placed_under r4 r3
+	wait_until grep -q "event=relay-gone relay=.* endpoint=ipc://$TMP/r2\$" hub.log
+	# Not back between r3 and r4, which may be further on in a version.
+	run -0 placed_under r3 r1
+	run -0 placed_under r4 r3
+	run -0 placed_under r2 r4
 }
 
 @test "relays that say one endpoint (an ipc path or a loopback address on two hosts) feed none, and both take versions from the root" {
