@@ -258,6 +258,8 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (strcmp(p->endpoint, endpoint) != 0) {
 		snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
 		s_mark_shared(h);
+		/* Marking may have moved places to the chain's end: this one is found again. */
+		p = s_place(h, relay, endpoint);
 		if (p->shared)
 			hub_log(h, "event=relay-shared relay=%s endpoint=%s reason=\"another relay "
 			    "says this endpoint: it feeds none\"", relay, endpoint);

@@ -43,13 +43,14 @@ static void s_report_now(struct hub_relay *rl);
  * The test-only pause of wsync-serve(1) (WSYNC_TEST_RELAY_GATE=PATH): with
  * half of a version in, the fetch waits until PATH exists (at most 60 s), so
  * that a test sees a downstream relay read it before it is whole. The relay
- * goes on reporting home meanwhile: it is slow, not gone.
+ * goes on reporting home meanwhile: it is held, not gone; and the time held
+ * does not count in its rate, for the root not to move it as slow.
  */
 static void
 s_gate(struct hub_relay *rl, uint64_t upto)
 {
 	const char *gate = getenv("WSYNC_TEST_RELAY_GATE");
-	int64_t until = wsync_now_ms() + 60000;
+	int64_t from = wsync_now_ms(), until = from + 60000;
 
 	if (gate == NULL || upto < rl->arriving.size / 2 || rl->told >= rl->arriving.size / 2)
 		return;
@@ -58,6 +59,7 @@ s_gate(struct hub_relay *rl, uint64_t upto)
 		if (wsync_now_ms() - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
 			s_report_now(rl);
 	}
+	rl->in_ms += wsync_now_ms() - from;
 }
 #endif
 
@@ -516,7 +518,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	/* A delta's time says nothing of the link: only a version fetched whole measures it. */
 	if (f.resume == NULL && got.transfer != WSYNC_TRANSFER_DELTA &&
 	    got.head.size >= RELAY_RATE_MIN)
-		s_rate(rl, got.head.size, wsync_now_ms() - start + 1);
+		s_rate(rl, got.head.size, wsync_now_ms() - rl->in_ms + 1);
 #ifdef WSYNC_TEST_HOOKS
 	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
 	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)
