@@ -27,6 +27,8 @@
  * the file back: below it, the round trip costs more than the read.
  */
 #define S_LAYOUT_MIN (16u << 20)
+/* How long a relay's root may take to say a version's layout (wsync_fetch_temp_t's layout_from). */
+#define S_LAYOUT_FIRST_MS 500
 
 static int
 s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_ms,
@@ -468,8 +470,11 @@ s_layout_hash(wsync_client_t *c, wsync_client_t *first, const char *model,
 	wsync_layout_t l;
 	wsync_err_t ignored;
 
-	if ((first == NULL || first == c ||
-	    wsync_client_layout(first, model, got, worker, deadline, &l, &ignored) < 0) &&
+	int64_t soon = wsync_now_ms() + S_LAYOUT_FIRST_MS;
+
+	/* The other hub's word is worth little time: the fetch goes on without it. */
+	if ((first == NULL || first == c || wsync_client_layout(first, model, got, worker,
+	    soon < deadline ? soon : deadline, &l, &ignored) < 0) &&
 	    wsync_client_layout(c, model, got, worker, deadline, &l, &ignored) < 0)
 		return NULL;
 	if ((data = calloc(l.n + 1, sizeof(*data))) != NULL) {
@@ -557,24 +562,24 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 			wsync_err_set(err, EX_IOERR, "%s: %s", buf, strerror(errno));
 			goto fail;
 		}
+		selected = f->select != NULL && f->select->nselect > 0;
+		/*
+		 * The output in place holds an older version of the model, most
+		 * often laid out as this one: where its tensors lie, the chunks are
+		 * hashed as they arrive, and verifying reads none of them. No such
+		 * output: where a large version's tensors lie, the hub says. Asked
+		 * before written is first told: what it does may end layout_from.
+		 */
+		if (!selected && (sh = wsync_stream_hash_new(path)) == NULL &&
+		    got->size >= S_LAYOUT_MIN)
+			sh = s_layout_hash(c, f->layout_from, model, got, f->what.worker, deadline);
 		if (f->written != NULL)
 			(void)f->written(f->written_arg, buf, 0);
-		if (f->select != NULL && f->select->nselect > 0) {
+		if (selected) {
 			if (wsync_client_get_selected(c, model, out, f->what.worker, f->select, fd,
 			    deadline, err) < 0)
 				goto fail;
-			selected = 1;
 		} else {
-			/*
-			 * The output in place holds an older version of the model, most
-			 * often laid out as this one: where its tensors lie, the chunks
-			 * are hashed as they arrive, and verifying reads none of them.
-			 */
-			sh = wsync_stream_hash_new(path);
-			/* No such output: where a large version's tensors lie, the hub says. */
-			if (sh == NULL && got->size >= S_LAYOUT_MIN)
-				sh = s_layout_hash(c, f->layout_from, model, got, f->what.worker,
-				    deadline);
 			const struct s_gets g = { .ranges = &(wsync_range_t){ 0, got->size },
 			    .nranges = 1, .sh = sh, .window = f->window, .piece = f->piece,
 			    .arriving = f->arriving, .written = f->written,

@@ -24,6 +24,7 @@ struct hub_place {
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 	int shared;                     /* another place says its endpoint: parent of none */
 	char told[512];                 /* the parent it was told last; "": this hub */
+	char told_relay[WSYNC_MAX_ID + 1]; /* that parent's name: a relay since at its endpoint is not it */
 };
 
 /*
@@ -146,12 +147,16 @@ s_place(wsync_hub_t *h, const char *relay, const char *endpoint)
 	return p;
 }
 
-/* Marks the relay reached at endpoint as a parent of none: one below it lost it. */
+/*
+ * Marks relay, reached at endpoint, as a parent of none: one below it lost
+ * it. Not another relay at that endpoint since (one restarted there).
+ */
 static void
-s_lost(wsync_hub_t *h, const char *endpoint, const char *by)
+s_lost(wsync_hub_t *h, const char *endpoint, const char *relay, const char *by)
 {
 	for (size_t i = 0; i < h->nplaces; i++)
-		if (strcmp(h->places[i].endpoint, endpoint) == 0 && !h->places[i].bad) {
+		if (strcmp(h->places[i].endpoint, endpoint) == 0 &&
+		    strcmp(h->places[i].relay, relay) == 0 && !h->places[i].bad) {
 			h->places[i].bad = 1;
 			hub_log(h, "event=relay-drop relay=%s endpoint=%s by=%s", h->places[i].relay,
 			    endpoint, by);
@@ -273,7 +278,7 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	}
 	/* Only the parent this hub told the relay last is one it can say it lost. */
 	if (lost[0] != '\0' && strcmp(p->told, lost) == 0)
-		s_lost(h, lost, relay);
+		s_lost(h, lost, p->told_relay, relay);
 	i = (size_t)(p - h->places);
 	at = s_parent_of(h, i);
 	if (!p->slow && !p->bad && s_slow(h, p, at)) {
@@ -286,6 +291,7 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	    s_pack_admit(h, i, e, 0));
 	wsync_enc_kv_str(e, "parent", at >= 0 ? h->places[at].endpoint : "");
 	snprintf(p->told, sizeof(p->told), "%s", at >= 0 ? h->places[at].endpoint : "");
+	snprintf(p->told_relay, sizeof(p->told_relay), "%s", at >= 0 ? h->places[at].relay : "");
 	if (at >= 0 && h->places[at].key[0] != '\0')
 		wsync_enc_kv_str(e, "parent_key", h->places[at].key);
 	s_pack_admit(h, i, e, 1);

@@ -305,6 +305,11 @@ s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 		return -1;
 	}
 	rl->lost[0] = '\0';
+	/* Its last word: no parent to follow, no key to let in any more. */
+	if (leaving) {
+		wsync_client_release(&m, &p);
+		return 0;
+	}
 	/* A hub that places relays names a parent ("": itself); any other, none: the upstream. */
 	if (wsync_msg_str(&m, "parent", parent, sizeof(parent)) < 0)
 		parent[0] = '\0';

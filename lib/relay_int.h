@@ -49,8 +49,11 @@ struct relay_hand_over;
  * cost more messages per byte than they save (bench/journal.md, 2026-11-27).
  */
 #define RELAY_PIECE (128u << 10)
-/* Gets in flight: 2 MiB of pieces, what fills a link and holds little of a hub's memory. */
-#define RELAY_WINDOW 16
+/*
+ * Gets in flight, at most: a hub grants 8 (WSYNC_WINDOW), 1 MiB of pieces,
+ * what fills a link and holds little of a hub's memory.
+ */
+#define RELAY_WINDOW 8
 /* A fetch this large or larger measures the relay's rate, for the root to place it. */
 #define RELAY_RATE_MIN (4u << 20)
 /* A fetch under way tells its rate once this much came in this long (then at each report). */
