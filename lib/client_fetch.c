@@ -469,7 +469,6 @@ s_layout_hash(wsync_client_t *c, wsync_client_t *first, const char *model,
 	wsync_known_hash_t *data;
 	wsync_layout_t l;
 	wsync_err_t ignored;
-
 	int64_t soon = wsync_now_ms() + S_LAYOUT_FIRST_MS;
 
 	/* The other hub's word is worth little time: the fetch goes on without it. */

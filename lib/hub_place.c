@@ -27,6 +27,17 @@ struct hub_place {
 	char told_relay[WSYNC_MAX_ID + 1]; /* that parent's name: a relay since at its endpoint is not it */
 };
 
+/* Takes place i out of the chain, the others keeping their order (s_chain's). */
+static struct hub_place
+s_take(wsync_hub_t *h, size_t i)
+{
+	struct hub_place p = h->places[i];
+
+	memmove(&h->places[i], &h->places[i + 1], (h->nplaces - 1 - i) * sizeof(h->places[0]));
+	h->nplaces--;
+	return p;
+}
+
 /*
  * Marks the places whose endpoint another place says too (after any place
  * came, went or moved). One that says it alone now (the relay that was
@@ -45,10 +56,8 @@ s_mark_shared(wsync_hub_t *h)
 			h->places[i].shared = j != i &&
 			    strcmp(h->places[j].endpoint, h->places[i].endpoint) == 0;
 		if (was && !h->places[i].shared && i + 1 < h->nplaces) {
-			struct hub_place p = h->places[i];
-			memmove(&h->places[i], &h->places[i + 1],
-			    (h->nplaces - 1 - i) * sizeof(h->places[0]));
-			h->places[h->nplaces - 1] = p;
+			struct hub_place p = s_take(h, i);
+			h->places[h->nplaces++] = p;
 			i--;
 		}
 	}
@@ -172,9 +181,8 @@ s_lost(wsync_hub_t *h, const char *endpoint, const char *relay, const char *by)
 static int
 s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 {
-	uint64_t best = 0;
-
 	const struct hub_place *from = NULL;
+	uint64_t best = 0;
 
 	if (p->rate == 0)
 		return 0;
@@ -220,10 +228,7 @@ s_leave(wsync_hub_t *h, const char *relay)
 		if (strcmp(h->places[i].relay, relay) == 0) {
 			hub_log(h, "event=relay-leave relay=%s endpoint=%s", relay,
 			    h->places[i].endpoint);
-			/* The others keep their order: the chain's (s_chain). */
-			memmove(&h->places[i], &h->places[i + 1],
-			    (h->nplaces - 1 - i) * sizeof(h->places[0]));
-			h->nplaces--;
+			(void)s_take(h, i);
 			s_mark_shared(h);
 			return;
 		}
@@ -245,9 +250,8 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	    hub_str(r, "advertise_key", 0, NULL, key, sizeof(key), err) < 0 ||
 	    hub_str(r, "lost", 0, NULL, lost, sizeof(lost), err) < 0 ||
 	    hub_u64(r, "rate", 0, &rate, err) < 0 ||
-	    hub_str(r, "rate_from", 0, NULL, rate_from, sizeof(rate_from), err) < 0)
-		return -1;
-	if (hub_bool(r, "leaving", &leaving, err) < 0)
+	    hub_str(r, "rate_from", 0, NULL, rate_from, sizeof(rate_from), err) < 0 ||
+	    hub_bool(r, "leaving", &leaving, err) < 0)
 		return -1;
 	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");

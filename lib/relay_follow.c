@@ -444,7 +444,6 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	struct relay_fetched *to;
 	wsync_fetched_t got;
 	char *tmp = NULL, resume[PATH_MAX], base[PATH_MAX], delta[PATH_MAX];
-	int64_t start = wsync_now_ms();
 
 	if (have == NULL)
 		return wsync_err_set(err, EX_SOFTWARE, "out of memory");
@@ -483,7 +482,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
 	rl->arriving = *head;
 	rl->in_from = rl->in;
-	rl->in_ms = start;
+	rl->in_ms = wsync_now_ms();
 	rl->rate_told = 0;
 	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
 		/* Not in at the upstream in time (66): the next round resumes it, as a lost one. */
