@@ -12,8 +12,9 @@
  * file), the hub's diff (the same into a file in DIR), the hub's rebuild
  * (wsync_delta_apply into a spare of its store, whose pages exist, as
  * wsync-serve --recycle does; and, as context, into a new file, as a hub
- * without a spare does) and the watcher's (into its file's pages, as
- * wsync-watch --recycle does); one memcpy of the model into existing
+ * without a spare does) and the watcher's (wsync_delta_apply_fed, the apply
+ * a watcher feeds as the delta arrives, here with all of it in, into its
+ * file's pages, as wsync-watch --recycle does); one memcpy of the model into existing
  * pages; and two floors on the same threads: hash H and count its changes
  * against B (a diff), copy B, patch the changes and hash (a rebuild).
  */
@@ -227,8 +228,22 @@ s_pass(int p, const char *dir, s_floor_t *fl, unsigned threads)
 		if (p == P_HUB_REBUILD_NEW)
 			unlink(out);
 		o = s_open(out, O_RDWR | O_CREAT);
-		t0 = bench_now();
-		rc = wsync_delta_apply(b, d, o, delta, NULL, NULL, &err);
+		if (p == P_WATCH_REBUILD) {
+			/* The watcher's own path: the apply fed as the delta arrives (here, all in). */
+			struct stat st;
+			wsync_delta_feed_t *feed;
+
+			if (fstat(d, &st) < 0 || (feed = wsync_delta_feed_new((uint64_t)st.st_size))
+			    == NULL)
+				s_die(delta, strerror(errno));
+			t0 = bench_now();
+			wsync_delta_feed_arrived(feed, (uint64_t)st.st_size);
+			rc = wsync_delta_apply_fed(b, d, o, delta, NULL, NULL, feed, NULL, NULL, &err);
+			wsync_delta_feed_free(&feed);
+		} else {
+			t0 = bench_now();
+			rc = wsync_delta_apply(b, d, o, delta, NULL, NULL, &err);
+		}
 		close(o);
 		break;
 	case P_FLOOR_DIFF:
