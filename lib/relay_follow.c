@@ -88,6 +88,15 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	if (upto > rl->in)
 		rl->in = upto;
 	/*
+	 * The rate counts from the first bytes: the time to reach the parent and
+	 * to ask the root for the layout says nothing of the link.
+	 */
+	if (!rl->in_started && upto > rl->in_from) {
+		rl->in_started = 1;
+		rl->in_from = rl->in;
+		rl->in_ms = now;
+	}
+	/*
 	 * The rate so far, for the root to place this relay before the version
 	 * is in: told at once the first time, then with each report.
 	 */
@@ -483,6 +492,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	rl->arriving = *head;
 	rl->in_from = rl->in;
 	rl->in_ms = wsync_now_ms();
+	rl->in_started = 0;
 	rl->rate_told = 0;
 	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
 		/* Not in at the upstream in time (66): the next round resumes it, as a lost one. */
@@ -522,7 +532,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	/* A delta's time says nothing of the link: only a version fetched whole measures it. */
 	if (f.resume == NULL && got.transfer != WSYNC_TRANSFER_DELTA &&
 	    got.head.size >= RELAY_RATE_MIN)
-		s_rate(rl, got.head.size, wsync_now_ms() - rl->in_ms + 1);
+		s_rate(rl, got.head.size - rl->in_from, wsync_now_ms() - rl->in_ms + 1);
 #ifdef WSYNC_TEST_HOOKS
 	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
 	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)

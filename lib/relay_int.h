@@ -56,8 +56,13 @@ struct relay_hand_over;
 #define RELAY_WINDOW 8
 /* A fetch this large or larger measures the relay's rate, for the root to place it. */
 #define RELAY_RATE_MIN (4u << 20)
-/* A fetch under way tells its rate once this much came in this long (then at each report). */
-#define RELAY_RATE_EARLY (2u << 20)
+/*
+ * A fetch under way tells its rate once this much came in this long after
+ * its first bytes (then at each report): a link of a fifth of 100 Mbit/s
+ * says so a third of a second into the version, one at full rate after
+ * 300 ms, as before.
+ */
+#define RELAY_RATE_EARLY (768u << 10)
 #define RELAY_RATE_EARLY_MS 300
 
 /* A fetch cut off (its upstream lost), kept for the next one to resume; path "": none. */
@@ -101,8 +106,9 @@ struct hub_relay {
 	size_t report_len;
 	char tmp[PATH_MAX];             /* the file the version being fetched is written to */
 	uint64_t in;                    /* bytes of it in, from 0 without a gap (told counts 0 as 1) */
-	uint64_t in_from;               /* bytes of it in when this fetch began (a resumed one's) */
-	int64_t in_ms;                  /* when this fetch began */
+	uint64_t in_from;               /* bytes of it in when this fetch's first bytes came */
+	int64_t in_ms;                  /* when they came (until then: when the fetch began) */
+	int in_started;                 /* this fetch's first bytes came: the rate counts from them */
 	int rate_told;                  /* this fetch's rate was told home */
 	struct relay_cut cut;
 	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */
