@@ -82,10 +82,11 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	struct hub_relay *rl = arg;
 	relay_arriving_t a = { .v = rl->arriving, .upto = upto };
 	int64_t now = wsync_now_ms();
+	int moved = upto > rl->in;
 	wsync_enc_t e;
 
 	snprintf(rl->tmp, sizeof(rl->tmp), "%s", tmp);
-	if (upto > rl->in)
+	if (moved)
 		rl->in = upto;
 	/*
 	 * The rate counts from the first bytes: the time to reach the parent and
@@ -100,7 +101,8 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * The rate so far, for the root to place this relay before the version
 	 * is in: told at once the first time, then with each report.
 	 */
-	if (rl->in - rl->in_from >= RELAY_RATE_EARLY && now - rl->in_ms >= RELAY_RATE_EARLY_MS) {
+	if (moved && rl->arriving.size >= RELAY_RATE_MIN && rl->in - rl->in_from >=
+	    RELAY_RATE_EARLY && now - rl->in_ms >= RELAY_RATE_EARLY_MS) {
 		s_rate(rl, rl->in - rl->in_from, now - rl->in_ms);
 		if (!rl->rate_told) {
 			rl->rate_told = 1;

@@ -57,10 +57,10 @@ struct relay_hand_over;
 /* A fetch this large or larger measures the relay's rate, for the root to place it. */
 #define RELAY_RATE_MIN (4u << 20)
 /*
- * A fetch under way tells its rate once this much came in this long after
- * its first bytes (then at each report): a link of a fifth of 100 Mbit/s
- * says so a third of a second into the version, one at full rate after
- * 300 ms, as before.
+ * A fetch of RELAY_RATE_MIN or more under way tells its rate once this much
+ * came in this long after its first bytes (then at each report): a link of
+ * a fifth of 100 Mbit/s says so a third of a second into the version, one
+ * at full rate after 300 ms.
  */
 #define RELAY_RATE_EARLY (768u << 10)
 #define RELAY_RATE_EARLY_MS 300
