@@ -219,21 +219,22 @@ deltas_at() {
 	done
 }
 
-@test "bench/hosts-fleet runs every mode, a killed relay and a slow host too, and writes a row each" {
+@test "bench/hosts-fleet runs every mode, TCP storing, a killed relay and a slow host too, and writes a row each" {
 	[ -x "$ROOT/${BUILD:-build/cc}/bench/mkmodel" ] || skip "no bench/mkmodel in ${BUILD:-build/cc}"
 	run -0 env BOUND_S=120 ROWS="$TMP/rows" "$ROOT/bench/hosts-fleet" 4 100mbit 4
 	echo "$output" | sed 's/^/# /' >&3
 	# The root's link sends one copy down a chain, two down a binary tree.
 	row=$(grep '^| 4 | [0-9.]* s | [0-9.]* s (' <<<"$output")
-	read -r chain tree tcpchain tcptree < <(grep -o 'root sent [0-9.]* copies' <<<"$row" |
+	read -r chain tree tcpchain tcpstore tcptree < <(grep -o 'root sent [0-9.]* copies' <<<"$row" |
 	    awk '{ print $3 }' | paste -sd ' ')
-	awk -v c="$chain" -v t="$tree" -v tc="$tcpchain" -v tt="$tcptree" \
-	    'BEGIN { exit !(c < 1.5 && t >= 2 && t < 2.2 && tc < 1.1 && tt >= 2 && tt < 2.2) }'
+	awk -v c="$chain" -v t="$tree" -v tc="$tcpchain" -v ts="$tcpstore" -v tt="$tcptree" \
+	    'BEGIN { exit !(c < 1.5 && t >= 2 && t < 2.2 && tc < 1.1 && ts < 1.1 && tt >= 2 && tt < 2.2) }'
 	assert_line --regexp "^\\| 4 \\| [0-9.]+ s \\| [0-9.]+ s \\([0-9.]+x T\\) \\| version 1: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s; version 2: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s \\|\$"
 	run -0 cut -f 1 "$TMP/rows"
 	assert_output "4 MiB to 4 hosts, relays naming the root (root sent $chain copies)
 4 MiB to 4 hosts, a binary relay tree (root sent $tree copies)
 4 MiB to 4 hosts, plain TCP down a chain (root sent $tcpchain copies)
+4 MiB to 4 hosts, plain TCP down a chain, each host storing (root sent $tcpstore copies)
 4 MiB to 4 hosts, plain TCP down a binary tree (root sent $tcptree copies)
 4 MiB to 4 hosts, the middle relay killed at half: every other host
 4 MiB to 4 hosts, host 3 at 20mbit, version 1: every other host
