@@ -103,6 +103,13 @@ wsync_client_recv(wsync_client_t *c, int64_t deadline, uint64_t *id, wsync_msg_t
 	int rc;
 
 	*id = 0;
+	/*
+	 * Closed already: its monitor said so while a reply that came before the
+	 * close was being read. What is left of those is read at once, and then
+	 * the loss is told, not after the silence bound.
+	 */
+	if (c->close_lost && c->closed)
+		left = 0;
 	rc = zmq_poll(items, 2, (long)(left > 0 ? left : 0));
 	if (rc < 0 && errno == EINTR)
 		return wsync_err_set(err, EX_TEMPFAIL, "interrupted");
