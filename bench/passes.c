@@ -14,8 +14,8 @@
  * wsync-serve --recycle does; and, as context, into a new file, as a hub
  * without a spare does) and the watcher's (wsync_delta_apply_fed, the apply
  * a watcher feeds as the delta arrives, here with all of it in, into its
- * file's pages, as wsync-watch --recycle does); one memcpy of the model into existing
- * pages; and two floors on the same threads: hash H and count its changes
+ * file's pages, as wsync-watch --recycle does); one memcpy of the model into
+ * existing pages; and two floors on the same threads: hash H and count its changes
  * against B (a diff), copy B, patch the changes and hash (a rebuild).
  */
 #include <errno.h>

@@ -92,7 +92,7 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * The rate counts from the first bytes: the time to reach the parent and
 	 * to ask the root for the layout says nothing of the link.
 	 */
-	if (!rl->in_started && upto > rl->in_from) {
+	if (moved && !rl->in_started) {
 		rl->in_started = 1;
 		rl->in_from = rl->in;
 		rl->in_ms = now;
