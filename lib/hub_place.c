@@ -63,6 +63,38 @@ s_mark_shared(wsync_hub_t *h)
 	}
 }
 
+/*
+ * Forgets the places that one below lost (or got bad bytes from) and whose
+ * endpoint a relay heard from since says: a relay restarted there, where the
+ * lost one was. Without this the new one would feed none until the dead
+ * one's silence ran out (HUB_PLACE_ALIVE_MS), and be placed meanwhile behind
+ * every other, a slow relay included. A lost relay that lives after all (an
+ * ipc path or a loopback address on two hosts) comes back with its next
+ * report, and the two then feed none (s_mark_shared). 1 when one was.
+ */
+static int
+s_forget_replaced(wsync_hub_t *h)
+{
+	int forgot = 0;
+
+	for (size_t i = 0; i < h->nplaces; i++) {
+		size_t j = 0;
+		while (j < h->nplaces && (j == i || h->places[j].bad ||
+		    h->places[j].seen < h->places[i].seen ||
+		    strcmp(h->places[j].endpoint, h->places[i].endpoint) != 0))
+			j++;
+		if (!h->places[i].bad || j == h->nplaces)
+			continue;
+		hub_log(h, "event=relay-gone relay=%s endpoint=%s reason=\"lost, and %s says its "
+		    "endpoint since\"", h->places[i].relay, h->places[i].endpoint,
+		    h->places[j].relay);
+		(void)s_take(h, i);
+		forgot = 1;
+		i--;
+	}
+	return forgot;
+}
+
 /* Forgets the relays not heard from within HUB_PLACE_ALIVE_MS of now. */
 static void
 s_expire(wsync_hub_t *h, int64_t now)
@@ -266,6 +298,8 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 		    "takes versions from it directly", HUB_PLACES, relay);
 	if (strcmp(p->endpoint, endpoint) != 0) {
 		snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
+		p->seen = now;
+		(void)s_forget_replaced(h);
 		s_mark_shared(h);
 		/* Marking may have moved places to the chain's end: this one is found again. */
 		p = s_place(h, relay, endpoint);
@@ -281,8 +315,13 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 		snprintf(p->rate_from, sizeof(p->rate_from), "%s", rate_from);
 	}
 	/* Only the parent this hub told the relay last is one it can say it lost. */
-	if (lost[0] != '\0' && strcmp(p->told, lost) == 0)
+	if (lost[0] != '\0' && strcmp(p->told, lost) == 0) {
 		s_lost(h, lost, p->told_relay, relay);
+		if (s_forget_replaced(h)) {
+			s_mark_shared(h);
+			p = s_place(h, relay, endpoint);
+		}
+	}
 	i = (size_t)(p - h->places);
 	at = s_parent_of(h, i);
 	if (!p->slow && !p->bad && s_slow(h, p, at)) {

@@ -289,22 +289,43 @@ start_chain() {
 	run -1 grep "event=relay-shared" hub.log
 }
 
-@test "a relay started again at the endpoint of one killed goes to the end of the chain once the dead one is forgotten" {
+@test "a relay started again at the endpoint of one lost takes a place at once, at the end of the chain" {
 	start_hub
 	start_chain 3
-	kill -9 "${RPID[r2]}"
-	wait "${RPID[r2]}" || true
+	local dead=${RPID[r2]}
+	kill -9 "$dead"
+	wait "$dead" || true
+	# r3 finds its parent gone at its next round (a heartbeat) and says so.
+	wait_until grep -q "event=relay-drop relay=$(hostname):$dead endpoint=ipc://$TMP/r2 by=" hub.log
 	start_relay r2
-	wait_until grep -q "event=relay-shared relay=$(hostname):${RPID[r2]} endpoint=ipc://$TMP/r2 " hub.log
-	# Until the dead one is forgotten (5 s of silence), the two say one
-	# endpoint and the new r2 feeds none; r4 comes after it.
-	start_relay r4
-	wait_until placed_under r4 r3
-	wait_until grep -q "event=relay-gone relay=.* endpoint=ipc://$TMP/r2\$" hub.log
-	# Not back between r3 and r4, which may be further on in a version.
+	wait_until grep -q "event=relay-gone relay=$(hostname):$dead endpoint=ipc://$TMP/r2 reason=\"lost, and $(hostname):${RPID[r2]} says its endpoint since\"" hub.log
+	# Not the dead one's 5 s of silence as a relay that feeds none: placed
+	# at once, where a relay that comes goes.
 	run -0 placed_under r3 r1
-	run -0 placed_under r4 r3
-	run -0 placed_under r2 r4
+	run -0 placed_under r2 r3
+	run -1 grep "event=relay-shared" hub.log
+}
+
+@test "a relay lost after another started at its endpoint is forgotten at the word, and the new one placed at the end" {
+	start_hub
+	cat >"$TMP/reports" <<-EOF
+	{"op": "subtree", "relay": "a:1", "workers": [], "advertise": "ipc://$TMP/a"}
+	{"op": "subtree", "relay": "b:1", "workers": [], "advertise": "ipc://$TMP/b"}
+	{"op": "subtree", "relay": "c:1", "workers": [], "advertise": "ipc://$TMP/c"}
+	{"op": "subtree", "relay": "a:2", "workers": [], "advertise": "ipc://$TMP/a"}
+	{"op": "subtree", "relay": "b:1", "workers": [], "advertise": "ipc://$TMP/b", "lost": "ipc://$TMP/a"}
+	{"op": "subtree", "relay": "a:2", "workers": [], "advertise": "ipc://$TMP/a"}
+	{"op": "subtree", "relay": "c:1", "workers": [], "advertise": "ipc://$TMP/c"}
+	EOF
+	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <"$TMP/reports"
+	run -0 jq -sc '[.[] | [.ok, .parent]]' <<<"$output"
+	# a:2 says a:1's endpoint: the two feed none until b's word that it lost
+	# a:1. Then a:1 is forgotten, b comes first, c after it, a:2 last.
+	assert_output "[[true,\"\"],[true,\"ipc://$TMP/a\"],[true,\"ipc://$TMP/b\"],[true,\"ipc://$TMP/c\"],[true,\"\"],[true,\"ipc://$TMP/c\"],[true,\"ipc://$TMP/b\"]]"
+	run -0 grep -c "event=relay-shared relay=a:2 " hub.log
+	assert_output 1
+	run -0 grep -c "event=relay-gone relay=a:1 endpoint=ipc://$TMP/a reason=\"lost, and a:2 says its endpoint since\"" hub.log
+	assert_output 1
 }
 
 @test "relays that say one endpoint (an ipc path or a loopback address on two hosts) feed none, and both take versions from the root" {
