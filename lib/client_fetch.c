@@ -566,14 +566,15 @@ wsync_client_fetch_temp(wsync_client_t *c, const wsync_fetch_temp_t *f, char **t
 		 * The output in place holds an older version of the model, most
 		 * often laid out as this one: where its tensors lie, the chunks are
 		 * hashed as they arrive, and verifying reads none of them. No such
-		 * output: where a large version's tensors lie, the hub says. Asked
-		 * before written is first told: what it does may end layout_from.
+		 * output: where a large version's tensors lie, the hub says. Written
+		 * is told first: a relay then passes the version on while it asks
+		 * (the one below learns of it a round trip sooner, at every hop).
 		 */
+		if (f->written != NULL)
+			(void)f->written(f->written_arg, buf, 0);
 		if (!selected && (sh = wsync_stream_hash_new(path)) == NULL &&
 		    got->size >= S_LAYOUT_MIN)
 			sh = s_layout_hash(c, f->layout_from, model, got, f->what.worker, deadline);
-		if (f->written != NULL)
-			(void)f->written(f->written_arg, buf, 0);
 		if (selected) {
 			if (wsync_client_get_selected(c, model, out, f->what.worker, f->select, fd,
 			    deadline, err) < 0)

@@ -122,8 +122,8 @@ typedef struct wsync_fetch_temp {
 	 * fetches from may have it only arriving (no layout yet); the chunks
 	 * are then hashed as they arrive and verifying reads none of them again.
 	 * A layout that is not the version's costs only that read (a hash found
-	 * counts only where the file says a tensor lies). Used only before
-	 * written is first called (which may end that client).
+	 * counts only where the file says a tensor lies). Used after written's
+	 * first call (upto 0), which must leave that client as it is.
 	 */
 	struct wsync_client *layout_from;
 } wsync_fetch_temp_t;

@@ -109,8 +109,12 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 			rl->reported_ms = 0;
 		}
 	}
-	/* A long fetch keeps the root hearing from this relay, and the acks behind it flowing. */
-	if (now - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
+	/*
+	 * A long fetch keeps the root hearing from this relay, and the acks
+	 * behind it flowing. Not on the first word (upto 0): the fetch asks the
+	 * root for the layout after it, on the connection a report may end.
+	 */
+	if (upto > 0 && now - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
 		s_report_now(rl);
 	/*
 	 * Placed elsewhere meanwhile (this relay, or the one it fetched from, is
