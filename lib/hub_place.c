@@ -70,20 +70,24 @@ s_mark_shared(wsync_hub_t *h)
  * one's silence ran out (HUB_PLACE_ALIVE_MS), and be placed meanwhile behind
  * every other, a slow relay included. A lost relay that lives after all (an
  * ipc path or a loopback address on two hosts) comes back with its next
- * report, and the two then feed none (s_mark_shared). 1 when one was.
+ * report, as a new place, and the two then feed none (s_mark_shared); never
+ * the relay reporting (reporting). 1 when one was forgotten.
  */
 static int
-s_forget_replaced(wsync_hub_t *h)
+s_forget_replaced(wsync_hub_t *h, const char *reporting)
 {
 	int forgot = 0;
 
 	for (size_t i = 0; i < h->nplaces; i++) {
 		size_t j = 0;
+		/* Not the relay that reports now: it is alive, whatever it shares. */
+		if (!h->places[i].bad || strcmp(h->places[i].relay, reporting) == 0)
+			continue;
 		while (j < h->nplaces && (j == i || h->places[j].bad ||
 		    h->places[j].seen < h->places[i].seen ||
 		    strcmp(h->places[j].endpoint, h->places[i].endpoint) != 0))
 			j++;
-		if (!h->places[i].bad || j == h->nplaces)
+		if (j == h->nplaces)
 			continue;
 		hub_log(h, "event=relay-gone relay=%s endpoint=%s reason=\"lost, and %s says its "
 		    "endpoint since\"", h->places[i].relay, h->places[i].endpoint,
@@ -299,7 +303,7 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (strcmp(p->endpoint, endpoint) != 0) {
 		snprintf(p->endpoint, sizeof(p->endpoint), "%s", endpoint);
 		p->seen = now;
-		(void)s_forget_replaced(h);
+		(void)s_forget_replaced(h, relay);
 		s_mark_shared(h);
 		/* Marking may have moved places to the chain's end: this one is found again. */
 		p = s_place(h, relay, endpoint);
@@ -317,7 +321,7 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	/* Only the parent this hub told the relay last is one it can say it lost. */
 	if (lost[0] != '\0' && strcmp(p->told, lost) == 0) {
 		s_lost(h, lost, p->told_relay, relay);
-		if (s_forget_replaced(h)) {
+		if (s_forget_replaced(h, relay)) {
 			s_mark_shared(h);
 			p = s_place(h, relay, endpoint);
 		}
