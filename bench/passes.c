@@ -9,7 +9,9 @@
  * /dev/shm), after writing and deleting twice the model's size there, so that
  * no row pays the first touch of memory. Then times, best of RUNS (default 3):
  * the pusher's diff (wsync_delta_make with the hub's limit into an anonymous
- * file), the hub's diff (the same into a file in DIR), the hub's rebuild
+ * file, as wsync-push --base of a .wsync file makes it; and as wsync-push
+ * --batch makes it, wsync_source_delta_over from H as a safetensors file,
+ * read where it lies, the version kept before patched into H as it goes), the hub's diff (the same into a file in DIR), the hub's rebuild
  * (wsync_delta_apply into a spare of its store, whose pages exist, as
  * wsync-serve --recycle does; and, as context, into a new file, as a hub
  * without a spare does) and the watcher's (wsync_delta_apply_fed, the apply
@@ -31,10 +33,11 @@
 #include "clock.h"
 #include "delta_int.h"
 #include "pool_int.h"
+#include "source_int.h"
 
 #define NTENSORS 16
 
-static void
+_Noreturn static void
 s_die(const char *what, const char *detail)
 {
 	fprintf(stderr, "passes: %s: %s\n", what, detail);
@@ -82,8 +85,9 @@ typedef struct s_model {
 	uint64_t nchanges[NTENSORS];
 } s_model_t;
 
+/* Writes the model's data as a .wsync file, or (safetensors) as a safetensors one. */
 static void
-s_write(const char *path, const uint16_t *data, uint64_t each, uint64_t version)
+s_write(const char *path, const uint16_t *data, uint64_t each, uint64_t version, int safetensors)
 {
 	wsync_err_t err;
 	wsync_tree_t *t = wsync_tree_new("bench", &err);
@@ -99,7 +103,8 @@ s_write(const char *path, const uint16_t *data, uint64_t each, uint64_t version)
 		    each * 2, &err) < 0)
 			s_die(path, err.msg);
 	}
-	if (wsync_tree_write_file(t, path, &err) < 0)
+	if ((safetensors ? wsync_tree_write_safetensors_file(t, path, &err) :
+	    wsync_tree_write_file(t, path, &err)) < 0)
 		s_die(path, err.msg);
 	wsync_tree_destroy(&t);
 }
@@ -175,10 +180,10 @@ s_floor_rebuild(void *arg, size_t t, unsigned worker)
 
 /* ---- the passes ---- */
 
-enum { P_PUSH_DIFF, P_HUB_DIFF, P_HUB_REBUILD, P_WATCH_REBUILD, P_FLOOR_DIFF,
+enum { P_PUSH_DIFF, P_PUSH_BATCH, P_HUB_DIFF, P_HUB_REBUILD, P_WATCH_REBUILD, P_FLOOR_DIFF,
 	P_FLOOR_REBUILD, P_HUB_REBUILD_NEW, P_COUNT };
 static const char *const s_names[P_COUNT] = {
-	"pusher diff", "hub diff", "hub rebuild", "watcher rebuild", "floor: hash+diff",
+	"pusher diff", "pusher diff, --batch", "hub diff", "hub rebuild", "watcher rebuild", "floor: hash+diff",
 	"floor: copy+patch+hash", "hub rebuild, new file",
 };
 
@@ -190,6 +195,55 @@ s_open(const char *path, int flags)
 	if (fd < 0)
 		s_die(path, strerror(errno));
 	return fd;
+}
+
+/* Copies the file at from over the file at to (pages that exist), untimed. */
+static void
+s_copy(const char *from, const char *to)
+{
+	static unsigned char buf[1 << 20];
+	int f = s_open(from, O_RDONLY), t = s_open(to, O_WRONLY | O_CREAT);
+	ssize_t n;
+
+	while ((n = read(f, buf, sizeof(buf))) > 0)
+		if (write(t, buf, (size_t)n) != n)
+			s_die(to, strerror(errno));
+	if (n < 0)
+		s_die(from, strerror(errno));
+	close(f);
+	close(t);
+}
+
+/*
+ * The pusher's diff as wsync-push --batch makes it: H read from its
+ * safetensors file, B the version it kept (a .wsync file whose pages exist,
+ * made into H as the diff goes). rc as wsync_source_delta_over's; seconds
+ * into *s.
+ */
+static int
+s_push_batch(const char *dir, const char *base, double *s, wsync_err_t *err)
+{
+	char st[4096], kept[4096];
+	wsync_source_t *src;
+	uint64_t size;
+	int k, d, rc;
+
+	snprintf(st, sizeof(st), "%s/passes.head.safetensors", dir);
+	/* The hub's spare is the file: its pages exist, and the rebuilds rewrite it after. */
+	snprintf(kept, sizeof(kept), "%s/passes.spare.wsync", dir);
+	s_copy(base, kept);
+	if ((src = wsync_source_open(st, "bench", NULL, err)) == NULL ||
+	    (size = wsync_source_size(src, err)) == 0)
+		s_die(st, err->msg);
+	k = s_open(kept, O_RDWR);
+	d = memfd_create("passes", MFD_CLOEXEC);
+	*s = bench_now();
+	rc = wsync_source_delta_over(src, size, k, 1, d, "push", WSYNC_DELTA_WORTH, NULL, err);
+	*s = bench_now() - *s;
+	wsync_source_destroy(&src);
+	close(k);
+	close(d);
+	return rc;
 }
 
 /* One run of pass p; seconds. */
@@ -213,6 +267,14 @@ s_pass(int p, const char *dir, s_floor_t *fl, unsigned threads)
 		t0 = bench_now();
 		rc = wsync_delta_make(b, h, d, "push", WSYNC_DELTA_WORTH, NULL, &err);
 		break;
+	case P_PUSH_BATCH:
+		d = -1;
+		rc = s_push_batch(dir, base, &t0, &err);
+		if (rc != 0)
+			s_die(s_names[p], rc < 0 ? err.msg : "the delta is not worth it");
+		close(b);
+		close(h);
+		return t0;
 	case P_HUB_DIFF:
 		d = s_open(delta, O_WRONLY | O_CREAT | O_TRUNC);
 		t0 = bench_now();
@@ -292,14 +354,17 @@ main(int argc, char **argv)
 	s_warm(dir, 2 * bytes);
 	s_make_model(&m, bytes);
 	snprintf(path, sizeof(path), "%s/passes.base.wsync", dir);
-	s_write(path, m.b, m.each, 1);
+	s_write(path, m.b, m.each, 1, 0);
 	snprintf(path, sizeof(path), "%s/passes.head.wsync", dir);
-	s_write(path, m.h, m.each, 2);
+	s_write(path, m.h, m.each, 2, 0);
+	/* H as the trainer wrote it, for the pusher's --batch diff. */
+	snprintf(path, sizeof(path), "%s/passes.head.safetensors", dir);
+	s_write(path, m.h, m.each, 2, 1);
 	/* The hub's spare and the watcher's file: an older version's pages, as --recycle keeps. */
 	snprintf(path, sizeof(path), "%s/passes.spare.wsync", dir);
-	s_write(path, m.b, m.each, 1);
+	s_write(path, m.b, m.each, 1, 0);
 	snprintf(path, sizeof(path), "%s/passes.out.wsync", dir);
-	s_write(path, m.b, m.each, 1);
+	s_write(path, m.b, m.each, 1, 0);
 	free(m.b);
 	free(m.h);
 	snprintf(path, sizeof(path), "%s/passes.base.wsync", dir);
@@ -358,6 +423,8 @@ main(int argc, char **argv)
 		snprintf(path, sizeof(path), "%s/passes.%s.wsync", dir, n);
 		unlink(path);
 	}
+	snprintf(path, sizeof(path), "%s/passes.head.safetensors", dir);
+	unlink(path);
 	snprintf(path, sizeof(path), "%s/passes.wdelta", dir);
 	unlink(path);
 	return 0;

@@ -36,13 +36,15 @@ load test_helper
 	assert_line --index 10 --regexp "^\| one rank, the whole model \(--transfer socket --base\), until acked, 1 thread each \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
 	assert_line --index 11 --regexp "^\| two ranks, a half each \(--part R/2 --group KEY( --base its half before|; whole parts: --base per part not yet)\), until acked, 1 thread each \| $t \| $t \| one rank: $t \| [0-9.]+x \| <= 0.7x one rank \| (met|missed) \|$"
 	i=12
-	for pass in 'pusher diff' 'hub diff' 'hub rebuild \(into a spare, --recycle\)' 'watcher rebuild'; do
+	for pass in 'pusher diff \(--base a \.wsync file\)' \
+	    'pusher diff as --batch makes it \(the safetensors file read where it lies, the version kept patched\)' \
+	    'hub diff' 'hub rebuild \(into a spare, --recycle\)' 'watcher rebuild'; do
 		assert_line --index "$i" --regexp "^\| $pass on 2 threads \(bench/passes, best of runs\) \| [0-9.]+ s \| - \| 1 thread: [0-9.]+ s \| [0-9.]+x faster \| >= 1.6x faster \| (met|missed) \|$"
 		i=$((i + 1))
 	done
 	# The floors, then the hub without a spare: context, no target.
-	assert_line --index 18 --regexp "^\| hub rebuild, new file on 2 threads \(bench/passes, best of runs\) \| [0-9.]+ s \| - \| 1 thread: [0-9.]+ s \| [0-9.]+x faster \| - \| - \|$"
-	i=19
+	assert_line --index 19 --regexp "^\| hub rebuild, new file on 2 threads \(bench/passes, best of runs\) \| [0-9.]+ s \| - \| 1 thread: [0-9.]+ s \| [0-9.]+x faster \| - \| - \|$"
+	i=20
 	for who in 'wsync-push --transfer socket --base \(a 1% delta\)' \
 	    'wsync-push --part R/2 --base \(its safetensors half before' \
 	    "wsync-serve \\(the hub: .*, the second's union rebuilt from the parts' deltas\\)" \
