@@ -29,6 +29,12 @@
 #define S_LAYOUT_MIN (16u << 20)
 /* How long a relay's root may take to say a version's layout (wsync_fetch_temp_t's layout_from). */
 #define S_LAYOUT_FIRST_MS 500
+/*
+ * A fetch that tells what it writes (wsync_fetch_temp_t's written) tells it
+ * again after this long with nothing in: a relay held up by its parent still
+ * reports, and hears that it was placed elsewhere.
+ */
+#define S_QUIET_MS 100
 
 static int
 s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_ms,
@@ -108,6 +114,9 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
     int fd, const struct s_gets *g, int64_t deadline, wsync_err_t *err)
 {
 	uint64_t ids[64], offs[64], next_off = 0, done = 0, allocated = 0, total = 0, end = 0;
+	/* What is in without a gap, as last told to g->written. */
+	uint64_t said = 0;
+	int64_t wake;
 	const wsync_range_t *ranges = g->ranges;
 	size_t nranges = g->nranges;
 	unsigned window = g->window > 0 && g->window < c->window ? g->window : c->window;
@@ -129,6 +138,8 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 
 	if (whole && fstat(fd, &st) == 0 && (uint64_t)st.st_blocks * 512 >= h->size)
 		whole = 0;
+	if (from0)
+		said = ranges[0].off;
 
 	wsync_pace_init(&pace, g->piece > 0 && g->piece < c->chunk ? g->piece : c->chunk,
 	    c->idle_ms);
@@ -189,7 +200,15 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 				    strerror(errno));
 			allocated = upto;
 		}
-		rc = wsync_client_recv(c, deadline, &id, &m, &p, 0, err);
+		wake = g->written != NULL && from0 && wsync_now_ms() + S_QUIET_MS < deadline ?
+		    wsync_now_ms() + S_QUIET_MS : deadline;
+		rc = wsync_client_recv(c, wake, &id, &m, &p, 0, err);
+		if (rc == 1 && wake < deadline) {
+			if (g->written(g->written_arg, g->tmp, said) != 0)
+				return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the "
+				    "transfer was stopped by what it feeds", model, h->version);
+			continue;
+		}
 		if (rc == 1)
 			return wsync_err_set(err, EX_TEMPFAIL, "%s version %" PRIu64 ": not all "
 			    "data came from %s within the timeout", model, h->version, c->endpoint);
@@ -231,6 +250,7 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 			for (unsigned i = 0; i < inflight; i++)
 				if (i != at && offs[i] < upto)
 					upto = offs[i];
+			said = upto;
 			if (g->written(g->written_arg, g->tmp, upto) != 0)
 				return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the "
 				    "transfer was stopped by what it feeds", model, h->version);

@@ -16,6 +16,12 @@
 #define S_SLICE_MS 100          /* how often the thread looks at its stop flag while idle */
 #define S_REFUSALS 3            /* a placed parent's refusals of this relay's key, at most */
 #define S_LEAVE_MS 1000         /* bound on the last report of a relay that stops */
+/*
+ * A fetch that took in nothing for this long reports home this often: the
+ * root may have moved its parent (a slow one, to the end of the chain,
+ * behind this relay), and only a report brings the word.
+ */
+#define S_QUIET_MS 250
 
 #define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
 
@@ -86,8 +92,10 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	wsync_enc_t e;
 
 	snprintf(rl->tmp, sizeof(rl->tmp), "%s", tmp);
-	if (moved)
+	if (moved) {
 		rl->in = upto;
+		rl->moved_ms = now;
+	}
 	/*
 	 * The rate counts from the first bytes: the time to reach the parent and
 	 * to ask the root for the layout says nothing of the link.
@@ -111,10 +119,13 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	}
 	/*
 	 * A long fetch keeps the root hearing from this relay, and the acks
-	 * behind it flowing. Not on the first word (upto 0): the fetch asks the
-	 * root for the layout after it, on the connection a report may end.
+	 * behind it flowing; one held up (nothing in for S_QUIET_MS: the fetch
+	 * tells so that often) asks for its place sooner. Not on the first word:
+	 * the fetch asks the root for the layout after it, on the connection a
+	 * report may end.
 	 */
-	if (upto > 0 && now - rl->reported_ms >= WSYNC_HEARTBEAT_MS)
+	if (rl->told != 0 && (now - rl->reported_ms >= WSYNC_HEARTBEAT_MS ||
+	    (now - rl->moved_ms >= S_QUIET_MS && now - rl->reported_ms >= S_QUIET_MS)))
 		s_report_now(rl);
 	/*
 	 * Placed elsewhere meanwhile (this relay, or the one it fetched from, is
@@ -497,7 +508,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	snprintf(rl->fetching, sizeof(rl->fetching), "%s", model);
 	rl->arriving = *head;
 	rl->in_from = rl->in;
-	rl->in_ms = wsync_now_ms();
+	rl->in_ms = rl->moved_ms = wsync_now_ms();
 	rl->in_started = 0;
 	rl->rate_told = 0;
 	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {

@@ -109,6 +109,7 @@ struct hub_relay {
 	uint64_t in_from;               /* bytes of it in when this fetch's first bytes came */
 	int64_t in_ms;                  /* when they came (until then: when the fetch began) */
 	int in_started;                 /* this fetch's first bytes came: the rate counts from them */
+	int64_t moved_ms;               /* when in last moved (until then: when the fetch began) */
 	int rate_told;                  /* this fetch's rate was told home */
 	struct relay_cut cut;
 	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */

@@ -143,6 +143,38 @@ v2_halfway() {
 	increasing 2 9
 }
 
+@test "a relay that passes on bytes that do not verify is dropped, and the hosts below fetch that version through another path, none older after newer" {
+	local host
+	need_test_hooks WSYNC_TEST_FLIP_GET
+	make_model v1 4 1
+	make_model v2 4 2
+	hosts_up 9 100mbit
+	fleet_root
+	# Every get host 2's relay serves from its store arrives spoiled (a test
+	# build's hook), as a relay whose disk or memory corrupts would serve it.
+	WSYNC_TEST_FLIP_GET=1 fleet_host 2
+	WAIT_S=60 wait_until root_sees 1
+	push "$TMP/v1.wsync" >/dev/null
+	WAIT_S=60 wait_until all_at 1 2 2
+	# Hosts 3 to 9 join once host 2 holds version 1: host 3, placed under
+	# it, fetches that version from its store.
+	for ((host = 3; host <= 9; host++)); do fleet_host "$host"; done
+	WAIT_S=150 wait_until all_at 1 2 9
+	run -0 grep -c "event=relay-fail model=$FLEET_MODEL version=1 upstream=$(fleet_endpoint 2) " \
+	    "$FLEET_LOGS/r3.log"
+	assert_output 1
+	run -0 grep -c "event=relay-drop relay=[^ ]* endpoint=$(fleet_endpoint 2) by=" "$FLEET_LOGS/root.log"
+	assert_output 1
+	holds "$TMP/v1.wsync" 2 9
+	# The next version flows around it: host 2 takes it last, feeding none.
+	push "$TMP/v2.wsync" >/dev/null
+	WAIT_S=150 wait_until all_at 2 2 9
+	holds "$TMP/v2.wsync" 2 9
+	increasing 2 9
+	run -0 host_exec 1 wsync-inspect -e "$FLEET_ROOT" --hub --json
+	assert_equal "$(jq -r '.relays[] | select(.bad) | .endpoint' <<<"$output")" "$(fleet_endpoint 2)"
+}
+
 # steps N MIB: $TMP/s1.wsync .. sN.wsync, bf16 models of MIB MiB (model
 # $FLEET_MODEL), each an optimizer-like step of 1% of the values from the one
 # before (fixtures/mkstep.py).
