@@ -203,7 +203,8 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 		wake = g->written != NULL && from0 && wsync_now_ms() + S_QUIET_MS < deadline ?
 		    wsync_now_ms() + S_QUIET_MS : deadline;
 		rc = wsync_client_recv(c, wake, &id, &m, &p, 0, err);
-		if (rc == 1 && wake < deadline) {
+		/* Quiet until wake (not a poll that failed at once): told, and on. */
+		if (rc == 1 && wake < deadline && wsync_now_ms() >= wake) {
 			if (g->written(g->written_arg, g->tmp, said) != 0)
 				return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the "
 				    "transfer was stopped by what it feeds", model, h->version);

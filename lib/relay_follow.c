@@ -129,9 +129,10 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 		s_report_now(rl);
 	/*
 	 * Placed elsewhere meanwhile (this relay, or the one it fetched from, is
-	 * slow): the fetch stops, and resumes from the new parent what is in.
+	 * slow): the fetch stops, and resumes from the new parent what is in (or
+	 * begins there, nothing being in).
 	 */
-	if (rl->in > 0 && !rl->halt && strcmp(rl->placed, rl->parent) != 0) {
+	if (!rl->halt && strcmp(rl->placed, rl->parent) != 0) {
 		s_log(rl, "event=relay-move model=%s version=%" PRIu64 " upstream=%s in=%" PRIu64,
 		    rl->fetching, rl->arriving.version, rl->up.endpoint, rl->in);
 		rl->halt = 1;

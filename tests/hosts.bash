@@ -327,6 +327,15 @@ fleet_host() {
 	FLEET_WATCH_PID[$i]=$HOST_PID
 }
 
+# fleet_placed FROM I: the root's log, from its line FROM on, shows host
+# I's relay placed (its first report). FROM: the log's line count before the
+# relay started plus one, so that a line of an earlier relay with the same
+# PID never counts.
+fleet_placed() {
+	tail -n +"$1" "$FLEET_LOGS/root.log" |
+	    grep -q "event=relay-join relay=[^ ]*:${FLEET_RELAY_PID[$2]} "
+}
+
 # fleet_up N RATE: hosts 1..N+1 at RATE, the root on host 1, hosts 2..N+1
 # each a relay naming the root and a watcher.
 fleet_up() {

@@ -144,7 +144,7 @@ v2_halfway() {
 }
 
 @test "a relay that passes on bytes that do not verify is dropped, and the hosts below fetch that version through another path, none older after newer" {
-	local host
+	local host from
 	need_test_hooks WSYNC_TEST_FLIP_GET
 	make_model v1 4 1
 	make_model v2 4 2
@@ -157,8 +157,11 @@ v2_halfway() {
 	push "$TMP/v1.wsync" >/dev/null
 	WAIT_S=60 wait_until all_at 1 2 2
 	# Hosts 3 to 9 join once host 2 holds version 1: host 3, placed under
-	# it, fetches that version from its store.
-	for ((host = 3; host <= 9; host++)); do fleet_host "$host"; done
+	# it (placed before the others start), fetches that version from its store.
+	from=$(($(wc -l <"$FLEET_LOGS/root.log") + 1))
+	fleet_host 3
+	WAIT_S=10 wait_until fleet_placed "$from" 3
+	for ((host = 4; host <= 9; host++)); do fleet_host "$host"; done
 	WAIT_S=150 wait_until all_at 1 2 9
 	run -0 grep -c "event=relay-fail model=$FLEET_MODEL version=1 upstream=$(fleet_endpoint 2) " \
 	    "$FLEET_LOGS/r3.log"
