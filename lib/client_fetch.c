@@ -34,7 +34,7 @@
  * again after this long with nothing in: a relay held up by its parent still
  * reports, and hears that it was placed elsewhere.
  */
-#define S_QUIET_MS 100
+#define S_TICK_MS 100
 
 static int
 s_stat(wsync_client_t *c, const wsync_fetch_t *f, wsync_head_t *h, int timeout_ms,
@@ -102,6 +102,17 @@ s_get_send(wsync_client_t *c, const char *model, const wsync_head_t *h, const ch
 	rc = wsync_client_send(c, &e, NULL, 0, err);
 	wsync_enc_free(&e);
 	return rc;
+}
+
+/* Tells g->written that upto is in without a gap; -1 with err when it says stop (65). */
+static int
+s_tell(const struct s_gets *g, const char *model, const wsync_head_t *h, uint64_t upto,
+    wsync_err_t *err)
+{
+	if (g->written(g->written_arg, g->tmp, upto) != 0)
+		return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the transfer was "
+		    "stopped by what it feeds", model, h->version);
+	return 0;
 }
 
 /*
@@ -200,14 +211,14 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 				    strerror(errno));
 			allocated = upto;
 		}
-		wake = g->written != NULL && from0 && wsync_now_ms() + S_QUIET_MS < deadline ?
-		    wsync_now_ms() + S_QUIET_MS : deadline;
+		wake = wsync_now_ms() + S_TICK_MS;
+		if (g->written == NULL || !from0 || wake >= deadline)
+			wake = deadline;
 		rc = wsync_client_recv(c, wake, &id, &m, &p, 0, err);
 		/* Quiet until wake (not a poll that failed at once): told, and on. */
 		if (rc == 1 && wake < deadline && wsync_now_ms() >= wake) {
-			if (g->written(g->written_arg, g->tmp, said) != 0)
-				return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the "
-				    "transfer was stopped by what it feeds", model, h->version);
+			if (s_tell(g, model, h, said, err) < 0)
+				return -1;
 			continue;
 		}
 		if (rc == 1)
@@ -252,9 +263,8 @@ s_get_ranges(wsync_client_t *c, const char *model, const wsync_head_t *h, const 
 				if (i != at && offs[i] < upto)
 					upto = offs[i];
 			said = upto;
-			if (g->written(g->written_arg, g->tmp, upto) != 0)
-				return wsync_err_set(err, EX_DATAERR, "%s version %" PRIu64 ": the "
-				    "transfer was stopped by what it feeds", model, h->version);
+			if (s_tell(g, model, h, upto, err) < 0)
+				return -1;
 		}
 		/* A watcher bounds the silence, not the whole of a large transfer. */
 		if (c->idle_ms > 0)
