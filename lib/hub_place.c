@@ -21,6 +21,7 @@ struct hub_place {
 	uint64_t rate;                  /* bytes/s of its last large fetch; 0: not said */
 	char rate_from[512];            /* the endpoint that fetch came from; "": not said */
 	int slow;                       /* a third of its parent's rate or less: last in line */
+	int proven;                     /* its rate from this hub was set beside another's (s_probe) */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 	int shared;                     /* another place says its endpoint: parent of none */
 	char told[512];                 /* the parent it was told last; "": this hub */
@@ -153,13 +154,20 @@ s_chain(const wsync_hub_t *h, size_t *order)
 	return parents;
 }
 
-/* The parent of the place at position at of a chain: its index in h->places, or -1 for this hub. */
+/*
+ * The parent of the place at position at of a chain: its index in
+ * h->places, or -1 for this hub. The second place takes versions from this
+ * hub too while the first is not proven (s_probe): a relay fed by a slow one
+ * takes in no faster than it, and only one fed beside it shows it slow.
+ */
 static long
-s_parent_at(const size_t *order, size_t parents, size_t at)
+s_parent_at(const wsync_hub_t *h, const size_t *order, size_t parents, size_t at)
 {
 	/* A bad relay takes what it can from the last good one; it passes nothing on. */
 	if (at >= parents)
 		return parents > 0 ? (long)order[parents - 1] : -1;
+	if (at == 1 && !h->places[order[0]].proven)
+		return -1;
 	return at > 0 ? (long)order[at - 1] : -1;
 }
 
@@ -171,7 +179,7 @@ s_parent_of(const wsync_hub_t *h, size_t i)
 
 	while (order[at] != i)
 		at++;
-	return s_parent_at(order, parents, at);
+	return s_parent_at(h, order, parents, at);
 }
 
 /* The place of relay (made when new, at the end); NULL when there are HUB_PLACES already. */
@@ -238,6 +246,54 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 	return p->rate < best / 3;
 }
 
+/* Whether place p said the rate of a fetch from this hub: from an endpoint no place says. */
+static int
+s_rate_from_here(const wsync_hub_t *h, const struct hub_place *p)
+{
+	if (p->rate == 0 || p->rate_from[0] == '\0')
+		return 0;
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (strcmp(h->places[i].endpoint, p->rate_from) == 0)
+			return 0;
+	return 1;
+}
+
+/*
+ * The probe (wsync(7), Placement): the first of the chain, once it said a
+ * rate from this hub, is set beside the fastest other relay that said one
+ * (the second, fed by this hub meanwhile). Under a third of that rate, it
+ * is slow and goes to the end; else it is proven, and the second goes back
+ * under it. The other is proven too unless it is the slower by that much,
+ * so that it may head the chain in its turn without a probe of its own.
+ */
+static void
+s_probe(wsync_hub_t *h)
+{
+	size_t order[HUB_PLACES], parents = s_chain(h, order);
+	struct hub_place *head, *beside = NULL;
+
+	if (parents == 0)
+		return;
+	head = &h->places[order[0]];
+	if (head->proven || head->slow || !s_rate_from_here(h, head))
+		return;
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (&h->places[i] != head && !h->places[i].bad && s_rate_from_here(h, &h->places[i]) &&
+		    (beside == NULL || h->places[i].rate > beside->rate))
+			beside = &h->places[i];
+	if (beside == NULL)
+		return;
+	hub_log(h, "event=relay-probe relay=%s rate=%" PRIu64 " beside=%s beside_rate=%" PRIu64,
+	    head->relay, head->rate, beside->relay, beside->rate);
+	if (head->rate < beside->rate / 3) {
+		head->slow = 1;
+		hub_log(h, "event=relay-slow relay=%s rate=%" PRIu64, head->relay, head->rate);
+	} else {
+		head->proven = 1;
+	}
+	beside->proven = beside->rate >= head->rate / 3;
+}
+
 /* Packs "admit": the client keys of the relays placed under place i (none: nothing); 1 or 0. */
 static size_t
 s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
@@ -245,13 +301,13 @@ s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
 	size_t order[HUB_PLACES], parents = s_chain(h, order), n = 0;
 
 	for (size_t at = 0; at < h->nplaces; at++)
-		n += h->places[order[at]].client[0] != '\0' && s_parent_at(order, parents, at) == (long)i;
+		n += h->places[order[at]].client[0] != '\0' && s_parent_at(h, order, parents, at) == (long)i;
 	if (!pack || n == 0)
 		return n > 0;
 	wsync_enc_str(e, "admit");
 	msgpack_pack_array(&e->pk, n);
 	for (size_t at = 0; at < h->nplaces; at++)
-		if (h->places[order[at]].client[0] != '\0' && s_parent_at(order, parents, at) == (long)i)
+		if (h->places[order[at]].client[0] != '\0' && s_parent_at(h, order, parents, at) == (long)i)
 			wsync_enc_str(e, h->places[order[at]].client);
 	return 1;
 }
@@ -331,8 +387,9 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (!p->slow && !p->bad && s_slow(h, p, at)) {
 		p->slow = 1;
 		hub_log(h, "event=relay-slow relay=%s rate=%" PRIu64, relay, rate);
-		at = s_parent_of(h, i);
 	}
+	s_probe(h);
+	at = s_parent_of(h, i);
 	/* With keys: the parent's key for this relay, and the keys this one lets in. */
 	hub_ok(e, r->id, 1 + (at >= 0 && h->places[at].key[0] != '\0') +
 	    s_pack_admit(h, i, e, 0));
@@ -361,7 +418,7 @@ hub_place_pack(const wsync_hub_t *h, wsync_enc_t *e)
 	msgpack_pack_array(&e->pk, n);
 	for (size_t i = 0; i < n; i++) {
 		const struct hub_place *p = &h->places[order[i]];
-		long at = s_parent_at(order, parents, i);
+		long at = s_parent_at(h, order, parents, i);
 		msgpack_pack_map(&e->pk, 6);
 		wsync_enc_kv_str(e, "relay", p->relay);
 		wsync_enc_kv_str(e, "endpoint", p->endpoint);

@@ -22,6 +22,14 @@
  * behind this relay), and only a report brings the word.
  */
 #define S_QUIET_MS 250
+/*
+ * A fetch from the root that told its rate reports this often for
+ * S_PROBE_FOR_MS after its first bytes: the root may be setting its rate
+ * beside another relay's (the probe), and the second of the two learns
+ * where it goes from its next report (wsync(7), Placement).
+ */
+#define S_PROBE_MS 25
+#define S_PROBE_FOR_MS 1500
 
 #define s_log(rl, ...) wsync_logf((rl)->log, (rl)->log_arg, __VA_ARGS__)
 
@@ -69,12 +77,24 @@ s_gate(struct hub_relay *rl, uint64_t upto)
 }
 #endif
 
+/* Whether this relay is placed by the root and fetches from it (the probe's pair). */
+static int
+s_from_root(const struct hub_relay *rl)
+{
+	return rl->advertise[0] != '\0' && rl->parent[0] == '\0';
+}
+
 /* The rate of the fetch from the upstream followed: bytes in ms, told in the next report. */
 static void
 s_rate(struct hub_relay *rl, uint64_t bytes, int64_t ms)
 {
 	rl->rate = bytes * 1000 / (uint64_t)(ms > 0 ? ms : 1);
 	snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
+#ifdef WSYNC_TEST_HOOKS
+	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
+	if (getenv("WSYNC_TEST_RELAY_RATE") != NULL)
+		rl->rate = strtoull(getenv("WSYNC_TEST_RELAY_RATE"), NULL, 10);
+#endif
 }
 
 /*
@@ -110,7 +130,8 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * is in: told at once the first time, then with each report.
 	 */
 	if (moved && rl->arriving.size >= RELAY_RATE_MIN && rl->in - rl->in_from >=
-	    RELAY_RATE_EARLY && now - rl->in_ms >= RELAY_RATE_EARLY_MS) {
+	    RELAY_RATE_EARLY && now - rl->in_ms >= (s_from_root(rl) ? RELAY_RATE_PROBE_MS :
+	    RELAY_RATE_EARLY_MS)) {
 		s_rate(rl, rl->in - rl->in_from, now - rl->in_ms);
 		if (!rl->rate_told) {
 			rl->rate_told = 1;
@@ -122,10 +143,12 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * behind it flowing; one held up (nothing in for S_QUIET_MS: the fetch
 	 * tells so that often) asks for its place sooner. Not on the first word:
 	 * the fetch asks the root for the layout after it, on the connection a
-	 * report may end.
+	 * report may end. One fed by the root while it probes reports more often.
 	 */
 	if (rl->told != 0 && (now - rl->reported_ms >= WSYNC_HEARTBEAT_MS ||
-	    (now - rl->moved_ms >= S_QUIET_MS && now - rl->reported_ms >= S_QUIET_MS)))
+	    (now - rl->moved_ms >= S_QUIET_MS && now - rl->reported_ms >= S_QUIET_MS) ||
+	    (s_from_root(rl) && rl->rate_told && now - rl->in_ms < S_PROBE_FOR_MS &&
+	    now - rl->reported_ms >= S_PROBE_MS)))
 		s_report_now(rl);
 	/*
 	 * Placed elsewhere meanwhile (this relay, or the one it fetched from, is
@@ -551,11 +574,6 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	if (f.resume == NULL && got.transfer != WSYNC_TRANSFER_DELTA &&
 	    got.head.size >= RELAY_RATE_MIN)
 		s_rate(rl, got.head.size - rl->in_from, wsync_now_ms() - rl->in_ms + 1);
-#ifdef WSYNC_TEST_HOOKS
-	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
-	if (got.head.size >= RELAY_RATE_MIN && getenv("WSYNC_TEST_RELAY_RATE") != NULL)
-		rl->rate = strtoull(getenv("WSYNC_TEST_RELAY_RATE"), NULL, 10);
-#endif
 	to = &rl->fetched[rl->nfetched++];
 	snprintf(to->model, sizeof(to->model), "%s", model);
 	to->head = got.head;

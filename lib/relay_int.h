@@ -64,6 +64,15 @@ struct relay_hand_over;
  */
 #define RELAY_RATE_EARLY (768u << 10)
 #define RELAY_RATE_EARLY_MS 300
+/*
+ * A fetch from the root itself tells it sooner, when the 768 KiB came: the
+ * root sets the first relay's rate beside the second's while it feeds both
+ * (the probe, wsync(7) Placement), and each of its milliseconds sends the
+ * version twice through the root's link. A link of a fifth still takes a
+ * third of a second for the 768 KiB; the burst its shaper lets through
+ * first is under a fifth of them.
+ */
+#define RELAY_RATE_PROBE_MS 150
 
 /* A fetch cut off (its upstream lost), kept for the next one to resume; path "": none. */
 struct relay_cut {

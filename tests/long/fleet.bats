@@ -130,6 +130,25 @@ v2_halfway() {
 	all_apply v1 8
 }
 
+@test "a host behind a 20 Mbit/s link that joins first, heading the chain, is found slow beside the second, which the root feeds too: every host applies the version" {
+	local i from
+	make_model v1 8 1
+	hosts_up 9 100mbit
+	host_rate 2 20mbit
+	fleet_root
+	# Each placed before the next starts: host 2 heads the chain.
+	for ((i = 2; i <= 9; i++)); do
+		from=$(($(wc -l <"$FLEET_LOGS/root.log") + 1))
+		fleet_host "$i"
+		wait_until fleet_placed "$from" "$i"
+	done
+	all_apply v1 8
+	run -0 grep -c "event=relay-slow relay=[^ ]*:${FLEET_RELAY_PID[2]} " "$FLEET_LOGS/root.log"
+	assert_output 1
+	run -0 grep -c "event=relay-probe .*beside_rate=" "$FLEET_LOGS/root.log"
+	assert_output 1
+}
+
 @test "a root restarted from its store mid-version: every host ends on the next version, none ever older after newer" {
 	make_model v3 1 3
 	v2_halfway 2
@@ -150,32 +169,37 @@ v2_halfway() {
 	make_model v2 4 2
 	hosts_up 9 100mbit
 	fleet_root
-	# Every get host 2's relay serves from its store arrives spoiled (a test
+	# Every get host 3's relay serves from its store arrives spoiled (a test
 	# build's hook), as a relay whose disk or memory corrupts would serve it.
-	WSYNC_TEST_FLIP_GET=1 fleet_host 2
+	# Host 2 heads the chain; host 3, the second, is fed by the root too.
+	fleet_host 2
 	WAIT_S=60 wait_until root_sees 1
+	from=$(($(wc -l <"$FLEET_LOGS/root.log") + 1))
+	WSYNC_TEST_FLIP_GET=1 fleet_host 3
+	WAIT_S=10 wait_until fleet_placed "$from" 3
+	WAIT_S=60 wait_until root_sees 2
 	push "$TMP/v1.wsync" >/dev/null
-	WAIT_S=60 wait_until all_at 1 2 2
-	# Hosts 3 to 9 join once host 2 holds version 1: host 3, placed under
+	WAIT_S=60 wait_until all_at 1 2 3
+	# Hosts 4 to 9 join once host 3 holds version 1: host 4, placed under
 	# it (placed before the others start), fetches that version from its store.
 	from=$(($(wc -l <"$FLEET_LOGS/root.log") + 1))
-	fleet_host 3
-	WAIT_S=10 wait_until fleet_placed "$from" 3
-	for ((host = 4; host <= 9; host++)); do fleet_host "$host"; done
+	fleet_host 4
+	WAIT_S=10 wait_until fleet_placed "$from" 4
+	for ((host = 5; host <= 9; host++)); do fleet_host "$host"; done
 	WAIT_S=150 wait_until all_at 1 2 9
-	run -0 grep -c "event=relay-fail model=$FLEET_MODEL version=1 upstream=$(fleet_endpoint 2) " \
-	    "$FLEET_LOGS/r3.log"
+	run -0 grep -c "event=relay-fail model=$FLEET_MODEL version=1 upstream=$(fleet_endpoint 3) " \
+	    "$FLEET_LOGS/r4.log"
 	assert_output 1
-	run -0 grep -c "event=relay-drop relay=[^ ]* endpoint=$(fleet_endpoint 2) by=" "$FLEET_LOGS/root.log"
+	run -0 grep -c "event=relay-drop relay=[^ ]* endpoint=$(fleet_endpoint 3) by=" "$FLEET_LOGS/root.log"
 	assert_output 1
 	holds "$TMP/v1.wsync" 2 9
-	# The next version flows around it: host 2 takes it last, feeding none.
+	# The next version flows around it: host 3 takes it last, feeding none.
 	push "$TMP/v2.wsync" >/dev/null
 	WAIT_S=150 wait_until all_at 2 2 9
 	holds "$TMP/v2.wsync" 2 9
 	increasing 2 9
 	run -0 host_exec 1 wsync-inspect -e "$FLEET_ROOT" --hub --json
-	assert_equal "$(jq -r '.relays[] | select(.bad) | .endpoint' <<<"$output")" "$(fleet_endpoint 2)"
+	assert_equal "$(jq -r '.relays[] | select(.bad) | .endpoint' <<<"$output")" "$(fleet_endpoint 3)"
 }
 
 # steps N MIB: $TMP/s1.wsync .. sN.wsync, bf16 models of MIB MiB (model
@@ -254,7 +278,7 @@ deltas_at() {
 	done
 }
 
-@test "bench/hosts-fleet runs every mode, TCP storing, a killed relay and a slow host too, and writes a row each" {
+@test "bench/hosts-fleet runs every mode, TCP storing, a killed relay and a slow host second and first too, and writes a row each" {
 	[ -x "$ROOT/${BUILD:-build/cc}/bench/mkmodel" ] || skip "no bench/mkmodel in ${BUILD:-build/cc}"
 	run -0 env BOUND_S=120 ROWS="$TMP/rows" "$ROOT/bench/hosts-fleet" 4 100mbit 4
 	echo "$output" | sed 's/^/# /' >&3
@@ -264,7 +288,7 @@ deltas_at() {
 	    awk '{ print $3 }' | paste -sd ' ')
 	awk -v c="$chain" -v t="$tree" -v tc="$tcpchain" -v ts="$tcpstore" -v tt="$tcptree" \
 	    'BEGIN { exit !(c < 1.5 && t >= 2 && t < 2.2 && tc < 1.1 && ts < 1.1 && tt >= 2 && tt < 2.2) }'
-	assert_line --regexp "^\\| 4 \\| [0-9.]+ s \\| [0-9.]+ s \\([0-9.]+x T\\) \\| version 1: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s; version 2: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s \\|\$"
+	assert_line --regexp "^\\| 4 \\| [0-9.]+ s \\| [0-9.]+ s \\([0-9.]+x T\\) \\| version 1: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s; version 2: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s \\| version 1: the others [0-9.]+ s \\([0-9.]+x T\\), host 2 [0-9.]+ s; version 2: the others [0-9.]+ s \\([0-9.]+x T\\), host 2 [0-9.]+ s \\|\$"
 	run -0 cut -f 1 "$TMP/rows"
 	assert_output "4 MiB to 4 hosts, relays naming the root (root sent $chain copies)
 4 MiB to 4 hosts, a binary relay tree (root sent $tree copies)
@@ -272,6 +296,8 @@ deltas_at() {
 4 MiB to 4 hosts, plain TCP down a chain, each host storing (root sent $tcpstore copies)
 4 MiB to 4 hosts, plain TCP down a binary tree (root sent $tcptree copies)
 4 MiB to 4 hosts, the middle relay killed at half: every other host
-4 MiB to 4 hosts, host 3 at 20mbit, version 1: every other host
-4 MiB to 4 hosts, host 3 at 20mbit, version 2: every other host"
+4 MiB to 4 hosts, host 3 (the second to join) at 20mbit, version 1: every other host
+4 MiB to 4 hosts, host 3 (the second to join) at 20mbit, version 2: every other host
+4 MiB to 4 hosts, host 2 (the first to join) at 20mbit, version 1: every other host
+4 MiB to 4 hosts, host 2 (the first to join) at 20mbit, version 2: every other host"
 }
