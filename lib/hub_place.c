@@ -20,8 +20,11 @@ struct hub_place {
 	int64_t seen;                   /* monotonic ms of its last report */
 	uint64_t rate;                  /* bytes/s of its last large fetch; 0: not said */
 	char rate_from[512];            /* the endpoint that fetch came from; "": not said */
+	int rate_here;                  /* that fetch came from this hub, as the relay says */
+	int64_t rate_ms;                /* monotonic ms when it was measured, as the relay says */
 	int slow;                       /* a third of its parent's rate or less: last in line */
 	int proven;                     /* its rate from this hub was set beside another's (s_probe) */
+	uint64_t probe_from;            /* this hub's commits when its probe began, plus 1; 0: none */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 	int shared;                     /* another place says its endpoint: parent of none */
 	char told[512];                 /* the parent it was told last; "": this hub */
@@ -155,10 +158,20 @@ s_chain(const wsync_hub_t *h, size_t *order)
 }
 
 /*
+ * Whether the chain's head is probed: not proven (s_probe) nor slow (every
+ * relay is), with a second that may feed relays, fed by this hub meanwhile.
+ */
+static int
+s_probing(const wsync_hub_t *h, const size_t *order, size_t parents)
+{
+	return parents >= 2 && !h->places[order[0]].proven && !h->places[order[0]].slow;
+}
+
+/*
  * The parent of the place at position at of a chain: its index in
  * h->places, or -1 for this hub. The second place takes versions from this
- * hub too while the first is not proven (s_probe): a relay fed by a slow one
- * takes in no faster than it, and only one fed beside it shows it slow.
+ * hub too while the first is probed: a relay fed by a slow one takes in no
+ * faster than it, and only one fed beside it shows it slow.
  */
 static long
 s_parent_at(const wsync_hub_t *h, const size_t *order, size_t parents, size_t at)
@@ -166,9 +179,21 @@ s_parent_at(const wsync_hub_t *h, const size_t *order, size_t parents, size_t at
 	/* A bad relay takes what it can from the last good one; it passes nothing on. */
 	if (at >= parents)
 		return parents > 0 ? (long)order[parents - 1] : -1;
-	if (at == 1 && !h->places[order[0]].proven)
+	if (at == 1 && s_probing(h, order, parents))
 		return -1;
 	return at > 0 ? (long)order[at - 1] : -1;
+}
+
+/*
+ * Whether place i lets in the relay at position at: it feeds it, or it heads
+ * a probed chain and at is the second, which goes under it once it is
+ * proven and must not then be refused (and wait a heartbeat to try again).
+ */
+static int
+s_lets_in(const wsync_hub_t *h, const size_t *order, size_t parents, size_t at, size_t i)
+{
+	return s_parent_at(h, order, parents, at) == (long)i ||
+	    (at == 1 && order[0] == i && s_probing(h, order, parents));
 }
 
 /* The parent of place i: its index in h->places, or -1 for this hub. */
@@ -246,43 +271,52 @@ s_slow(const wsync_hub_t *h, const struct hub_place *p, long parent)
 	return p->rate < best / 3;
 }
 
-/* Whether place p said the rate of a fetch from this hub: from an endpoint no place says. */
+/* Whether place p said the rate of a fetch from this hub (the relay says so). */
 static int
-s_rate_from_here(const wsync_hub_t *h, const struct hub_place *p)
+s_rate_here(const struct hub_place *p)
 {
-	if (p->rate == 0 || p->rate_from[0] == '\0')
-		return 0;
-	for (size_t i = 0; i < h->nplaces; i++)
-		if (strcmp(h->places[i].endpoint, p->rate_from) == 0)
-			return 0;
-	return 1;
+	return p->rate != 0 && p->rate_here;
 }
 
 /*
- * The probe (wsync(7), Placement): the first of the chain, once it said a
- * rate from this hub, is set beside the fastest other relay that said one
- * (the second, fed by this hub meanwhile). Under a third of that rate, it
- * is slow and goes to the end; else it is proven, and the second goes back
- * under it. The other is proven too unless it is the slower by that much,
- * so that it may head the chain in its turn without a probe of its own.
+ * The probe (wsync(7), Placement): the head of the chain, once it said a
+ * rate of a fetch from this hub, is set beside the fastest other relay that
+ * said one measured within HUB_PROBE_SAME_MS of it (the second, fed by this
+ * hub meanwhile, as a rule: the same version). Under a third of that rate,
+ * it is slow and goes to the end; else it is proven, and the second goes
+ * back under it. The other is proven too unless it is the slower by that
+ * much, so that it may head the chain in its turn without a probe of its
+ * own. A head that no such pair of rates judged while HUB_PROBE_VERSIONS
+ * versions were committed (small ones, deltas: neither measures a link) is
+ * proven as it is, and this hub feeds the second no more.
  */
 static void
 s_probe(wsync_hub_t *h)
 {
 	size_t order[HUB_PLACES], parents = s_chain(h, order);
 	struct hub_place *head, *beside = NULL;
+	uint64_t commits = h->counts.commits + 1;
 
-	if (parents == 0)
+	if (!s_probing(h, order, parents))
 		return;
 	head = &h->places[order[0]];
-	if (head->proven || head->slow || !s_rate_from_here(h, head))
-		return;
-	for (size_t i = 0; i < h->nplaces; i++)
-		if (&h->places[i] != head && !h->places[i].bad && s_rate_from_here(h, &h->places[i]) &&
-		    (beside == NULL || h->places[i].rate > beside->rate))
+	if (head->probe_from == 0)
+		head->probe_from = commits;
+	for (size_t i = 0; i < h->nplaces && s_rate_here(head); i++) {
+		const struct hub_place *p = &h->places[i];
+		if (p != head && !p->bad && s_rate_here(p) &&
+		    llabs(p->rate_ms - head->rate_ms) <= HUB_PROBE_SAME_MS &&
+		    (beside == NULL || p->rate > beside->rate))
 			beside = &h->places[i];
-	if (beside == NULL)
+	}
+	if (beside == NULL) {
+		if (commits - head->probe_from < HUB_PROBE_VERSIONS)
+			return;
+		head->proven = 1;
+		hub_log(h, "event=relay-probe relay=%s reason=\"no rate beside it over %d versions: "
+		    "it keeps its place\"", head->relay, HUB_PROBE_VERSIONS);
 		return;
+	}
 	hub_log(h, "event=relay-probe relay=%s rate=%" PRIu64 " beside=%s beside_rate=%" PRIu64,
 	    head->relay, head->rate, beside->relay, beside->rate);
 	if (head->rate < beside->rate / 3) {
@@ -291,7 +325,8 @@ s_probe(wsync_hub_t *h)
 	} else {
 		head->proven = 1;
 	}
-	beside->proven = beside->rate >= head->rate / 3;
+	if (beside->rate >= head->rate / 3)
+		beside->proven = 1;
 }
 
 /* Packs "admit": the client keys of the relays placed under place i (none: nothing); 1 or 0. */
@@ -301,13 +336,13 @@ s_pack_admit(const wsync_hub_t *h, size_t i, wsync_enc_t *e, int pack)
 	size_t order[HUB_PLACES], parents = s_chain(h, order), n = 0;
 
 	for (size_t at = 0; at < h->nplaces; at++)
-		n += h->places[order[at]].client[0] != '\0' && s_parent_at(h, order, parents, at) == (long)i;
+		n += h->places[order[at]].client[0] != '\0' && s_lets_in(h, order, parents, at, i);
 	if (!pack || n == 0)
 		return n > 0;
 	wsync_enc_str(e, "admit");
 	msgpack_pack_array(&e->pk, n);
 	for (size_t at = 0; at < h->nplaces; at++)
-		if (h->places[order[at]].client[0] != '\0' && s_parent_at(h, order, parents, at) == (long)i)
+		if (h->places[order[at]].client[0] != '\0' && s_lets_in(h, order, parents, at, i))
 			wsync_enc_str(e, h->places[order[at]].client);
 	return 1;
 }
@@ -331,10 +366,11 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
     wsync_err_t *err)
 {
 	char endpoint[512], lost[512], key[64], rate_from[512];
+	size_t order[HUB_PLACES], parents;
 	int64_t now = wsync_now_ms();
+	uint64_t rate = 0, rate_age = 0;
+	int leaving = 0, rate_root = 0, probed;
 	struct hub_place *p;
-	uint64_t rate = 0;
-	int leaving = 0;
 	long at;
 	size_t i;
 
@@ -343,6 +379,8 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	    hub_str(r, "lost", 0, NULL, lost, sizeof(lost), err) < 0 ||
 	    hub_u64(r, "rate", 0, &rate, err) < 0 ||
 	    hub_str(r, "rate_from", 0, NULL, rate_from, sizeof(rate_from), err) < 0 ||
+	    hub_bool(r, "rate_root", &rate_root, err) < 0 ||
+	    hub_u64(r, "rate_age", 0, &rate_age, err) < 0 ||
 	    hub_bool(r, "leaving", &leaving, err) < 0)
 		return -1;
 	if (h->places == NULL && (h->places = calloc(HUB_PLACES, sizeof(*h->places))) == NULL)
@@ -373,6 +411,8 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (rate != 0) {
 		p->rate = rate;
 		snprintf(p->rate_from, sizeof(p->rate_from), "%s", rate_from);
+		p->rate_here = rate_root;
+		p->rate_ms = now - (int64_t)(rate_age < (uint64_t)now ? rate_age : 0);
 	}
 	/* Only the parent this hub told the relay last is one it can say it lost. */
 	if (lost[0] != '\0' && strcmp(p->told, lost) == 0) {
@@ -390,10 +430,15 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	}
 	s_probe(h);
 	at = s_parent_of(h, i);
+	/* Probed: the head, or the second fed beside it (each tells its rate soon, then reports often). */
+	parents = s_chain(h, order);
+	probed = s_probing(h, order, parents) && (order[0] == i || order[1] == i);
 	/* With keys: the parent's key for this relay, and the keys this one lets in. */
 	hub_ok(e, r->id, 1 + (at >= 0 && h->places[at].key[0] != '\0') +
-	    s_pack_admit(h, i, e, 0));
+	    s_pack_admit(h, i, e, 0) + probed);
 	wsync_enc_kv_str(e, "parent", at >= 0 ? h->places[at].endpoint : "");
+	if (probed)
+		wsync_enc_kv_bool(e, "probe", 1);
 	snprintf(p->told, sizeof(p->told), "%s", at >= 0 ? h->places[at].endpoint : "");
 	snprintf(p->told_relay, sizeof(p->told_relay), "%s", at >= 0 ? h->places[at].relay : "");
 	if (at >= 0 && h->places[at].key[0] != '\0')

@@ -23,10 +23,10 @@
  */
 #define S_QUIET_MS 250
 /*
- * A fetch from the root that told its rate reports this often for
- * S_PROBE_FOR_MS after its first bytes: the root may be setting its rate
- * beside another relay's (the probe), and the second of the two learns
- * where it goes from its next report (wsync(7), Placement).
+ * A fetch from the root by a relay it probes reports this often, once it
+ * told its rate, until S_PROBE_FOR_MS after its first bytes: the root sets
+ * its rate beside the other's, and each of the two learns where it goes
+ * from its next report (wsync(7), Placement).
  */
 #define S_PROBE_MS 25
 #define S_PROBE_FOR_MS 1500
@@ -77,11 +77,11 @@ s_gate(struct hub_relay *rl, uint64_t upto)
 }
 #endif
 
-/* Whether this relay is placed by the root and fetches from it (the probe's pair). */
+/* Whether the root probes this relay, which fetches from it (one of the probe's pair). */
 static int
-s_from_root(const struct hub_relay *rl)
+s_probed(const struct hub_relay *rl)
 {
-	return rl->advertise[0] != '\0' && rl->parent[0] == '\0';
+	return rl->probed && rl->parent[0] == '\0';
 }
 
 /* The rate of the fetch from the upstream followed: bytes in ms, told in the next report. */
@@ -90,9 +90,11 @@ s_rate(struct hub_relay *rl, uint64_t bytes, int64_t ms)
 {
 	rl->rate = bytes * 1000 / (uint64_t)(ms > 0 ? ms : 1);
 	snprintf(rl->rate_from, sizeof(rl->rate_from), "%s", rl->up.endpoint);
+	rl->rate_root = rl->parent[0] == '\0';
+	rl->rate_ms = wsync_now_ms();
 #ifdef WSYNC_TEST_HOOKS
 	/* The test-only rate of wsync-serve(1): a slow link, without shaping one. */
-	if (getenv("WSYNC_TEST_RELAY_RATE") != NULL)
+	if (getenv("WSYNC_TEST_RELAY_RATE") != NULL && !rl->resumed)
 		rl->rate = strtoull(getenv("WSYNC_TEST_RELAY_RATE"), NULL, 10);
 #endif
 }
@@ -130,7 +132,7 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * is in: told at once the first time, then with each report.
 	 */
 	if (moved && rl->arriving.size >= RELAY_RATE_MIN && rl->in - rl->in_from >=
-	    RELAY_RATE_EARLY && now - rl->in_ms >= (s_from_root(rl) ? RELAY_RATE_PROBE_MS :
+	    RELAY_RATE_EARLY && now - rl->in_ms >= (s_probed(rl) ? RELAY_RATE_PROBE_MS :
 	    RELAY_RATE_EARLY_MS)) {
 		s_rate(rl, rl->in - rl->in_from, now - rl->in_ms);
 		if (!rl->rate_told) {
@@ -143,11 +145,11 @@ s_written(void *arg, const char *tmp, uint64_t upto)
 	 * behind it flowing; one held up (nothing in for S_QUIET_MS: the fetch
 	 * tells so that often) asks for its place sooner. Not on the first word:
 	 * the fetch asks the root for the layout after it, on the connection a
-	 * report may end. One fed by the root while it probes reports more often.
+	 * report may end. One the root probes reports more often (S_PROBE_MS).
 	 */
 	if (rl->told != 0 && (now - rl->reported_ms >= WSYNC_HEARTBEAT_MS ||
 	    (now - rl->moved_ms >= S_QUIET_MS && now - rl->reported_ms >= S_QUIET_MS) ||
-	    (s_from_root(rl) && rl->rate_told && now - rl->in_ms < S_PROBE_FOR_MS &&
+	    (s_probed(rl) && rl->rate_told && now - rl->in_ms < S_PROBE_FOR_MS &&
 	    now - rl->reported_ms >= S_PROBE_MS)))
 		s_report_now(rl);
 	/*
@@ -316,6 +318,7 @@ s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 {
 	char parent[sizeof(rl->placed)], key[sizeof(rl->placed_key)];
 	int placing = rl->advertise[0] != '\0', lost = rl->lost[0] != '\0' && !leaving;
+	const msgpack_object *probe;
 	int keyed = placing && rl->advertise_key[0] != '\0';
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
@@ -326,13 +329,16 @@ s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 		return 0;
 	if (rl->home == NULL && s_home_connect(rl, err) < 0)
 		return -1;
-	id = wsync_client_request(rl->home, &e, "subtree", 2 + 3 * placing + keyed + lost +
+	id = wsync_client_request(rl->home, &e, "subtree", 2 + 5 * placing + keyed + lost +
 	    (placing && leaving));
 	wsync_enc_kv_str(&e, "relay", rl->name);
 	if (placing) {
 		wsync_enc_kv_str(&e, "advertise", rl->advertise);
 		wsync_enc_kv_u64(&e, "rate", rl->rate);
 		wsync_enc_kv_str(&e, "rate_from", rl->rate_from);
+		wsync_enc_kv_bool(&e, "rate_root", rl->rate_root);
+		wsync_enc_kv_u64(&e, "rate_age", rl->rate_ms != 0 ?
+		    (uint64_t)(wsync_now_ms() - rl->rate_ms) : 0);
 	}
 	if (keyed)
 		wsync_enc_kv_str(&e, "advertise_key", rl->advertise_key);
@@ -367,6 +373,8 @@ s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 		key[0] = '\0';
 	snprintf(rl->placed, sizeof(rl->placed), "%s", parent);
 	snprintf(rl->placed_key, sizeof(rl->placed_key), "%s", key);
+	probe = wsync_msg_get(&m, "probe");
+	rl->probed = probe != NULL && probe->type == MSGPACK_OBJECT_BOOLEAN && probe->via.boolean;
 	s_admit(rl, wsync_msg_get(&m, "admit"));
 	wsync_client_release(&m, &p);
 	return 0;
@@ -535,6 +543,7 @@ s_fetch(struct hub_relay *rl, const char *model, const wsync_head_t *head, int c
 	rl->in_ms = rl->moved_ms = wsync_now_ms();
 	rl->in_started = 0;
 	rl->rate_told = 0;
+	rl->resumed = f.resume != NULL;
 	if (wsync_client_fetch_temp(rl->up.client, &f, &tmp, &got, S_CALL_MS, err) < 0) {
 		/* Not in at the upstream in time (66): the next round resumes it, as a lost one. */
 		if (s_cut_keep(rl, model, head, err))

@@ -65,12 +65,12 @@ struct relay_hand_over;
 #define RELAY_RATE_EARLY (768u << 10)
 #define RELAY_RATE_EARLY_MS 300
 /*
- * A fetch from the root itself tells it sooner, when the 768 KiB came: the
- * root sets the first relay's rate beside the second's while it feeds both
- * (the probe, wsync(7) Placement), and each of its milliseconds sends the
- * version twice through the root's link. A link of a fifth still takes a
- * third of a second for the 768 KiB; the burst its shaper lets through
- * first is under a fifth of them.
+ * A fetch from the root by a relay it probes tells it sooner, when the
+ * 768 KiB came: the root sets the first relay's rate beside the second's
+ * while it feeds both (the probe, wsync(7) Placement), and each of its
+ * milliseconds sends the version twice through the root's link. A link of
+ * a fifth still takes a third of a second for the 768 KiB; the burst its
+ * shaper lets through first is under a fifth of them.
  */
 #define RELAY_RATE_PROBE_MS 150
 
@@ -120,6 +120,7 @@ struct hub_relay {
 	int in_started;                 /* this fetch's first bytes came: the rate counts from them */
 	int64_t moved_ms;               /* when in last moved (until then: when the fetch began) */
 	int rate_told;                  /* this fetch's rate was told home */
+	int resumed;                    /* this fetch resumes one cut off */
 	struct relay_cut cut;
 	/* Placement (wsync(7) RELAYS): reports go home, versions come from the parent. */
 	char advertise[512];            /* where downstream relays reach this hub; "": nowhere */
@@ -141,6 +142,9 @@ struct hub_relay {
 	char spoiled_from[512];
 	uint64_t rate;                  /* bytes/s of the last fetch of RELAY_RATE_MIN or more */
 	char rate_from[512];            /* the upstream that fetch came from */
+	int rate_root;                  /* that upstream was the root, followed unplaced or placed there */
+	int64_t rate_ms;                /* when that rate was measured; 0: never */
+	int probed;                     /* the root's last reply said it probes this relay (wsync(7) Placement) */
 	wsync_log_fn log;
 	void *log_arg;
 };

@@ -25,10 +25,11 @@ placed_under() {
 	[ "$(parent_of "$1")" = "$2" ]
 }
 
-# 0 when the root has rate $2 for relay $1.
+# 0 when the root has a rate for relay $1 (with $2: that rate).
 root_knows_rate() {
-	wsync-inspect --hub --json -t 1 2>/dev/null | jq -e --arg e "ipc://$TMP/$1" --argjson r "$2" \
-	    '.relays[] | select(.endpoint == $e and .rate == $r)' >/dev/null
+	wsync-inspect --hub --json -t 1 2>/dev/null | jq -e --arg e "ipc://$TMP/$1" \
+	    --argjson r "${2:-0}" '.relays[] | select(.endpoint == $e and .rate > 0 and
+	    ($r == 0 or .rate == $r))' >/dev/null
 }
 
 # 0 when relay $1 follows what the root said: its log shows it connected to $2.
@@ -290,12 +291,61 @@ start_chain() {
 	wait_until placed_under r4 r3
 	wsync-push -m policy big.safetensors >/dev/null
 	wait_until placed_under r2 r4
-	# r3's report says its rate, measured from r2: as fast as what fed it.
-	wait_until root_knows_rate r3 100000
+	# r3's report says its rate: measured from r2, as fast as what fed it (or,
+	# its fetch cut off when r2 moved, measured from r1 where it resumed).
+	wait_until grep -q "event=commit model=policy version=1 " r3.log
+	wait_until root_knows_rate r3
 	run -0 placed_under r3 r1
 	run -0 placed_under r4 r3
 	run -0 grep -c "event=relay-slow" hub.log
 	assert_output 1
+}
+
+@test "a head no rate judged while three versions were committed keeps its place, and the root feeds the second no more" {
+	make_versions 3
+	start_hub
+	start_chain 3
+	for v in 1 2 3; do
+		wsync-push -m policy "v$v.wsync" >/dev/null
+	done
+	# Versions of 2 KiB: no fetch measures a link.
+	wait_until placed_under r2 r1
+	run -0 grep -c "event=relay-probe relay=$(hostname):${RPID[r1]} reason=\"no rate beside it over 3 versions: it keeps its place\"\$" hub.log
+	assert_output 1
+	run -0 placed_under r3 r2
+	start_watcher w3 -e "ipc://$TMP/r3"
+	wait_until watcher_at w3 3
+	assert_equal "$(content_of w3.wsync)" "$(content_of v3.wsync)"
+}
+
+@test "with keys, the head lets in the second while the root probes it, before it moves under it" {
+	need_test_hooks WSYNC_TEST_RELAY_RATE
+	local relay2_key
+	make_big 8
+	mkdir push pull r1pull r2pull
+	for k in root pusher relay1 r1hub r2hub worker; do wsync-keygen "$k" >/dev/null; done
+	relay2_key=$(wsync-keygen relay2)
+	cp pusher push/
+	cp relay1 relay2 pull/
+	cp worker r1pull/
+	cp worker r2pull/
+	start_hub --secret-key root_secret --allow-push push --allow-pull pull
+	export WSYNC_KEY=pusher_secret WSYNC_HUB_KEY=root WSYNC_TEST_RELAY_RATE=1000000
+	start_relay r1 --key relay1_secret --hub-key root --secret-key r1hub_secret --allow-pull r1pull
+	wait_until placed_under r1 root
+	start_relay r2 --key relay2_secret --hub-key root --secret-key r2hub_secret --allow-pull r2pull
+	wait_until placed_under r2 root
+	# Before any version: r1 was told to let r2 in already.
+	wait_until grep -q "event=relay-admit keys=1\$" r1.log
+	start_watcher w2 --key worker_secret --hub-key r2hub -e "ipc://$TMP/r2"
+	wsync-push -m policy big.safetensors >/dev/null
+	wait_until placed_under r2 r1
+	wait_until follows r2 r1
+	wait_until watcher_at w2 1
+	assert_equal "$(content_of w2.wsync)" "$(root_content)"
+	run -0 grep -c "event=relay-connect upstream=ipc://$TMP/r1 " r2.log
+	assert_output 1
+	run -0 grep -qF "event=admit key=$relay2_key role=pull " r1.log
 }
 
 @test "a relay that stops says so: the root places around it at once, and one started again at its endpoint is not taken for a second" {
@@ -337,8 +387,8 @@ start_chain() {
 @test "a relay lost after another started at its endpoint is forgotten at the word, and the new one placed at the end" {
 	start_hub
 	cat >"$TMP/reports" <<-EOF
-	{"op": "subtree", "relay": "a:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "advertise": "ipc://$TMP/a"}
-	{"op": "subtree", "relay": "b:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "advertise": "ipc://$TMP/b"}
+	{"op": "subtree", "relay": "a:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "rate_root": true, "advertise": "ipc://$TMP/a"}
+	{"op": "subtree", "relay": "b:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "rate_root": true, "advertise": "ipc://$TMP/b"}
 	{"op": "subtree", "relay": "c:1", "workers": [], "advertise": "ipc://$TMP/c"}
 	{"op": "subtree", "relay": "a:2", "workers": [], "advertise": "ipc://$TMP/a"}
 	{"op": "subtree", "relay": "b:1", "workers": [], "advertise": "ipc://$TMP/b", "lost": "ipc://$TMP/a"}
@@ -382,8 +432,8 @@ start_chain() {
 @test "a relay's word that it lost its parent is not taken of another relay started since at that endpoint" {
 	start_hub
 	cat >"$TMP/reports" <<-EOF
-	{"op": "subtree", "relay": "a:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "advertise": "ipc://$TMP/a"}
-	{"op": "subtree", "relay": "b:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "advertise": "ipc://$TMP/b"}
+	{"op": "subtree", "relay": "a:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "rate_root": true, "advertise": "ipc://$TMP/a"}
+	{"op": "subtree", "relay": "b:1", "workers": [], "rate": 1000000, "rate_from": "tcp://root:1", "rate_root": true, "advertise": "ipc://$TMP/b"}
 	{"op": "subtree", "relay": "a:1", "workers": [], "advertise": "ipc://$TMP/a", "leaving": true}
 	{"op": "subtree", "relay": "a:2", "workers": [], "advertise": "ipc://$TMP/a"}
 	{"op": "subtree", "relay": "b:1", "workers": [], "advertise": "ipc://$TMP/b", "lost": "ipc://$TMP/a"}
@@ -404,10 +454,10 @@ import json
 workers = [{"worker": "w%d" % i, "ago": 0, "models": {}} for i in range(4096)]
 # Both say rates from the root alike: big is proven, and small goes under it.
 print(json.dumps({"op": "subtree", "relay": "big:1", "workers": workers, "advertise": "ipc://big",
-                  "rate": 1000000, "rate_from": "tcp://root:1"}))
+                  "rate": 1000000, "rate_from": "tcp://root:1", "rate_root": True}))
 for _ in range(2):
     print(json.dumps({"op": "subtree", "relay": "small:2", "advertise": "ipc://small",
-                      "rate": 1000000, "rate_from": "tcp://root:1",
+                      "rate": 1000000, "rate_from": "tcp://root:1", "rate_root": True,
                       "workers": [{"worker": "extra", "ago": 0, "models": {}}]}))
 PYEOF
 	run -0 "$PY" "$FIXTURES/hubclient.py" "$WSYNC_ENDPOINT" session <"$TMP/reports"
