@@ -282,12 +282,15 @@ deltas_at() {
 	[ -x "$ROOT/${BUILD:-build/cc}/bench/mkmodel" ] || skip "no bench/mkmodel in ${BUILD:-build/cc}"
 	run -0 env BOUND_S=120 ROWS="$TMP/rows" "$ROOT/bench/hosts-fleet" 4 100mbit 4
 	echo "$output" | sed 's/^/# /' >&3
-	# The root's link sends one copy down a chain, two down a binary tree.
+	# The root's link sends one copy down a chain, two down a binary tree. The
+	# chain's first version also pays the probe: the root feeds the second
+	# relay too until both told their rates, 768 KiB or more each, which at
+	# 4 MiB is a third of the version or more (1.3 to 1.6 copies measured).
 	row=$(grep '^| 4 | [0-9.]* s | [0-9.]* s (' <<<"$output")
 	read -r chain tree tcpchain tcpstore tcptree < <(grep -o 'root sent [0-9.]* copies' <<<"$row" |
 	    awk '{ print $3 }' | paste -sd ' ')
 	awk -v c="$chain" -v t="$tree" -v tc="$tcpchain" -v ts="$tcpstore" -v tt="$tcptree" \
-	    'BEGIN { exit !(c < 1.5 && t >= 2 && t < 2.2 && tc < 1.1 && ts < 1.1 && tt >= 2 && tt < 2.2) }'
+	    'BEGIN { exit !(c < 1.9 && t >= 2 && t < 2.2 && tc < 1.1 && ts < 1.1 && tt >= 2 && tt < 2.2) }'
 	assert_line --regexp "^\\| 4 \\| [0-9.]+ s \\| [0-9.]+ s \\([0-9.]+x T\\) \\| version 1: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s; version 2: the others [0-9.]+ s \\([0-9.]+x T\\), host 3 [0-9.]+ s \\| version 1: the others [0-9.]+ s \\([0-9.]+x T\\), host 2 [0-9.]+ s; version 2: the others [0-9.]+ s \\([0-9.]+x T\\), host 2 [0-9.]+ s \\|\$"
 	run -0 cut -f 1 "$TMP/rows"
 	assert_output "4 MiB to 4 hosts, relays naming the root (root sent $chain copies)
