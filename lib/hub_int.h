@@ -59,7 +59,7 @@
 #define HUB_PLACE_ALIVE_MS WSYNC_ALIVE_MS /* a relay not reporting for this long is placed no more */
 /* The probe (hub_place.c): two rates measured this close are set side by side. */
 #define HUB_PROBE_SAME_MS 2000
-/* A head no two rates judged while this many versions were committed keeps its place. */
+/* A head no two rates judged while this many versions were committed (and 3 s passed) keeps its place. */
 #define HUB_PROBE_VERSIONS 3
 #define HUB_ARRIVE_TOPIC ".arriving"    /* announcements of arriving versions: no model id starts so */
 

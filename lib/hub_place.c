@@ -25,6 +25,7 @@ struct hub_place {
 	int slow;                       /* a third of its parent's rate or less: last in line */
 	int proven;                     /* its rate from this hub was set beside another's (s_probe) */
 	uint64_t probe_from;            /* this hub's commits when its probe began, plus 1; 0: none */
+	int64_t probe_ms;               /* monotonic ms when its probe began */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 	int shared;                     /* another place says its endpoint: parent of none */
 	char told[512];                 /* the parent it was told last; "": this hub */
@@ -287,8 +288,8 @@ s_rate_here(const struct hub_place *p)
  * back under it. The other is proven too unless it is the slower by that
  * much, so that it may head the chain in its turn without a probe of its
  * own. A head that no such pair of rates judged while HUB_PROBE_VERSIONS
- * versions were committed (small ones, deltas: neither measures a link) is
- * proven as it is, and this hub feeds the second no more.
+ * versions were committed (small ones, deltas: neither measures a link) and
+ * 3 seconds passed is proven as it is, and this hub feeds the second no more.
  */
 static void
 s_probe(wsync_hub_t *h)
@@ -296,12 +297,20 @@ s_probe(wsync_hub_t *h)
 	size_t order[HUB_PLACES], parents = s_chain(h, order);
 	struct hub_place *head, *beside = NULL;
 	uint64_t commits = h->counts.commits + 1;
+	int64_t now = wsync_now_ms();
+	int probing = s_probing(h, order, parents);
 
-	if (!s_probing(h, order, parents))
+	/* A probe begins anew for a head probed again (a second came back, a place moved). */
+	for (size_t i = 0; i < h->nplaces; i++)
+		if (!probing || i != order[0])
+			h->places[i].probe_from = 0;
+	if (!probing)
 		return;
 	head = &h->places[order[0]];
-	if (head->probe_from == 0)
+	if (head->probe_from == 0) {
 		head->probe_from = commits;
+		head->probe_ms = now;
+	}
 	for (size_t i = 0; i < h->nplaces && s_rate_here(head); i++) {
 		const struct hub_place *p = &h->places[i];
 		if (p != head && !p->bad && s_rate_here(p) &&
@@ -309,8 +318,13 @@ s_probe(wsync_hub_t *h)
 		    (beside == NULL || p->rate > beside->rate))
 			beside = &h->places[i];
 	}
+	/*
+	 * Not before its rates could have come: commits count each model of a
+	 * push, and the head tells its rate a fifth of a second into a version.
+	 */
 	if (beside == NULL) {
-		if (commits - head->probe_from < HUB_PROBE_VERSIONS)
+		if (commits - head->probe_from < HUB_PROBE_VERSIONS ||
+		    now - head->probe_ms < HUB_PROBE_SAME_MS + WSYNC_HEARTBEAT_MS)
 			return;
 		head->proven = 1;
 		hub_log(h, "event=relay-probe relay=%s reason=\"no rate beside it over %d versions: "
@@ -411,8 +425,9 @@ hub_place_reply(wsync_hub_t *h, const struct hub_req *r, const char *relay, wsyn
 	if (rate != 0) {
 		p->rate = rate;
 		snprintf(p->rate_from, sizeof(p->rate_from), "%s", rate_from);
-		p->rate_here = rate_root;
-		p->rate_ms = now - (int64_t)(rate_age < (uint64_t)now ? rate_age : 0);
+		/* Measured before this hub's clock began (its host restarted): not set beside any. */
+		p->rate_here = rate_root && rate_age < (uint64_t)now;
+		p->rate_ms = p->rate_here ? now - (int64_t)rate_age : 0;
 	}
 	/* Only the parent this hub told the relay last is one it can say it lost. */
 	if (lost[0] != '\0' && strcmp(p->told, lost) == 0) {

@@ -32,6 +32,12 @@ root_knows_rate() {
 	    ($r == 0 or .rate == $r))' >/dev/null
 }
 
+# 0 when the root heard (through a relay's report) that worker $1 applied version $2.
+root_heard_applied() {
+	wsync-inspect --hub --json -t 1 2>/dev/null | jq -e --arg w "$1" --argjson v "$2" \
+	    '.workers[] | select(.worker == $w and (.applied.policy // 0) == $v)' >/dev/null
+}
+
 # 0 when relay $1 follows what the root said: its log shows it connected to $2.
 follows() {
 	grep -q "event=relay-connect upstream=ipc://$TMP/$2 " "$TMP/$1.log"
@@ -291,11 +297,11 @@ start_chain() {
 	wait_until placed_under r4 r3
 	wsync-push -m policy big.safetensors >/dev/null
 	wait_until placed_under r2 r4
-	# r3's report says its rate: measured from r2, as fast as what fed it (or,
-	# its fetch cut off when r2 moved, measured from r1 where it resumed).
+	# r3's report says its rate, measured from r2: as fast as what fed it. (A
+	# fetch cut off when r2 moved resumes from r1 and says no rate.)
 	wait_until grep -q "event=commit model=policy version=1 " r3.log
-	wait_until root_knows_rate r3
-	run -0 placed_under r3 r1
+	grep -q "event=relay-resume" r3.log || wait_until root_knows_rate r3 100000
+	wait_until placed_under r3 r1
 	run -0 placed_under r4 r3
 	run -0 grep -c "event=relay-slow" hub.log
 	assert_output 1
@@ -305,10 +311,16 @@ start_chain() {
 	make_versions 3
 	start_hub
 	start_chain 3
-	for v in 1 2 3; do
+	start_watcher w2 -e "ipc://$TMP/r2"
+	# Versions of 2 KiB: no fetch measures a link. After two, r2 is still fed
+	# by the root (its report of w2's ack came after the second commit).
+	for v in 1 2; do
 		wsync-push -m policy "v$v.wsync" >/dev/null
+		wait_until root_heard_applied w2 "$v"
 	done
-	# Versions of 2 KiB: no fetch measures a link.
+	run -0 placed_under r2 root
+	run -1 grep "reason=\"no rate beside it" hub.log
+	wsync-push -m policy v3.wsync >/dev/null
 	wait_until placed_under r2 r1
 	run -0 grep -c "event=relay-probe relay=$(hostname):${RPID[r1]} reason=\"no rate beside it over 3 versions: it keeps its place\"\$" hub.log
 	assert_output 1
