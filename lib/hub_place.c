@@ -24,8 +24,8 @@ struct hub_place {
 	int64_t rate_ms;                /* monotonic ms when it was measured, as the relay says */
 	int slow;                       /* a third of its parent's rate or less: last in line */
 	int proven;                     /* its rate from this hub was set beside another's (s_probe) */
-	uint64_t probe_from;            /* this hub's commits when its probe began, plus 1; 0: none */
-	int64_t probe_ms;               /* monotonic ms when its probe began */
+	uint64_t probe_from;            /* this hub's commits when its probe began */
+	int64_t probe_ms;               /* monotonic ms when its probe began; 0: none under way */
 	int bad;                        /* one below lost it or got bad bytes: parent of none */
 	int shared;                     /* another place says its endpoint: parent of none */
 	char told[512];                 /* the parent it was told last; "": this hub */
@@ -296,18 +296,18 @@ s_probe(wsync_hub_t *h)
 {
 	size_t order[HUB_PLACES], parents = s_chain(h, order);
 	struct hub_place *head, *beside = NULL;
-	uint64_t commits = h->counts.commits + 1;
+	uint64_t commits = h->counts.commits;
 	int64_t now = wsync_now_ms();
 	int probing = s_probing(h, order, parents);
 
 	/* A probe begins anew for a head probed again (a second came back, a place moved). */
 	for (size_t i = 0; i < h->nplaces; i++)
 		if (!probing || i != order[0])
-			h->places[i].probe_from = 0;
+			h->places[i].probe_ms = 0;
 	if (!probing)
 		return;
 	head = &h->places[order[0]];
-	if (head->probe_from == 0) {
+	if (head->probe_ms == 0) {
 		head->probe_from = commits;
 		head->probe_ms = now;
 	}

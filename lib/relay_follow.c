@@ -318,7 +318,6 @@ s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 {
 	char parent[sizeof(rl->placed)], key[sizeof(rl->placed_key)];
 	int placing = rl->advertise[0] != '\0', lost = rl->lost[0] != '\0' && !leaving;
-	const msgpack_object *probe;
 	int keyed = placing && rl->advertise_key[0] != '\0';
 	wsync_parts_t p = { .n = 0 };
 	wsync_msg_t m;
@@ -373,8 +372,7 @@ s_report(struct hub_relay *rl, int leaving, wsync_err_t *err)
 		key[0] = '\0';
 	snprintf(rl->placed, sizeof(rl->placed), "%s", parent);
 	snprintf(rl->placed_key, sizeof(rl->placed_key), "%s", key);
-	probe = wsync_msg_get(&m, "probe");
-	rl->probed = probe != NULL && probe->type == MSGPACK_OBJECT_BOOLEAN && probe->via.boolean;
+	rl->probed = wsync_obj_true(wsync_msg_get(&m, "probe"));
 	s_admit(rl, wsync_msg_get(&m, "admit"));
 	wsync_client_release(&m, &p);
 	return 0;
