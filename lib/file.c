@@ -212,7 +212,8 @@ s_str_is(const msgpack_object *o, const char *s)
 	    memcmp(o->via.str.ptr, s, o->via.str.size) == 0;
 }
 
-static const msgpack_object_kv *s_dup_sorting;
+/* The map qsort's comparator sorts: per thread, as a hub's loop and its relay's thread check files at once. */
+static _Thread_local const msgpack_object_kv *s_dup_sorting;
 
 static int
 s_cmp_kv(const void *a, const void *b)
