@@ -57,6 +57,7 @@
 #define ENTRY_COST 64                   /* a tensor entry's keys and numbers, estimated */
 #define SAMPLE_MIN (16u << 20)          /* a tensor this large is estimated from a sample */
 #define SAMPLE_EVERY 8                  /* of its chunks, one in this many */
+#define MAP_WINDOW (8u << 20)           /* over: B's bytes mapped at a time */
 
 /* ---- msgpack, written through the buffered output ---- */
 
@@ -108,8 +109,10 @@ typedef struct s_worker {
 	unsigned char *bwin, *hwin;     /* CHUNK bytes each: the piece of B, of H read */
 	unsigned char *tmp;             /* CHUNK bytes */
 	unsigned char *group;           /* a sparse group: 4 gap planes, 8 value planes */
-	unsigned char *map;             /* over: B's window mapped, maplen bytes */
+	unsigned char *map;             /* over: B's window mapped, maplen bytes at mapoff */
+	uint64_t mapoff;
 	size_t maplen;
+	int sampling;                   /* a sample's pieces are read: B's mapped piece by piece */
 	unsigned char *patch;           /* over: B's piece in it, written with H's bytes */
 	XXH3_state_t *hash;             /* over: H's tensor hashed as it is read */
 	XXH3_state_t *bhash;            /* base_read: B's tensor bti hashed up to bnext */
@@ -266,29 +269,40 @@ s_unmap(s_worker_t *wk)
 }
 
 /*
- * Over: n bytes of B at off, mapped shared for writing (a window of its own,
- * unmapped at the next, so B's pages mapped stay one window's); the worker's
- * patch points at them. Mapped, where the applier reads and writes: only the
- * runs that differ are written here, and a window read and written back whole
- * cost more (1 GiB at 1%: 0.43-0.60 s a pass mapped, 0.58-0.68 s written
- * back). NULL with err.
+ * Over: n bytes of B at off (within B's bytes up to end), mapped shared for
+ * writing; the worker's patch points at them. A window of MAP_WINDOW bytes
+ * is mapped at a time, the next pieces taken from it while they fall in it,
+ * and let go as the next is mapped, so that B's pages mapped stay one
+ * window's. Mapped, where the applier reads and writes: only the runs that
+ * differ are written here, and a window read and written back whole cost more
+ * (1 GiB at 1%: 0.43-0.60 s a pass mapped, 0.58-0.68 s written back). Each
+ * mapping costs a call and, the process having threads, a flush of the other
+ * cores' TLBs when it goes, so windows are larger than the pieces read.
+ * NULL with err.
  */
-static const unsigned char *
-s_base_window(const s_make_t *m, s_worker_t *wk, uint64_t off, size_t n, wsync_err_t *err)
+static unsigned char *
+s_base_window(const s_make_t *m, s_worker_t *wk, uint64_t off, size_t n, uint64_t end,
+    wsync_err_t *err)
 {
-	uint64_t start = off - off % (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t start = off - off % (uint64_t)sysconf(_SC_PAGESIZE), len;
 	void *p;
 
+	if (wk->map != NULL && off >= wk->mapoff && off + n <= wk->mapoff + wk->maplen)
+		return wk->patch = wk->map + (off - wk->mapoff);
 	s_unmap(wk);
-	p = mmap(NULL, (size_t)(off - start) + n, PROT_READ | PROT_WRITE,
-	    MAP_SHARED | MAP_POPULATE, m->base_fd, (off_t)start);
+	len = end - start < MAP_WINDOW ? end - start : MAP_WINDOW;
+	if (len < (off - start) + n)
+		len = (off - start) + n;
+	p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+	    m->base_fd, (off_t)start);
 	if (p == MAP_FAILED) {
 		wsync_err_set(err, EX_IOERR, "%s: cannot map the base to write into: %s",
 		    m->out.name, strerror(errno));
 		return NULL;
 	}
 	wk->map = p;
-	wk->maplen = (size_t)(off - start) + n;
+	wk->mapoff = start;
+	wk->maplen = (size_t)len;
 	wk->patch = wk->map + (off - start);
 	return wk->patch;
 }
@@ -347,7 +361,8 @@ s_chunk(const s_make_t *m, s_worker_t *wk, size_t i, const wsync_tensor_t *t,
 		s_base_hash(m, wk, bi, bt->nbytes, at, wk->bwin, n);
 		return 0;
 	}
-	*b = m->over != NULL && m->over->patch ? s_base_window(m, wk, bt->offset + at, n, err) :
+	*b = m->over != NULL && m->over->patch ? s_base_window(m, wk, bt->offset + at, n,
+	    wk->sampling ? bt->offset + at + n : bt->offset + bt->nbytes, err) :
 	    s_read(m, m->base, m->base_fd, wk->bwin, bt->offset + at, n, err);
 	return *b == NULL ? -1 : 0;
 }
@@ -443,22 +458,74 @@ s_sparse_group(s_worker_t *wk, uint32_t c, unsigned w, wsync_err_t *err)
  * sparse group being gathered (*c changes in it, *prev the one before),
  * writing the group out when it is full.
  */
-static int
+static inline int
 s_sparse_add(s_worker_t *wk, uint32_t *c, uint64_t *prev, uint64_t e, uint64_t v, unsigned w,
     wsync_err_t *err)
 {
 	uint64_t gap = e - *prev - 1;
+	unsigned char *g = wk->group + *c;
 	int rc;
 
 	for (unsigned j = 0; j < 4; j++)
-		wk->group[(size_t)j * GROUP_MAX + *c] = (unsigned char)(gap >> (8 * j));
+		g[(size_t)j * GROUP_MAX] = (unsigned char)(gap >> (8 * j));
 	for (unsigned j = 0; j < w; j++)
-		wk->group[(size_t)(4 + j) * GROUP_MAX + *c] = (unsigned char)(v >> (8 * j));
+		g[(size_t)(4 + j) * GROUP_MAX] = (unsigned char)(v >> (8 * j));
 	*prev = e;
 	if (++*c == GROUP_MAX) {
 		if ((rc = s_sparse_group(wk, *c, w, err)) != 0)
 			return rc;
 		*c = 0;
+	}
+	return 0;
+}
+
+/*
+ * The elements of width w (1, 2, 4 or 8 bytes) that differ in a word whose
+ * xor is x: bit 8k + 7 set for each byte k that starts one. Each lane is
+ * folded onto its first byte, and a byte's high bit set when any of its bits
+ * is, without a branch per element.
+ */
+static inline uint64_t
+s_lanes(uint64_t x, unsigned w)
+{
+	uint64_t first;
+
+	switch (w) {
+	case 1:
+		first = 0x0101010101010101ULL;
+		break;
+	case 2:
+		x |= x >> 8;
+		first = 0x0001000100010001ULL;
+		break;
+	case 4:
+		x |= x >> 16;
+		x |= x >> 8;
+		first = 0x0000000100000001ULL;
+		break;
+	default:
+		return x != 0 ? 0x80 : 0;
+	}
+	x &= first * 0xff;
+	return (((x & first * 0x7f) + first * 0x7f) | x) & first * 0x80;
+}
+
+/*
+ * Adds the changed elements of the word at byte i of the tensor (its xor x)
+ * to the sparse group, in order; as s_sparse_add.
+ */
+static inline int
+s_sparse_word(s_worker_t *wk, uint32_t *c, uint64_t *prev, uint64_t i, uint64_t x,
+    unsigned w, unsigned shift, wsync_err_t *err)
+{
+	uint64_t lane = w == 8 ? ~0ULL : (1ULL << (8 * w)) - 1;
+	int rc;
+
+	for (uint64_t m = s_lanes(x, w); m != 0; m &= m - 1) {
+		unsigned k = (unsigned)__builtin_ctzll(m) >> 3;
+		if ((rc = s_sparse_add(wk, c, prev, (i + k) >> shift, (x >> (8 * k)) & lane, w,
+		    err)) != 0)
+			return rc;
 	}
 	return 0;
 }
@@ -478,44 +545,41 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor
 	unsigned char width = (unsigned char)w;
 	uint64_t prev = UINT64_MAX;     /* the previous change's element, -1 before any */
 	uint64_t lane = w == 8 ? ~0ULL : (1ULL << (8 * w)) - 1;
+	unsigned shift = (unsigned)__builtin_ctz(w);
 	uint32_t c = 0;
 	int rc;
 
 	if ((rc = s_zput(wk, &width, 1, 0, err)) != 0)
 		return rc;
 	for (uint64_t at = 0; at < t->nbytes; at += CHUNK) {
-		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
+		size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK, i = 0;
 		if (s_chunk(m, wk, ti, t, bt, at, n, &h, &b, err) < 0)
 			return -1;
 		s_over_piece(m, wk, h, n, 0);
-		for (size_t i = 0; i < n;) {
-			/* 32 bytes alike, as nearly all are at 1%: passed in one test. */
-			if (i + 32 <= n && (s_xor64(h, b, i) | s_xor64(h, b, i + 8) |
-			    s_xor64(h, b, i + 16) | s_xor64(h, b, i + 24)) == 0) {
-				i += 32;
+		/* 32 bytes at a time, nearly all alike at 1%: passed in one test. */
+		for (; i + 32 <= n; i += 32) {
+			uint64_t x[4] = { s_xor64(h, b, i), s_xor64(h, b, i + 8),
+			    s_xor64(h, b, i + 16), s_xor64(h, b, i + 24) };
+			if ((x[0] | x[1] | x[2] | x[3]) == 0)
 				continue;
-			}
-			size_t from = i, stop = i + 32 <= n ? i + 32 : n;
 			/* A word's xor holds its elements' xors, lane by lane: no element read twice. */
-			for (; i + 8 <= stop; i += 8) {
-				uint64_t x = s_xor64(h, b, i);
-				for (unsigned j = 0; x != 0 && j < 8; j += w) {
-					uint64_t v = w == 8 ? x : (x >> (8 * j)) & lane;
-					if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i + j) / w, v,
-					    w, err)) != 0)
-						return rc;
-				}
-			}
-			for (; i < stop; i += w) {
-				uint64_t v = 0;
-				for (unsigned j = 0; j < w; j++)
-					v |= (uint64_t)(h[i + j] ^ b[i + j]) << (8 * j);
-				if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i) / w, v, w,
-				    err)) != 0)
+			for (unsigned k = 0; k < 4; k++)
+				if (x[k] != 0 && (rc = s_sparse_word(wk, &c, &prev, at + i + 8 * k,
+				    x[k], w, shift, err)) != 0)
 					return rc;
-			}
 			if (wk->patch != NULL)
-				memcpy(wk->patch + from, h + from, stop - from);
+				memcpy(wk->patch + i, h + i, 32);
+		}
+		/* The chunk's last bytes, fewer than 32: element by element. */
+		if (i < n && wk->patch != NULL)
+			memcpy(wk->patch + i, h + i, n - i);
+		for (; i < n; i += w) {
+			uint64_t v = 0;
+			for (unsigned j = 0; j < w; j++)
+				v |= (uint64_t)(h[i + j] ^ b[i + j]) << (8 * j);
+			if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i) >> shift, v & lane,
+			    w, err)) != 0)
+				return rc;
 		}
 	}
 	if (c > 0 && (rc = s_sparse_group(wk, c, w, err)) != 0)
@@ -619,6 +683,7 @@ s_choose(void *arg, size_t i, unsigned worker)
 		changed = sampled = 0;
 		if (m->over != NULL && whole)
 			XXH3_64bits_reset(wk->hash);
+		wk->sampling = !whole;
 		for (uint64_t at = 0, k = 0; at < t->nbytes; at += CHUNK, k++) {
 			size_t n = t->nbytes - at < CHUNK ? (size_t)(t->nbytes - at) : CHUNK;
 			if (!whole && k % SAMPLE_EVERY != SAMPLE_EVERY / 2)
@@ -638,6 +703,7 @@ s_choose(void *arg, size_t i, unsigned worker)
 			break;
 		again = 1;
 	}
+	wk->sampling = 0;
 	s_unmap(wk);
 	if (sampled < t->nbytes)
 		changed = (uint64_t)((double)changed * (double)t->nbytes / (double)sampled);
@@ -786,7 +852,7 @@ s_encode_tensor(void *arg, size_t i, unsigned worker)
 		rc = s_encode_xor(m, wk, i, t, bt, &wk->err);
 		break;
 	case WSYNC_DELTA_SPARSE:
-		s_zstart(wk, LEVEL, -1, stop);
+		s_zstart(wk, f->cost * 8 < t->nbytes ? SPARSE_LEVEL : LEVEL, -1, stop);
 		rc = s_encode_sparse(m, wk, i, t, bt, w, &wk->err);
 		break;
 	case WSYNC_DELTA_WHOLE:
