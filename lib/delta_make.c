@@ -570,16 +570,19 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor
 			if (wk->patch != NULL)
 				memcpy(wk->patch + i, h + i, 32);
 		}
-		/* The chunk's last bytes, fewer than 32: element by element. */
-		if (i < n && wk->patch != NULL)
-			memcpy(wk->patch + i, h + i, n - i);
-		for (; i < n; i += w) {
+		/*
+		 * The chunk's last bytes, fewer than 32: element by element, then
+		 * written over B's (b is B's piece when patching: read before).
+		 */
+		for (size_t from = i; i < n; i += w) {
 			uint64_t v = 0;
 			for (unsigned j = 0; j < w; j++)
 				v |= (uint64_t)(h[i + j] ^ b[i + j]) << (8 * j);
 			if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i) >> shift, v & lane,
 			    w, err)) != 0)
 				return rc;
+			if (i + w >= n && wk->patch != NULL)
+				memcpy(wk->patch + from, h + from, n - from);
 		}
 	}
 	if (c > 0 && (rc = s_sparse_group(wk, c, w, err)) != 0)

@@ -825,16 +825,52 @@ out:
 }
 
 /*
+ * Writes a model of small tensors of each element width whose bytes are no
+ * multiple of 32 (the encoder's block), and its step: an element changed in
+ * each one's last bytes, where the encoder goes element by element, and one
+ * before them; the shortest all tail.
+ */
+static int
+s_write_tails(void)
+{
+	static const struct { const char *path; wsync_dtype_t dtype; uint64_t n, mid; } t[] = {
+		{ "bf16", WSYNC_BF16, 4097, 100 }, { "u8", WSYNC_U8, 45, 3 },
+		{ "f32", WSYNC_F32, 1001, 10 }, { "f64", WSYNC_F64, 13, 2 },
+		{ "short", WSYNC_BF16, 3, 0 },
+	};
+	static unsigned char b[5][8200], h[5][8200];
+	wsync_err_t err;
+	wsync_tree_t *tb = wsync_tree_new("tails", &err), *th = wsync_tree_new("tails", &err);
+
+	if (tb == NULL || th == NULL) {
+		wsync_tree_destroy(&tb);
+		wsync_tree_destroy(&th);
+		return -1;
+	}
+	for (size_t i = 0; i < 5; i++) {
+		uint64_t w = (uint64_t)wsync_dtype_size(t[i].dtype), shape[1] = { t[i].n };
+		s_add(tb, t[i].path, t[i].dtype, 1, shape, b[i], (unsigned)i + 1);
+		memcpy(h[i], b[i], t[i].n * w);
+		h[i][(t[i].n - 1) * w] ^= 0x11;
+		h[i][t[i].mid * w] ^= 0x22;
+		wsync_tree_add(th, t[i].path, t[i].dtype, 1, shape, h[i], t[i].n * w, &err);
+	}
+	return s_write(tb, s_path("base.wsync"), 1) == 0 &&
+	    s_write(th, s_path("head.wsync"), 2) == 0 ? 0 : -1;
+}
+
+/*
  * A delta made over the base is the delta made from the two files, byte for
  * byte, and leaves the base's file the head's, on 1, 2 and 7 threads: sparse,
- * xor and raw forms, a large tensor whose sample is taken, no change at all.
+ * xor and raw forms, a large tensor whose sample is taken, no change at all,
+ * changes in tensors' last bytes, fewer than the encoder's block of 32.
  */
 static void
 test_a_delta_made_over_the_base_is_the_same(void)
 {
 	static const struct { const char *dtype, *fraction; } cases[] = {
 		{ "bf16", "0.01" }, { "f32", "0.3" }, { "bf16", "1" }, { "large", "" },
-		{ "same", "" },
+		{ "same", "" }, { "tails", "" },
 	};
 	static const char *const threads[] = { "1", "2", "7" };
 	wsync_err_t err = { 0 };
@@ -843,6 +879,8 @@ test_a_delta_made_over_the_base_is_the_same(void)
 		int made, same = 0;
 		if (strcmp(cases[c].dtype, "large") == 0)
 			made = s_write_large_and_small() == 0;
+		else if (strcmp(cases[c].dtype, "tails") == 0)
+			made = s_write_tails() == 0;
 		else if (strcmp(cases[c].dtype, "same") == 0)
 			made = s_mkstep("bf16", "0.01", 1u << 22) == 0 &&
 			    s_copy(s_path("base.wsync"), s_path("head.wsync")) == 0;
