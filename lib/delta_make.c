@@ -544,7 +544,6 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor
 	const unsigned char *h, *b;
 	unsigned char width = (unsigned char)w;
 	uint64_t prev = UINT64_MAX;     /* the previous change's element, -1 before any */
-	uint64_t lane = w == 8 ? ~0ULL : (1ULL << (8 * w)) - 1;
 	unsigned shift = (unsigned)__builtin_ctz(w);
 	uint32_t c = 0;
 	int rc;
@@ -574,16 +573,17 @@ s_encode_sparse(const s_make_t *m, s_worker_t *wk, size_t ti, const wsync_tensor
 		 * The chunk's last bytes, fewer than 32: element by element, then
 		 * written over B's (b is B's piece when patching: read before).
 		 */
-		for (size_t from = i; i < n; i += w) {
+		size_t from = i;
+		for (; i < n; i += w) {
 			uint64_t v = 0;
 			for (unsigned j = 0; j < w; j++)
 				v |= (uint64_t)(h[i + j] ^ b[i + j]) << (8 * j);
-			if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i) >> shift, v & lane,
-			    w, err)) != 0)
+			if (v != 0 && (rc = s_sparse_add(wk, &c, &prev, (at + i) >> shift, v, w,
+			    err)) != 0)
 				return rc;
-			if (i + w >= n && wk->patch != NULL)
-				memcpy(wk->patch + from, h + from, n - from);
 		}
+		if (from < n && wk->patch != NULL)
+			memcpy(wk->patch + from, h + from, n - from);
 	}
 	if (c > 0 && (rc = s_sparse_group(wk, c, w, err)) != 0)
 		return rc;
