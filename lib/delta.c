@@ -1098,13 +1098,15 @@ s_image_map(s_apply_t *a, wsync_err_t *err)
  * each holding about 6 MiB, its zstd stream's window (4 MiB as wsync writes
  * them) and a MiB of decoded bytes and a sparse group. a is their model, with
  * H's image unless image is 0 (reserving no memory: only the skeleton's pages
- * are ever written; the first applier's alone is used).
+ * are ever written; the first applier's alone is used). threads: how many at
+ * most (0: wsync_threads_for H's size).
  * -1 with err; s_appliers_close either way.
  */
 static int
 s_appliers_open(s_apply_t *a, s_apply_t **ws, unsigned *nworkers, wsync_file_t **base,
     int base_fd, int out_fd, const wsync_delta_header_t *h, const void *delta,
-    const char *name, wsync_delta_keep_fn keep, void *keep_arg, int image, wsync_err_t *err)
+    const char *name, wsync_delta_keep_fn keep, void *keep_arg, int image, unsigned threads,
+    wsync_err_t *err)
 {
 	struct stat ost;
 	unsigned n;
@@ -1124,7 +1126,7 @@ s_appliers_open(s_apply_t *a, s_apply_t **ws, unsigned *nworkers, wsync_file_t *
 		    keep != NULL ? "a new empty file" : "a file open at its start");
 	if (image && s_image_map(a, err) < 0)
 		return -1;
-	n = wsync_threads_for(h->size);
+	n = threads > 0 ? threads : wsync_threads_for(h->size);
 	if (n > h->ntensors)
 		n = h->ntensors > 0 ? (unsigned)h->ntensors : 1;
 	if ((*ws = calloc(n, sizeof(**ws))) == NULL)
@@ -1159,10 +1161,14 @@ wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
 	    content, err);
 }
 
-int
-wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
-    wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, uint64_t *version,
-    uint64_t *content, wsync_err_t *err)
+/*
+ * wsync_delta_apply_some of a version that came in parts parts (0 or 1: not
+ * in parts), *threads (unless NULL) the threads it ran on.
+ */
+static int
+s_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, unsigned parts,
+    unsigned *threads, uint64_t *version, uint64_t *content, wsync_err_t *err)
 {
 	s_apply_t a = { 0 }, *ws = NULL;
 	s_din_t d;
@@ -1173,8 +1179,11 @@ wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 	if (s_din_open(&d, delta_fd, name, err) < 0 || s_expected(expect, d.h.size, name, err) < 0)
 		goto out;
 	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &d.h, d.map, name, keep,
-	    keep_arg, 1, err) < 0 || s_apply(ws, nworkers, err) < 0)
+	    keep_arg, 1, parts > 1 ? wsync_threads_parts(d.h.size, parts) : 0, err) < 0 ||
+	    s_apply(ws, nworkers, err) < 0)
 		goto out;
+	if (threads != NULL)
+		*threads = nworkers;
 	if (version != NULL)
 		*version = d.h.version;
 	if (content != NULL)
@@ -1184,6 +1193,23 @@ out:
 	s_appliers_close(&a, ws, nworkers, base);
 	s_din_close(&d);
 	return rc;
+}
+
+int
+wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
+    wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, uint64_t *version,
+    uint64_t *content, wsync_err_t *err)
+{
+	return s_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg, expect, 0, NULL,
+	    version, content, err);
+}
+
+int
+wsync_delta_apply_parts(int base_fd, int delta_fd, int out_fd, const char *name,
+    unsigned parts, unsigned *threads, wsync_err_t *err)
+{
+	return s_apply_some(base_fd, delta_fd, out_fd, name, NULL, NULL, 0, parts, threads, NULL,
+	    NULL, err);
 }
 
 /* ---- a delta applied while it arrives ---- */
@@ -1538,7 +1564,7 @@ wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
 	}
 	/* H's image once its entries have checked its size, as the whole delta's header does. */
 	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &h, map, name, keep,
-	    keep_arg, 0, err) < 0 || s_apply_base(ws, err) < 0)
+	    keep_arg, 0, 0, err) < 0 || s_apply_base(ws, err) < 0)
 		goto out;
 	for (unsigned k = 0; k < nworkers; k++)
 		ws[k].feed = feed;

@@ -136,6 +136,15 @@ int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *na
     uint64_t *content, wsync_err_t *err);
 
 /*
+ * As wsync_delta_apply, for a version that came in parts parts, pushed by as
+ * many processes at once: on at least a thread per part, up to the CPUs
+ * (wsync_threads_parts), where WSYNC_THREADS says fewer; *threads the
+ * threads it ran on.
+ */
+int wsync_delta_apply_parts(int base_fd, int delta_fd, int out_fd, const char *name,
+    unsigned parts, unsigned *threads, wsync_err_t *err);
+
+/*
  * A delta that is still arriving, in order, into its file: how much of it
  * has (the receiver says), and how far an apply of it got. Thread-safe.
  */

@@ -541,12 +541,13 @@ fail:
  * Every part of g came as a delta from one version V: their deltas, joined
  * as the union's delta from V (no tensor decoded), rebuild the union into t
  * in one pass, each tensor and the content id checked, where rebuilding each
- * part and then copying them into the union took two. -1 with err: some
+ * part and then copying them into the union took two; on *threads threads, a
+ * part's at least (its rank's parallelism kept). -1 with err: some
  * delta does not rebuild its part (which one, s_parts_rebuild tells).
  */
 static int
 s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
-    wsync_err_t *err)
+    unsigned *threads, wsync_err_t *err)
 {
 	const struct hub_ufile *uf = &g->parts[0].up.files[0];
 	char name[WSYNC_MAX_MODEL + 64];
@@ -568,7 +569,8 @@ s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 	    wsync_store_temp_open(h->store, g->model, &joined, err) < 0 ||
 	    wsync_delta_rebase(fds, g->nparts, uf->base_fd, uf->base, skel, joined.fd, name,
 	    NULL, err) < 0 || wsync_store_slot_open(h->store, g->model, size, t, err) < 0 ||
-	    wsync_delta_apply(uf->base_fd, joined.fd, t->fd, name, NULL, NULL, err) < 0)
+	    wsync_delta_apply_parts(uf->base_fd, joined.fd, t->fd, name, g->nparts, threads,
+	    err) < 0)
 		goto done;
 	t->verified = 1;
 	rc = 0;
@@ -685,6 +687,7 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 	int64_t start = wsync_now_ms();
 	const char *how = "copy";
 	uint64_t last = wsync_store_group_last(h->store, g->model);
+	unsigned threads = 1;
 
 	/* A newer group committed while this one was open: an older step never follows it. */
 	if (last != 0 && g->key <= last) {
@@ -693,7 +696,7 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 	}
 	/* Parts' deltas from one version: the union rebuilt from them at once. */
 	if (s_one_base(g)) {
-		if (s_union_apply(h, g, &t, &err) == 0) {
+		if (s_union_apply(h, g, &t, &threads, &err) == 0) {
 			how = "delta";
 		} else {
 			char quoted[4 * WSYNC_MAX_REASON + 8];
@@ -716,9 +719,10 @@ s_group_commit(wsync_hub_t *h, struct hub_group *g)
 	s_remember(h, g, out.version);
 	s_adopt_deltas(h, g, out.version);
 	hub_log(h, "event=commit model=%s version=%" PRIu64 " size=%" PRIu64 " content=%016" PRIx64
-	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union=%s union_ms=%" PRId64,
-	    out.model, out.version, out.size, out.content, info.pusher[0] ? info.pusher : "-",
-	    g->key, g->nparts, how, wsync_now_ms() - start);
+	    " pusher=%s group=%" PRIu64 " parts=%" PRIu32 " union=%s union_threads=%u"
+	    " union_ms=%" PRId64, out.model, out.version, out.size, out.content,
+	    info.pusher[0] ? info.pusher : "-", g->key, g->nparts, how, threads,
+	    wsync_now_ms() - start);
 	hub_announce(h, &out, &t, 1, NULL, 0);
 	hub_waits_check(h, out.model);
 	for (uint32_t i = 0; i < g->nparts; i++) {

@@ -16,18 +16,12 @@
 
 #include "pool_int.h"
 
-unsigned
-wsync_threads(void)
+/* The CPUs this process may run on, from 1 to WSYNC_THREADS_MAX. */
+static unsigned
+s_cpus(void)
 {
-	const char *s = getenv("WSYNC_THREADS");
 	cpu_set_t cpus;
-	char *end;
 
-	if (s != NULL && *s != '\0') {
-		unsigned long v = strtoul(s, &end, 10);
-		if (*end == '\0' && v >= 1 && v <= WSYNC_THREADS_MAX && s[0] != '-')
-			return (unsigned)v;
-	}
 	if (sched_getaffinity(0, sizeof(cpus), &cpus) < 0 || CPU_COUNT(&cpus) < 1)
 		return 1;
 	return CPU_COUNT(&cpus) > WSYNC_THREADS_MAX ? WSYNC_THREADS_MAX :
@@ -35,12 +29,42 @@ wsync_threads(void)
 }
 
 unsigned
-wsync_threads_for(uint64_t bytes)
+wsync_threads(void)
 {
-	unsigned n = wsync_threads();
+	const char *s = getenv("WSYNC_THREADS");
+	char *end;
+
+	if (s != NULL && *s != '\0') {
+		unsigned long v = strtoul(s, &end, 10);
+		if (*end == '\0' && v >= 1 && v <= WSYNC_THREADS_MAX && s[0] != '-')
+			return (unsigned)v;
+	}
+	return s_cpus();
+}
+
+/* n, but no more than one per WSYNC_THREAD_BYTES of bytes, and at least 1. */
+static unsigned
+s_for(unsigned n, uint64_t bytes)
+{
 	uint64_t most = bytes / WSYNC_THREAD_BYTES;
 
 	return most < 1 ? 1 : most < n ? (unsigned)most : n;
+}
+
+unsigned
+wsync_threads_for(uint64_t bytes)
+{
+	return s_for(wsync_threads(), bytes);
+}
+
+unsigned
+wsync_threads_parts(uint64_t bytes, unsigned parts)
+{
+	unsigned n = wsync_threads(), cpus = s_cpus();
+
+	if (n < parts)
+		n = parts < cpus ? parts : cpus;
+	return s_for(n, bytes);
 }
 
 typedef struct s_pool {

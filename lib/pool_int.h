@@ -26,6 +26,14 @@ unsigned wsync_threads(void);
 /* wsync_threads(), but no more than one per WSYNC_THREAD_BYTES of a pass over bytes. */
 unsigned wsync_threads_for(uint64_t bytes);
 
+/*
+ * The threads of a pass over bytes of a version that came in parts, pushed
+ * by as many processes at once: wsync_threads_for(bytes), but at least one
+ * per part (up to the CPUs this process may run on), so that the ranks'
+ * parallelism is not lost at the hub, which rebuilds their union in one pass.
+ */
+unsigned wsync_threads_parts(uint64_t bytes, unsigned parts);
+
 /* One item of a pass, run by the thread numbered worker (0 .. threads - 1): 0, or nonzero to stop. */
 typedef int (*wsync_pool_fn)(void *arg, size_t item, unsigned worker);
 

@@ -384,6 +384,23 @@ two_ranks() {
 	cmp <(tail -c +64 "$STORE/policy/2.wsync") <(tail -c +64 "$STORE/policy/3.wsync")
 }
 
+@test "a hub on WSYNC_THREADS=1 rebuilds the union of two parts' deltas on a thread a part (up to the CPUs), byte for byte the checkpoint pushed whole" {
+	steps_in_parts
+	WSYNC_THREADS=1 start_hub
+	two_ranks 1 1
+	assert_success
+	two_ranks 2 2 "$TMP/p1.0.safetensors" "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	local n
+	n=$(nproc)
+	((n < 2)) || n=2
+	run -0 grep -c "event=commit model=policy version=2 .* union=delta union_threads=$n " hub.log
+	run -0 wsync-push -q -m policy "$TMP/s2.safetensors"
+	assert_output "3"
+	cmp <(tail -c +64 "$STORE/policy/2.wsync") <(tail -c +64 "$STORE/policy/3.wsync")
+}
+
 @test "a rank whose part before is in no group the hub holds sends its part whole, naming it" {
 	steps_in_parts
 	start_hub

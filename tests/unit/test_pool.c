@@ -55,6 +55,15 @@ test_threads_come_from_the_environment(void)
 	ok(wsync_threads_for(3 * (uint64_t)WSYNC_THREAD_BYTES) == 3,
 	    "WSYNC_THREADS=7: a pass over 3 times WSYNC_THREAD_BYTES on 3");
 	ok(wsync_threads_for(UINT64_C(1) << 30) == 7, "WSYNC_THREADS=7: a pass over 1 GiB on 7");
+	ok(wsync_threads_parts(UINT64_C(1) << 30, 2) == 7,
+	    "WSYNC_THREADS=7: a union of 2 parts on 7, as any pass");
+	setenv("WSYNC_THREADS", "1", 1);
+	ok(wsync_threads_parts(UINT64_C(1) << 30, 2) == (n < 2 ? n : 2),
+	    "WSYNC_THREADS=1: a union of 2 parts on a thread a part, up to the %u CPUs", n);
+	ok(wsync_threads_parts(UINT64_C(1) << 30, 1000) == n,
+	    "WSYNC_THREADS=1: a union of 1000 parts on the %u CPUs", n);
+	ok(wsync_threads_parts(WSYNC_THREAD_BYTES, 2) == 1,
+	    "WSYNC_THREADS=1: a union of 2 parts over WSYNC_THREAD_BYTES on 1");
 	unsetenv("WSYNC_THREADS");
 }
 
