@@ -60,11 +60,9 @@ wsync_threads_for(uint64_t bytes)
 unsigned
 wsync_threads_parts(uint64_t bytes, unsigned parts)
 {
-	unsigned n = wsync_threads(), cpus = s_cpus();
+	unsigned n = wsync_threads(), cpus = s_cpus(), least = parts < cpus ? parts : cpus;
 
-	if (n < parts)
-		n = parts < cpus ? parts : cpus;
-	return s_for(n, bytes);
+	return s_for(n > least ? n : least, bytes);
 }
 
 typedef struct s_pool {

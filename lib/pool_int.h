@@ -28,9 +28,10 @@ unsigned wsync_threads_for(uint64_t bytes);
 
 /*
  * The threads of a pass over bytes of a version that came in parts, pushed
- * by as many processes at once: wsync_threads_for(bytes), but at least one
- * per part (up to the CPUs this process may run on), so that the ranks'
- * parallelism is not lost at the hub, which rebuilds their union in one pass.
+ * by as many processes at once: wsync_threads(), raised to one per part where
+ * it is less (up to the CPUs this process may run on), no more than one per
+ * WSYNC_THREAD_BYTES: the ranks' parallelism is not lost at the hub, which
+ * rebuilds their union in one pass.
  */
 unsigned wsync_threads_parts(uint64_t bytes, unsigned parts);
 

@@ -64,6 +64,11 @@ test_threads_come_from_the_environment(void)
 	    "WSYNC_THREADS=1: a union of 1000 parts on the %u CPUs", n);
 	ok(wsync_threads_parts(WSYNC_THREAD_BYTES, 2) == 1,
 	    "WSYNC_THREADS=1: a union of 2 parts over WSYNC_THREAD_BYTES on 1");
+	/* Above the CPUs (256 only where there are more than 8) and below the parts. */
+	setenv("WSYNC_THREADS", n < 9 ? "9" : "256", 1);
+	ok(wsync_threads_parts(UINT64_C(1) << 30, 1000) == (n < 9 ? 9 : 256),
+	    "WSYNC_THREADS=%u: a union of 1000 parts on as many, never fewer for %u CPUs",
+	    n < 9 ? 9 : 256, n);
 	unsetenv("WSYNC_THREADS");
 }
 
