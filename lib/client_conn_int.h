@@ -84,6 +84,7 @@ struct wsync_push_send {
 	int delta;                      /* 1: the bytes are a delta from a base; 0: whole */
 	uint64_t base, base_content;    /* its base's version (0: the hub finds it by content) and content */
 	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
+	int recalled;                   /* the base's hashes were remembered, not read (pushed_int.h) */
 };
 /*
  * For item, when its base names what was pushed before of its model (a

@@ -90,15 +90,16 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
 
 /*
  * The delta from bfd (patch: made into the version as it is read), or, base
- * set, from base read where it lies (its content id into *base_content), to
- * src's version, made straight from src (wsync_source_delta_over, _from),
- * into a scratch file: *out on 0 (and stats); 1 not worth it, 2 when it
- * cannot be made so (a pipe, an input sent as it is, a signed push, or
+ * set, from base read where it lies (its content id into send's
+ * base_content, and whether its hashes were remembered into its recalled),
+ * to src's version, made straight from src (wsync_source_delta_over,
+ * _from), into a scratch file: *out on 0 (and stats); 1 not worth it, 2 when
+ * it cannot be made so (a pipe, an input sent as it is, a signed push, or
  * another layout to patch), nothing done; -1 with err.
  */
 static int
 s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t size, int bfd,
-    int patch, wsync_source_t *base, uint64_t *base_content, const char *name,
+    int patch, wsync_source_t *base, struct wsync_push_send *send, const char *name,
     wsync_delta_stats_t *stats, int *out, wsync_err_t *err)
 {
 	int rc;
@@ -108,8 +109,9 @@ s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t siz
 	if ((*out = s_scratch(err)) < 0)
 		return -1;
 	rc = base != NULL ? wsync_source_delta_from(src, size, base, *out, name,
-	    WSYNC_DELTA_WORTH, stats, base_content, err) : wsync_source_delta_over(src, size, bfd,
-	    patch, *out, name, WSYNC_DELTA_WORTH, stats, err);
+	    WSYNC_DELTA_WORTH, stats, &send->base_content, &send->recalled, err) :
+	    wsync_source_delta_over(src, size, bfd, patch, *out, name, WSYNC_DELTA_WORTH, stats,
+	    err);
 	if (rc != 0) {
 		close(*out);
 		*out = -1;
@@ -131,7 +133,7 @@ s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, ui
     struct wsync_kept *k, struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, NULL, NULL,
+	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, NULL, send,
 	    "the version pushed before", &stats, &out, err);
 
 	if (rc == 2)
@@ -166,8 +168,8 @@ s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
     struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, base, &send->base_content,
-	    item->base, &stats, &out, err);
+	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, base, send, item->base, &stats,
+	    &out, err);
 
 	if (rc == 1) {
 		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not worth "

@@ -11,6 +11,7 @@
 
 #include "push_session_int.h"
 #include "io_int.h"
+#include "pushed_int.h"
 #include "source_int.h"
 
 void
@@ -314,6 +315,33 @@ s_any_delta(const struct wsync_push_send *send, int n)
 }
 
 /*
+ * After a delta the hub refused: 1 when a base's hashes were remembered,
+ * not read. They are forgotten, and the deltas freed, to be made again with
+ * every base read whole: a file can change without its times moving (a
+ * write through a shared mapping of a tmpfs file does not move them).
+ */
+static int
+s_forget_recalled(const wsync_push_item_t *items, struct wsync_push_send **send, int n)
+{
+	struct stat st;
+	int any = 0;
+
+	for (int i = 0; i < n; i++)
+		if ((*send)[i].delta && (*send)[i].recalled) {
+			any = 1;
+			if (stat(items[i].base, &st) == 0)
+				wsync_pushed_forget(&st);
+		}
+	if (!any)
+		return 0;
+	for (int i = 0; i < n; i++)
+		wsync_client_pushdelta_end(&(*send)[i]);
+	free(*send);
+	*send = NULL;
+	return 1;
+}
+
+/*
  * Items with a base (theirs, or the version kept from the last push) go as
  * deltas when smaller: *send (caller frees) says what each file sends; NULL
  * when no item has a base and the client keeps nothing.
@@ -451,6 +479,12 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	if (!hand_over && (rc = s_deltas(c, items, src, sizes, n, &send, err)) < 0)
 		goto out;
 	rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
+	if (rc < 0 && send != NULL && (err->code == EX_NOINPUT || err->code == EX_DATAERR) &&
+	    s_forget_recalled(items, &send, n)) {
+		if ((rc = s_deltas(c, items, src, sizes, n, &send, err)) < 0)
+			goto out;
+		rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
+	}
 	/* A base the hub no longer has as it was, or a delta it could not apply: whole. */
 	if (rc < 0 && send != NULL && s_any_delta(send, n) && (err->code == EX_NOINPUT ||
 	    err->code == EX_DATAERR)) {
@@ -466,6 +500,9 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	}
 	for (i = 0; rc == 0 && send != NULL && ps->keep_pushed && i < n; i++)
 		wsync_client_pushdelta_keep(c, &items[i], &send[i]);
+	/* What each file hashed to, for a push that names it its base. */
+	for (i = 0; rc == 0 && i < n; i++)
+		wsync_source_remember(src[i], items[i].content);
 out:
 	for (i = 0; i < n; i++) {
 		wsync_source_destroy(&src[i]);

@@ -76,6 +76,12 @@ typedef struct wsync_delta_over {
 	size_t base_n;
 	const char *const *base_paths;
 	const uint64_t *base_hash_at;
+	/*
+	 * With base_read, B's hashes when the caller knows them (base_n, in B's
+	 * order: remembered from the push of B): written as they are, no tensor
+	 * of B hashed. NULL: each is hashed.
+	 */
+	const uint64_t *base_hashes;
 } wsync_delta_over_t;
 /*
  * As wsync_delta_make, the delta's bytes the same, with H's tensor data read

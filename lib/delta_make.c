@@ -358,7 +358,8 @@ s_chunk(const s_make_t *m, s_worker_t *wk, size_t i, const wsync_tensor_t *t,
 		if (m->over->base_read(m->over->base_arg, bi, at, wk->bwin, n, err) < 0)
 			return -1;
 		*b = wk->bwin;
-		s_base_hash(m, wk, bi, bt->nbytes, at, wk->bwin, n);
+		if (m->over->base_hashes == NULL)
+			s_base_hash(m, wk, bi, bt->nbytes, at, wk->bwin, n);
 		return 0;
 	}
 	*b = m->over != NULL && m->over->patch ? s_base_window(m, wk, bt->offset + at, n,
@@ -1105,9 +1106,10 @@ s_over_finish(s_make_t *m, wsync_file_t **head, delta_out_t *tmp, wsync_err_t *e
 
 /*
  * base_read, once every tensor is made: B's tensors no pass read whole (none
- * of H's has their path, or a zero-length one) hashed now, every hash
- * written into B's skeleton, and B opened again from it, so that its content
- * id, which the delta's head carries, is B's. -1 with err.
+ * of H's has their path, or a zero-length one) hashed now, or all of them
+ * taken as given (over's base_hashes), every hash written into B's skeleton,
+ * and B opened again from it, so that its content id, which the delta's head
+ * carries, is B's. -1 with err.
  */
 static int
 s_base_finish(s_make_t *m, wsync_file_t **base, wsync_err_t *err)
@@ -1116,7 +1118,9 @@ s_base_finish(s_make_t *m, wsync_file_t **base, wsync_err_t *err)
 
 	for (size_t i = 0; i < m->over->base_n; i++) {
 		const wsync_tensor_t *bt = wsync_file_tensor(*base, i);
-		if (m->base_hashed[i])
+		if (m->over->base_hashes != NULL)
+			m->base_hashes[i] = m->over->base_hashes[i];
+		if (m->base_hashed[i] || m->over->base_hashes != NULL)
 			continue;
 		XXH3_64bits_reset(wk->bhash);
 		for (uint64_t at = 0; at < bt->nbytes; at += CHUNK) {

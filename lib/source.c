@@ -8,11 +8,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sysexits.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "file_int.h"
 #include "hash_int.h"
 #include "io_int.h"
+#include "pushed_int.h"
 #include "source_int.h"
 #include "tree_int.h"
 
@@ -55,6 +57,10 @@ struct wsync_source {
 	XXH3_state_t state;             /* for reads of a .wsync: the hash of that tensor */
 	void (*release)(void *arg);     /* what the data is borrowed from, let go at the end */
 	void *release_arg;
+	struct stat st;                 /* fd's, before any of it was read */
+	int settled;                    /* st can key what is remembered of it (pushed_int.h) */
+	uint64_t *hashes;               /* the tree's tensors', as each was read whole */
+	unsigned char *hashed;
 };
 
 static wsync_source_t *
@@ -322,6 +328,7 @@ s_open(const char *path, const char *model, const wsync_ckpt_in_t *ckpt, int as_
 {
 	int piped = strcmp(path, "-") == 0;
 	wsync_source_t *src = s_alloc(piped ? "stdin" : path, err);
+	struct timespec when;
 	struct stat st;
 	int rc;
 
@@ -346,12 +353,17 @@ s_open(const char *path, const char *model, const wsync_ckpt_in_t *ckpt, int as_
 	} else if ((src->in = wsync_input_open(path, err)) == NULL)
 		goto fail;
 	/* The same file, read at offsets; a file of another size since is read as mapped. */
+	clock_gettime(CLOCK_REALTIME_COARSE, &when);
 	if ((src->shared = src->in->mem == WSYNC_MEM_MMAP) &&
 	    (src->fd = strcmp(path, "-") == 0 ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) :
 	    open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
 	    (fstat(src->fd, &st) < 0 || (uint64_t)st.st_size != wsync_file_size(src->in))) {
 		close(src->fd);
 		src->fd = -1;
+	}
+	if (src->fd >= 0) {
+		src->st = st;
+		src->settled = S_ISREG(st.st_mode) && wsync_pushed_settled(&st, &when);
 	}
 	if (!as_tree && wsync_file_kind(src->in) == WSYNC_KIND_WSYNC &&
 	    strcmp(wsync_file_model(src->in), model) == 0) {
@@ -418,6 +430,8 @@ wsync_source_destroy(wsync_source_t **srcp)
 		close(src->fd);
 	free(src->buf);
 	free(src->regions);
+	free(src->hashes);
+	free(src->hashed);
 	wsync_tree_destroy(&src->tree);
 	wsync_file_close(&src->in);
 	free(src->head);
@@ -529,6 +543,27 @@ s_pipe_skip(wsync_source_t *src, const struct wsync_tree_tensor *t, wsync_err_t 
 	return 0;
 }
 
+/* Tensor i's hash, its data read whole: what wsync_source_remember remembers. */
+static void
+s_note_hash(wsync_source_t *src, size_t i, uint64_t hash)
+{
+	if (src->tree == NULL || i >= src->tree->n)
+		return;
+	if (src->hashes == NULL) {
+		src->hashes = calloc(src->tree->n + 1, sizeof(*src->hashes));
+		src->hashed = calloc(src->tree->n + 1, 1);
+		if (src->hashes == NULL || src->hashed == NULL) {
+			free(src->hashes);
+			free(src->hashed);
+			src->hashes = NULL;
+			src->hashed = NULL;
+			return;
+		}
+	}
+	src->hashes[i] = hash;
+	src->hashed[i] = 1;
+}
+
 /*
  * Writes tensor t's data at its place in fd (only when data), hashed on
  * the way, then its hash.
@@ -550,6 +585,7 @@ s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int
 			return -1;
 	}
 	s_put_be64(be, XXH3_64bits_digest(&state));
+	s_note_hash(src, (size_t)(t - src->tree->t), XXH3_64bits_digest(&state));
 	return s_pwrite(src, fd, be, sizeof(be), t->hash_at, err);
 }
 
@@ -721,8 +757,8 @@ s_read_data(void *arg, size_t i, uint64_t off, void *buf, size_t n, wsync_err_t 
  */
 static int
 s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_source_t *base,
-    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
-    wsync_err_t *err)
+    const uint64_t *base_hashes, int out_fd, const char *name, uint64_t limit,
+    wsync_delta_stats_t *stats, wsync_err_t *err)
 {
 	wsync_tree_t *tree = src->tree;
 	const char **paths = NULL, **base_paths = NULL;
@@ -764,7 +800,18 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src,
 	    .patch = patch, .base_read = base != NULL ? s_read_data : NULL, .base_arg = base,
 	    .base_n = base != NULL ? base->tree->n : 0, .base_paths = base_paths,
-	    .base_hash_at = base_hash_at }, out_fd, name, limit, stats, err);
+	    .base_hash_at = base_hash_at, .base_hashes = base_hashes }, out_fd, name, limit,
+	    stats, err);
+	/* The hashes of src's tensors are in the skeleton now: noted, to be remembered. */
+	for (size_t i = 0; rc == 0 && i < tree->n; i++) {
+		unsigned char be[8];
+		uint64_t h = 0;
+		if (wsync_read_at(hfd, be, sizeof(be), hash_at[i]) < 0)
+			break;
+		for (int b = 0; b < 8; b++)
+			h = h << 8 | be[b];
+		s_note_hash(src, i, h);
+	}
 out:
 	if (hfd >= 0)
 		close(hfd);
@@ -780,16 +827,75 @@ wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int pat
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
     wsync_err_t *err)
 {
-	return s_delta_over(src, size, base_fd, patch, NULL, out_fd, name, limit, stats, err);
+	return s_delta_over(src, size, base_fd, patch, NULL, NULL, out_fd, name, limit, stats,
+	    err);
+}
+
+/* Whether src is read from one file, as it was when opened: st is its key (pushed_int.h). */
+static int
+s_unchanged(const wsync_source_t *src)
+{
+	struct stat now;
+
+	return src->fd >= 0 && src->tree != NULL && !src->verbatim && !src->pipe &&
+	    fstat(src->fd, &now) == 0 && now.st_dev == src->st.st_dev &&
+	    now.st_ino == src->st.st_ino && now.st_size == src->st.st_size &&
+	    now.st_mtim.tv_sec == src->st.st_mtim.tv_sec &&
+	    now.st_mtim.tv_nsec == src->st.st_mtim.tv_nsec &&
+	    now.st_ctim.tv_sec == src->st.st_ctim.tv_sec &&
+	    now.st_ctim.tv_nsec == src->st.st_ctim.tv_nsec;
+}
+
+/*
+ * The hashes of base's tensors remembered from its push (caller frees),
+ * written into its skeleton skel, whose content id must then be the one
+ * remembered with them; NULL when none are, or they do not fit.
+ */
+static uint64_t *
+s_recall(const wsync_source_t *base, int skel)
+{
+	size_t n = base->tree->n;
+	uint64_t *hashes, content;
+	wsync_file_t *f = NULL;
+	wsync_err_t ignored;
+	int fit = 0;
+
+	if (!s_unchanged(base) || (hashes = calloc(n + 1, sizeof(*hashes))) == NULL)
+		return NULL;
+	if (wsync_pushed_recall(&base->st, n, hashes, &content)) {
+		size_t i;
+		for (i = 0; i < n; i++)
+			if (wsync_write_be64_at(skel, hashes[i], base->tree->t[i].hash_at) < 0)
+				break;
+		fit = i == n && (f = wsync_file_open_fd(skel, base->name, &ignored)) != NULL &&
+		    wsync_file_content_id(f) == content;
+		wsync_file_close(&f);
+	}
+	if (!fit) {
+		free(hashes);
+		return NULL;
+	}
+	return hashes;
+}
+
+void
+wsync_source_remember(wsync_source_t *src, uint64_t content)
+{
+	if (!src->settled || src->hashes == NULL || !s_unchanged(src))
+		return;
+	for (size_t i = 0; i < src->tree->n; i++)
+		if (!src->hashed[i])
+			return;
+	wsync_pushed_remember(&src->st, src->tree->n, src->hashes, content);
 }
 
 int
 wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base,
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
-    uint64_t *base_content, wsync_err_t *err)
+    uint64_t *base_content, int *recalled, wsync_err_t *err)
 {
 	wsync_file_t *skeleton = NULL;
-	uint64_t bsize;
+	uint64_t bsize, *known = NULL;
 	int bfd = -1, rc = -1;
 
 	if (src->tree == NULL || src->pipe || base->tree == NULL || base->pipe)
@@ -809,12 +915,16 @@ wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base
 	}
 	if (wsync_tree_write_skeleton(base->tree, bfd, err) < 0)
 		goto out;
-	rc = s_delta_over(src, size, bfd, 0, base, out_fd, name, limit, stats, err);
+	known = s_recall(base, bfd);
+	if (recalled != NULL)
+		*recalled = known != NULL;
+	rc = s_delta_over(src, size, bfd, 0, base, known, out_fd, name, limit, stats, err);
 	if (rc == 0 && (skeleton = wsync_file_open_fd(bfd, base->name, err)) == NULL)
 		rc = -1;
 	if (rc == 0)
 		*base_content = wsync_file_content_id(skeleton);
 out:
+	free(known);
 	wsync_file_close(&skeleton);
 	if (bfd >= 0)
 		close(bfd);

@@ -117,12 +117,22 @@ int wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int
  * As wsync_source_delta_over, from base's document (a tree, as src's: a
  * safetensors file, a checkpoint directory) where no file of it exists: its
  * tensors read from base and hashed on the way (base_content gets its
- * content id on 0), no file of it written. 2 when src or base is not a tree
- * or is a pipe.
+ * content id on 0), no file of it written. Where base is a file whose
+ * hashes were remembered from its push (wsync_source_remember) and it has
+ * not changed since, by its times, they are taken instead of hashing it:
+ * *recalled (may be NULL) says so. 2 when src or base is not a tree or is a
+ * pipe.
  */
 int wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base,
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
-    uint64_t *base_content, wsync_err_t *err);
+    uint64_t *base_content, int *recalled, wsync_err_t *err);
+/*
+ * Remembers the hashes of src's tensors with content, the content id of its
+ * document, for a later push that names src's file its base: only when src
+ * is one file, unchanged since it was opened and settled by then (its ctime
+ * before that moment), every tensor read whole and hashed.
+ */
+void wsync_source_remember(wsync_source_t *src, uint64_t content);
 /* Frees the source and what it opened, and sets *src to NULL. */
 void wsync_source_destroy(wsync_source_t **src);
 

@@ -139,6 +139,55 @@ hub_with_v1() {
 	same_but_number "$STORE/policy/2.wsync" "$STORE/policy/3.wsync"
 }
 
+@test "a push remembers the hashes of the safetensors file it pushed: the next push naming it --base sends the delta, equal to the version pushed whole" {
+	steps 3
+	for v in 2 3; do wsync-convert s$v.wsync s$v.safetensors; done
+	hub_with_v1
+	run -0 wsync-push -q --transfer socket -m policy s2.safetensors
+	# One entry, private to the user: it says which files were pushed.
+	run -0 find "$XDG_CACHE_HOME/wsync/pushed" -type f
+	assert_equal "${#lines[@]}" 1
+	run -0 stat -c %a "$XDG_CACHE_HOME/wsync/pushed"
+	assert_output 700
+	run -0 --separate-stderr wsync-push --transfer socket --base s2.safetensors -m policy s3.safetensors
+	assert_output "3"
+	assert_equal "$stderr" ""
+	run -0 grep -c 'models=policy .*deltas=policy@2:' hub.log
+	run -0 wsync-push -q --transfer socket -m policy s3.safetensors
+	same_but_number "$STORE/policy/3.wsync" "$STORE/policy/4.wsync"
+	run -0 find "$XDG_CACHE_HOME/wsync/pushed" -type f
+	assert_equal "${#lines[@]}" 2
+}
+
+@test "a base changed since its push without its times moving (a write through a tmpfs mapping) is read again: the version is never damaged" {
+	steps 3
+	hub_with_v1
+	# On tmpfs, where a store through a shared mapping leaves the times as they were.
+	shm=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	CLEANUP+=("$shm")
+	for v in 2 3; do wsync-convert s$v.wsync "$shm/s$v.safetensors"; done
+	run -0 wsync-push -q --transfer socket --base s1.wsync -m policy "$shm/s2.safetensors"
+	assert_output "2"
+	before=$(stat -c '%s %y %z' "$shm/s2.safetensors")
+	size=$(stat -c %s "$shm/s2.safetensors")
+	"$PY" -c 'import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 0)
+m[int(sys.argv[2])] ^= 0x55
+m.close()' "$shm/s2.safetensors" $((size / 2))
+	assert_equal "$(stat -c '%s %y %z' "$shm/s2.safetensors")" "$before"
+	content=$(wsync-convert "$shm/s2.safetensors" - | wsync-inspect --json - | jq -r .content_id)
+	# The remembered hashes name version 2, whose rebuild fails its hashes; read
+	# again, the base is a content the hub never held: the version goes whole.
+	run -0 --separate-stderr wsync-push --transfer socket --base "$shm/s2.safetensors" -m policy \
+		"$shm/s3.safetensors"
+	assert_output "3"
+	assert_equal "$stderr" "wsync-push: policy version 3 sent whole: $shm/s2.safetensors: model policy holds no version of content $content (never pushed here, or retired)"
+	run -0 grep -c 'event=abort upload=3 model=policy reason="the delta did not apply"' hub.log
+	run -0 wsync-inspect --verify "$STORE/policy/3.wsync"
+	same_but_number "$STORE/policy/3.wsync" s3.wsync
+}
+
 @test "a push with --base of the checkpoint directory pushed before sends the delta" {
 	steps 2
 	hub_with_v1

@@ -9,7 +9,9 @@ bats_load_library bats-assert
 # test_helper does the same): every WSYNC_* and XDG_* variable goes, except
 # what tests/run sets (WSYNC_BIN) and the long tests' knobs (WSYNC_CRASH_*,
 # WSYNC_LOAD_*). XDG_RUNTIME_DIR, where the default hub and store live, is
-# the test's temp dir (its wsync/ made only when a program uses it).
+# the test's temp dir (its wsync/ made only when a program uses it), and so
+# is XDG_CACHE_HOME, where wsync-push remembers the files it pushed (below
+# cache/).
 for var in $(compgen -e); do
 	case $var in
 	WSYNC_BIN | WSYNC_CRASH_* | WSYNC_LOAD_*) ;;
@@ -17,7 +19,8 @@ for var in $(compgen -e); do
 	esac
 done
 unset var
-[ -z "${BATS_TEST_TMPDIR:-}" ] || export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR"
+[ -z "${BATS_TEST_TMPDIR:-}" ] || export XDG_RUNTIME_DIR="$BATS_TEST_TMPDIR" \
+    XDG_CACHE_HOME="$BATS_TEST_TMPDIR/cache"
 
 ROOT=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 # tests/long/ and tests/fixtures/ are one level deeper.

@@ -930,7 +930,7 @@ s_make_from(const char *base, const char *head, const char *delta, uint64_t *con
 	    (dfd = open(delta, O_WRONLY | O_CREAT | O_TRUNC, 0600)) < 0)
 		goto out;
 	rc = wsync_source_delta_from(src, size, bsrc, dfd, delta, WSYNC_DELTA_ANY, NULL, content,
-	    err);
+	    NULL, err);
 out:
 	if (dfd >= 0)
 		close(dfd);
