@@ -212,8 +212,10 @@ s_straight_source(struct wsync_push_session *ps, const wsync_push_item_t *item,
 	send->delta = 1;
 	rc = s_straight(ps, item, src, size, -1, base, send, err);
 	wsync_source_destroy(&base);
-	if (rc == 1)
+	if (rc == 1) {
 		send->delta = 0;
+		send->recalled = 0;
+	}
 	return rc == 1 ? 2 : rc;
 }
 

@@ -315,10 +315,12 @@ s_any_delta(const struct wsync_push_send *send, int n)
 }
 
 /*
- * After a delta the hub refused: 1 when a base's hashes were remembered,
- * not read. They are forgotten, and the deltas freed, to be made again with
- * every base read whole: a file can change without its times moving (a
- * write through a shared mapping of a tmpfs file does not move them).
+ * After a delta the hub could not rebuild: 1 when a base's hashes were
+ * remembered, not read. They are forgotten, and the deltas freed, to be made
+ * again with every base read whole: a file can change without its times
+ * moving (a write through a shared mapping of a tmpfs file moves neither).
+ * A base the hub does not hold (66) is not retried: read again, it has the
+ * content id it was remembered with.
  */
 static int
 s_forget_recalled(const wsync_push_item_t *items, struct wsync_push_send **send, int n)
@@ -479,7 +481,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 	if (!hand_over && (rc = s_deltas(c, items, src, sizes, n, &send, err)) < 0)
 		goto out;
 	rc = s_send(c, items, src, send, &files, hand_over, deadline, err);
-	if (rc < 0 && send != NULL && (err->code == EX_NOINPUT || err->code == EX_DATAERR) &&
+	if (rc < 0 && send != NULL && err->code == EX_DATAERR &&
 	    s_forget_recalled(items, &send, n)) {
 		if ((rc = s_deltas(c, items, src, sizes, n, &send, err)) < 0)
 			goto out;
@@ -502,7 +504,7 @@ wsync_client_push(wsync_client_t *c, wsync_push_item_t *items, int n,
 		wsync_client_pushdelta_keep(c, &items[i], &send[i]);
 	/* What each file hashed to, for a push that names it its base. */
 	for (i = 0; rc == 0 && i < n; i++)
-		wsync_source_remember(src[i], items[i].content);
+		wsync_source_remember(src[i]);
 out:
 	for (i = 0; i < n; i++) {
 		wsync_source_destroy(&src[i]);

@@ -24,30 +24,40 @@
 int
 wsync_pushed_settled(const struct stat *st, const struct timespec *when)
 {
+	/* Whole seconds: a file system keeping 1 or 2 s times; a change 2 s later moves them. */
+	if (st->st_ctim.tv_nsec == 0)
+		return st->st_ctim.tv_sec + 2 <= when->tv_sec;
 	return st->st_ctim.tv_sec < when->tv_sec ||
 	    (st->st_ctim.tv_sec == when->tv_sec && st->st_ctim.tv_nsec < when->tv_nsec);
 }
 
-/* The cache's directory into buf, made when make is set; -1 when there is none. */
+/*
+ * The cache's directory into buf, made when make is set; -1 when there is
+ * none. Made from XDG_CACHE_HOME or HOME's .cache down, never above: a HOME
+ * that does not exist is not made.
+ */
 static int
 s_dir(char *buf, size_t size, int make)
 {
 	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+	size_t from;
 	char *slash;
 	int n;
 
-	if (xdg != NULL && xdg[0] == '/')
+	if (xdg != NULL && xdg[0] == '/') {
 		n = snprintf(buf, size, "%s/wsync/pushed", xdg);
-	else if (home != NULL && home[0] == '/')
+		from = strlen(xdg);
+	} else if (home != NULL && home[0] == '/') {
 		n = snprintf(buf, size, "%s/.cache/wsync/pushed", home);
-	else
+		from = strlen(home) + 1;
+	} else
 		return -1;
 	if (n < 0 || (size_t)n >= size)
 		return -1;
 	if (!make)
 		return 0;
 	/* Each level made in turn, private: the entries say which files a user pushed. */
-	for (slash = strchr(buf + 1, '/'); ; slash = strchr(slash + 1, '/')) {
+	for (slash = strchr(buf + from, '/'); ; slash = strchr(slash + 1, '/')) {
 		if (slash != NULL)
 			*slash = '\0';
 		if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
@@ -176,9 +186,13 @@ s_cmp_aged(const void *a, const void *b)
 	return x->tv_nsec < y->tv_nsec ? -1 : x->tv_nsec > y->tv_nsec;
 }
 
-/* Past WSYNC_PUSHED_MAX entries in dir, the oldest removed. */
+/*
+ * Past WSYNC_PUSHED_MAX entries in dir, the oldest removed, never kept (the
+ * entry just written): written within one tick of the clock, entries tie.
+ * Another pusher's temporary files are left to it.
+ */
 static void
-s_prune(const char *dir)
+s_prune(const char *dir, const char *kept)
 {
 	struct s_aged *all = NULL, *grown;
 	size_t n = 0, cap = 0;
@@ -191,8 +205,9 @@ s_prune(const char *dir)
 		return;
 	dfd = dirfd(d);
 	while ((de = readdir(d)) != NULL) {
-		if (de->d_name[0] == '.' || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-		    !S_ISREG(st.st_mode))
+		if (de->d_name[0] == '.' || strstr(de->d_name, ".tmp.") != NULL ||
+		    strcmp(de->d_name, kept) == 0 ||
+		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
 			continue;
 		if (n == cap) {
 			cap = cap == 0 ? 2 * WSYNC_PUSHED_MAX : 2 * cap;
@@ -203,9 +218,9 @@ s_prune(const char *dir)
 		snprintf(all[n].name, sizeof(all[n].name), "%s", de->d_name);
 		all[n++].at = st.st_mtim;
 	}
-	if (n > WSYNC_PUSHED_MAX) {
+	if (n + 1 > WSYNC_PUSHED_MAX) {
 		qsort(all, n, sizeof(*all), s_cmp_aged);
-		for (size_t i = 0; i < n - WSYNC_PUSHED_MAX; i++)
+		for (size_t i = 0; i < n + 1 - WSYNC_PUSHED_MAX; i++)
 			unlinkat(dfd, all[i].name, 0);
 	}
 	free(all);
@@ -216,35 +231,37 @@ void
 wsync_pushed_remember(const struct stat *st, size_t n, const uint64_t *hashes,
     uint64_t content)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 16];
+	char path[PATH_MAX], tmp[PATH_MAX + 16], name[32];
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 	int64_t f[7];
-	int fd, ok;
+	int fd, bad = 0;
 
-	if (s_entry(st, path, sizeof(path), 1) < 0 ||
+	/* One that could not be read back is not written. */
+	if (n > (S_MAX_ENTRY - 128) / 9 || s_entry(st, path, sizeof(path), 1) < 0 ||
 	    snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
 		return;
+	snprintf(name, sizeof(name), "%s", strrchr(path, '/') + 1);
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_array(&pk, S_FIELDS);
-	msgpack_pack_str_with_body(&pk, S_MAGIC, strlen(S_MAGIC));
-	msgpack_pack_uint64(&pk, 1);
+	bad |= msgpack_pack_array(&pk, S_FIELDS);
+	bad |= msgpack_pack_str_with_body(&pk, S_MAGIC, strlen(S_MAGIC));
+	bad |= msgpack_pack_uint64(&pk, 1);
 	s_fields(st, f);
 	for (int i = 0; i < 7; i++)
-		msgpack_pack_int64(&pk, f[i]);
-	msgpack_pack_uint64(&pk, content);
-	msgpack_pack_array(&pk, (uint32_t)n);
+		bad |= msgpack_pack_int64(&pk, f[i]);
+	bad |= msgpack_pack_uint64(&pk, content);
+	bad |= msgpack_pack_array(&pk, (uint32_t)n);
 	for (size_t i = 0; i < n; i++)
-		msgpack_pack_uint64(&pk, hashes[i]);
+		bad |= msgpack_pack_uint64(&pk, hashes[i]);
 	/* Not synced: an entry lost to a crash costs one pass over a base, no more. */
-	if ((fd = mkostemp(tmp, O_CLOEXEC)) >= 0) {
-		ok = wsync_write_all(fd, sb.data, sb.size) == 0;
+	if (!bad && (fd = mkostemp(tmp, O_CLOEXEC)) >= 0) {
+		bad = wsync_write_all(fd, sb.data, sb.size) < 0;
 		close(fd);
-		if (!ok || rename(tmp, path) < 0)
+		if (bad || rename(tmp, path) < 0)
 			unlink(tmp);
 		else if (s_dir(path, sizeof(path), 0) == 0)
-			s_prune(path);
+			s_prune(path, name);
 	}
 	msgpack_sbuffer_destroy(&sb);
 }

@@ -352,8 +352,14 @@ s_open(const char *path, const char *model, const wsync_ckpt_in_t *ckpt, int as_
 			return src;
 	} else if ((src->in = wsync_input_open(path, err)) == NULL)
 		goto fail;
-	/* The same file, read at offsets; a file of another size since is read as mapped. */
-	clock_gettime(CLOCK_REALTIME_COARSE, &when);
+	/*
+	 * The same file, read at offsets; a file of another size since is read
+	 * as mapped. The clock is read first: a change of the file after its
+	 * stat gets a ctime past when, so one before when keys what a push of
+	 * it remembers (pushed_int.h).
+	 */
+	if (clock_gettime(CLOCK_REALTIME_COARSE, &when) < 0)
+		when = (struct timespec){ 0 };
 	if ((src->shared = src->in->mem == WSYNC_MEM_MMAP) &&
 	    (src->fd = strcmp(path, "-") == 0 ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) :
 	    open(path, O_RDONLY | O_CLOEXEC)) >= 0 &&
@@ -847,31 +853,49 @@ s_unchanged(const wsync_source_t *src)
 }
 
 /*
+ * The content id of src's document with hashes (its tensors', in its
+ * order) into *content, through skel, its skeleton (written into, its data
+ * left as it is), or, skel -1, one made for it. -1 when it cannot be had.
+ */
+static int
+s_content_with(wsync_source_t *src, int skel, const uint64_t *hashes, uint64_t *content)
+{
+	wsync_file_t *f = NULL;
+	wsync_err_t ignored;
+	int fd = skel, rc = -1;
+
+	if (fd < 0 && ((fd = memfd_create("wsync-skeleton", MFD_CLOEXEC)) < 0 ||
+	    wsync_source_size(src, &ignored) == 0 || ftruncate(fd, (off_t)src->size) < 0 ||
+	    wsync_tree_write_skeleton(src->tree, fd, &ignored) < 0))
+		goto out;
+	for (size_t i = 0; i < src->tree->n; i++)
+		if (wsync_write_be64_at(fd, hashes[i], src->tree->t[i].hash_at) < 0)
+			goto out;
+	if ((f = wsync_file_open_fd(fd, src->name, &ignored)) == NULL)
+		goto out;
+	*content = wsync_file_content_id(f);
+	rc = 0;
+out:
+	wsync_file_close(&f);
+	if (skel < 0 && fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/*
  * The hashes of base's tensors remembered from its push (caller frees),
  * written into its skeleton skel, whose content id must then be the one
  * remembered with them; NULL when none are, or they do not fit.
  */
 static uint64_t *
-s_recall(const wsync_source_t *base, int skel)
+s_recall(wsync_source_t *base, int skel)
 {
-	size_t n = base->tree->n;
-	uint64_t *hashes, content;
-	wsync_file_t *f = NULL;
-	wsync_err_t ignored;
-	int fit = 0;
+	uint64_t *hashes, content, made;
 
-	if (!s_unchanged(base) || (hashes = calloc(n + 1, sizeof(*hashes))) == NULL)
+	if (!s_unchanged(base) || (hashes = calloc(base->tree->n + 1, sizeof(*hashes))) == NULL)
 		return NULL;
-	if (wsync_pushed_recall(&base->st, n, hashes, &content)) {
-		size_t i;
-		for (i = 0; i < n; i++)
-			if (wsync_write_be64_at(skel, hashes[i], base->tree->t[i].hash_at) < 0)
-				break;
-		fit = i == n && (f = wsync_file_open_fd(skel, base->name, &ignored)) != NULL &&
-		    wsync_file_content_id(f) == content;
-		wsync_file_close(&f);
-	}
-	if (!fit) {
+	if (!wsync_pushed_recall(&base->st, base->tree->n, hashes, &content) ||
+	    s_content_with(base, skel, hashes, &made) < 0 || made != content) {
 		free(hashes);
 		return NULL;
 	}
@@ -879,14 +903,18 @@ s_recall(const wsync_source_t *base, int skel)
 }
 
 void
-wsync_source_remember(wsync_source_t *src, uint64_t content)
+wsync_source_remember(wsync_source_t *src)
 {
+	uint64_t content;
+
 	if (!src->settled || src->hashes == NULL || !s_unchanged(src))
 		return;
 	for (size_t i = 0; i < src->tree->n; i++)
 		if (!src->hashed[i])
 			return;
-	wsync_pushed_remember(&src->st, src->tree->n, src->hashes, content);
+	/* The document's own, not the version's: a part's is not its group's. */
+	if (s_content_with(src, -1, src->hashes, &content) == 0)
+		wsync_pushed_remember(&src->st, src->tree->n, src->hashes, content);
 }
 
 int

@@ -127,12 +127,12 @@ int wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *
     int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
     uint64_t *base_content, int *recalled, wsync_err_t *err);
 /*
- * Remembers the hashes of src's tensors with content, the content id of its
- * document, for a later push that names src's file its base: only when src
- * is one file, unchanged since it was opened and settled by then (its ctime
- * before that moment), every tensor read whole and hashed.
+ * Remembers the hashes of src's tensors with the content id of its document
+ * (pushed_int.h), for a later push that names src's file its base: only
+ * when src is one file, unchanged since it was opened and settled by then
+ * (its ctime before that moment), every tensor read whole and hashed.
  */
-void wsync_source_remember(wsync_source_t *src, uint64_t content);
+void wsync_source_remember(wsync_source_t *src);
 /* Frees the source and what it opened, and sets *src to NULL. */
 void wsync_source_destroy(wsync_source_t **src);
 

@@ -803,6 +803,9 @@ typedef struct wsync_push_item {
  * Checks every input (65 before anything is sent), uploads them, and commits
  * them together as the next version of each model; workers (NULL: all) are
  * the only ones it is announced to. Fills each item's version and content.
+ * The tensor hashes of each input file it read are remembered in
+ * $XDG_CACHE_HOME/wsync/pushed (wsync-push(1) FILES), so that a later push
+ * naming that file its base does not hash it again.
  */
 int wsync_client_push(wsync_client_t *client, wsync_push_item_t *items, int n,
     const char *const *workers, int nworkers, int timeout_ms, wsync_err_t *err);

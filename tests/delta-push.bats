@@ -161,11 +161,11 @@ hub_with_v1() {
 
 @test "a base changed since its push without its times moving (a write through a tmpfs mapping) is read again: the version is never damaged" {
 	steps 3
-	hub_with_v1
 	# On tmpfs, where a store through a shared mapping leaves the times as they were.
 	shm=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
 	CLEANUP+=("$shm")
 	for v in 2 3; do wsync-convert s$v.wsync "$shm/s$v.safetensors"; done
+	hub_with_v1
 	run -0 wsync-push -q --transfer socket --base s1.wsync -m policy "$shm/s2.safetensors"
 	assert_output "2"
 	before=$(stat -c '%s %y %z' "$shm/s2.safetensors")

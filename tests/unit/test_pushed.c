@@ -89,11 +89,17 @@ main(void)
 	ok(!wsync_pushed_recall(&a, 3, got, &content), "a forgotten file is not recalled");
 
 	wsync_pushed_remember(&a, 3, hashes, 0xabcdef);
-	snprintf(cmd, sizeof(cmd), "for f in %s/wsync/pushed/*; do printf x | dd of=$f bs=1 "
-	    "seek=20 conv=notrunc status=none; done", cache);
+	/* A byte of the device number flipped (its complement written over it). */
+	snprintf(cmd, sizeof(cmd), "for f in %s/wsync/pushed/*; do b=$(od -An -tu1 -j20 -N1 $f); "
+	    "printf \"\\\\$(printf %%o $((255 - b)))\" | dd of=$f bs=1 seek=20 conv=notrunc "
+	    "status=none; done", cache);
 	ok(system(cmd) == 0 && !wsync_pushed_recall(&a, 3, got, &content),
 	    "a damaged entry is a miss");
 
+	/* The first entry made an hour older: entries written within one tick tie. */
+	snprintf(cmd, sizeof(cmd), "rm -f %s/wsync/pushed/*", cache);
+	if (system(cmd) != 0)
+		return 70;
 	for (int i = 0; i < WSYNC_PUSHED_MAX + 5; i++) {
 		char name[32];
 		struct stat st;
@@ -102,6 +108,12 @@ main(void)
 		if (i == 0)
 			b = st;
 		wsync_pushed_remember(&st, 3, hashes, (uint64_t)i);
+		snprintf(cmd, sizeof(cmd), "touch -d '1 hour ago' %s/wsync/pushed/*", cache);
+		if (i == 0 && system(cmd) != 0)
+			return 70;
+		if (i == WSYNC_PUSHED_MAX + 4)
+			ok(wsync_pushed_recall(&st, 3, got, &content), "the entry written last is "
+			    "kept, however the others tie");
 	}
 	ok(s_entries() == WSYNC_PUSHED_MAX, "at most %d entries are kept (%d)", WSYNC_PUSHED_MAX,
 	    s_entries());
@@ -114,6 +126,11 @@ main(void)
 	    "not settled");
 	moved.st_ctim.tv_sec = when.tv_sec - 1;
 	ok(wsync_pushed_settled(&moved, &when), "one changed a second before is");
+	moved.st_ctim.tv_nsec = 0;
+	ok(!wsync_pushed_settled(&moved, &when), "a time in whole seconds a second before is not "
+	    "(a file system keeping 1 or 2 s times)");
+	moved.st_ctim.tv_sec = when.tv_sec - 2;
+	ok(wsync_pushed_settled(&moved, &when), "two seconds before, it is");
 
 	unsetenv("XDG_CACHE_HOME");
 	setenv("HOME", "relative", 1);
