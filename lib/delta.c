@@ -977,12 +977,12 @@ static int
 s_applier_open(s_apply_t *a, int skel, wsync_err_t *err)
 {
 	a->group = malloc((size_t)GROUP_MAX * 12);
-	a->data.buf = malloc(CHUNK);
+	a->data.buf = wsync_io_buffer(CHUNK);
 	a->data.z = ZSTD_createDCtx();
-	a->tmp = malloc(CHUNK);
+	a->tmp = wsync_io_buffer(CHUNK);
 	if (skel) {
-		a->out.buf = malloc(OUT_BUF);
-		a->skel.buf = malloc(CHUNK);
+		a->out.buf = wsync_io_buffer(OUT_BUF);
+		a->skel.buf = wsync_io_buffer(CHUNK);
 		a->skel.z = ZSTD_createDCtx();
 	}
 	if (a->group == NULL || a->data.buf == NULL || a->data.z == NULL ||

@@ -999,10 +999,10 @@ s_worker_open(s_worker_t *wk, const char *name, wsync_err_t *err)
 		return -1;
 	if ((wk->scratch.fd = memfd_create("wsync-delta", MFD_CLOEXEC)) < 0)
 		return wsync_err_set(err, EX_OSERR, "%s: memfd_create: %s", name, strerror(errno));
-	wk->scratch.buf = malloc(OUT_BUF);
-	wk->tmp = malloc(CHUNK);
-	wk->bwin = malloc(CHUNK);
-	wk->hwin = malloc(CHUNK);
+	wk->scratch.buf = wsync_io_buffer(OUT_BUF);
+	wk->tmp = wsync_io_buffer(CHUNK);
+	wk->bwin = wsync_io_buffer(CHUNK);
+	wk->hwin = wsync_io_buffer(CHUNK);
 	wk->group = malloc((size_t)GROUP_MAX * 12);
 	wk->hash = XXH3_createState();
 	wk->bhash = XXH3_createState();
@@ -1167,7 +1167,7 @@ s_run(int base_fd, int head_fd, const wsync_delta_over_t *over, int out_fd, cons
 	m.nworkers = wsync_threads_for(wsync_file_size(head));
 	if (m.nworkers > wsync_file_count(head))
 		m.nworkers = wsync_file_count(head) > 0 ? (unsigned)wsync_file_count(head) : 1;
-	m.out.buf = malloc(OUT_BUF);
+	m.out.buf = wsync_io_buffer(OUT_BUF);
 	m.forms = calloc(wsync_file_count(head) + 1, sizeof(*m.forms));
 	m.workers = calloc(m.nworkers, sizeof(*m.workers));
 	m.hashes = over != NULL ? calloc(wsync_file_count(head) + 1, sizeof(*m.hashes)) : NULL;

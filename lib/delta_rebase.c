@@ -315,7 +315,7 @@ wsync_delta_rebase(const int *delta_fds, size_t n, int base_fd, uint64_t base, i
 		top.content = wsync_file_content_id(head);
 		top.size = wsync_file_size(head);
 	}
-	if ((o.buf = malloc(OUT_BUF)) == NULL) {
+	if ((o.buf = wsync_io_buffer(OUT_BUF)) == NULL) {
 		wsync_err_set(err, EX_OSERR, "%s: out of memory", name);
 		goto out;
 	}

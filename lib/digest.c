@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "hash_int.h"
+#include "io_int.h"
 #include "sign_int.h"
 
 /* Data is hashed in chunks this size, each by both hashes while it is in the cache. */
@@ -179,7 +180,7 @@ int
 wsync_read_digest(int fd, uint64_t off, uint64_t n, uint8_t *out, uint64_t *xxh3,
     wsync_err_t *err)
 {
-	unsigned char *buf = malloc(S_CHUNK);
+	unsigned char *buf = wsync_io_buffer(S_CHUNK);
 	XXH3_state_t state;
 	wsync_err_t ended;
 	s_sha_t ctx;

@@ -908,7 +908,7 @@ s_verify(const wsync_file_t *f, int fd, const wsync_known_hash_t *known, size_t 
 	for (unsigned k = 0; k < n; k++) {
 		c.states[k] = XXH3_createState();
 		c.bufs[k] = fd >= 0 && f->mem == WSYNC_MEM_MMAP && c.states[k] != NULL ?
-		    malloc(S_READ_PIECE) : NULL;
+		    wsync_io_buffer(S_READ_PIECE) : NULL;
 	}
 	wsync_pool_run_sized(f->ntensors, n, s_check_tensor, s_check_size, &c, NULL);
 	for (size_t i = 0; i < f->ntensors; i++) {

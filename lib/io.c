@@ -132,6 +132,15 @@ wsync_pages_release_around(const void *p, size_t len)
 	wsync_pages_release((const void *)start, len + ((uintptr_t)p - start));
 }
 
+void *
+wsync_io_buffer(size_t len)
+{
+	size_t page = 4096;
+
+	/* aligned_alloc wants a multiple of the alignment. */
+	return aligned_alloc(page, (len + page - 1) / page * page);
+}
+
 void
 wsync_pages_populate(const void *p, size_t len)
 {

@@ -69,7 +69,7 @@ s_alloc(const char *name, wsync_err_t *err)
 	wsync_source_t *src = calloc(1, sizeof(*src));
 
 	if (src == NULL || (src->name = strdup(name)) == NULL ||
-	    (src->buf = malloc(S_PIECE)) == NULL) {
+	    (src->buf = wsync_io_buffer(S_PIECE)) == NULL) {
 		if (src != NULL)
 			free(src->name);
 		free(src);
