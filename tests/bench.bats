@@ -29,8 +29,9 @@ load test_helper
 	assert_line --index 3 --regexp "^\| memcpy of the model into existing pages \(the unit\) \| $t \| $t \| - \| - \| - \| - \|$"
 	assert_line --index 4 --regexp "^\| floor of the delta push: hash and diff the two inputs \([0-9]+ threads?\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
 	assert_line --index 5 --regexp "^\| floor of a rebuild: copy, patch and hash \([0-9]+ threads?\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
+	assert_line --index 6 --regexp "^\| floor of the delta push, its two files read as a process reads them \(pread, 1 MiB pieces, [0-9]+ threads?\) \| $t \| $t \| memcpy: $t \| [0-9.]+x \| - \| - \|$"
 	# The timed rows, then (as root) the same on a huge-page tmpfs the bench mounts.
-	local on i=6
+	local on i=7
 	for on in '' ', on a huge-page tmpfs'; do
 		# Where it cannot mount one (not root, no huge pages), a row says so.
 		if [ -n "$on" ] && [[ ${lines[$i]} == "| the rows above, on a huge-page tmpfs | skipped: "* ]]; then
