@@ -469,6 +469,25 @@ same_as_whole() {
 	same_as_whole 2
 }
 
+@test "a rank takes the hashes of its part remembered from the push of it as its base's: a delta that does not rebuild is made again from the base read whole, then sent whole" {
+	steps_in_parts
+	start_hub
+	two_ranks 1 1
+	assert_success
+	# Each rank's part, pushed whole, was remembered as its own (not its group's).
+	run -0 find "$XDG_CACHE_HOME/wsync/pushed" -type f
+	assert_equal "${#lines[@]}" 2
+	damage_part0
+	two_ranks 2 2 "$TMP/p1.0.safetensors" "$TMP/p1.1.safetensors"
+	assert_success
+	assert_output "2"
+	# Rank 0's delta did not apply from the remembered hashes, nor from its base read whole.
+	run -0 grep -c "event=abort upload=.* model=policy reason=\"the delta did not apply\"" hub.log
+	assert_output 2
+	run -0 grep -c "event=commit model=policy version=2 .* union=copy " hub.log
+	same_as_whole 2
+}
+
 @test "a part waiting as a delta that no longer rebuilds once its pusher's bound ran out fails its group, naming it" {
 	need_test_hooks WSYNC_TEST_PUSH_GATE
 	steps_in_parts
