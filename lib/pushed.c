@@ -98,6 +98,16 @@ s_fields(const struct stat *st, int64_t *f)
 	f[6] = (int64_t)st->st_ctim.tv_nsec;
 }
 
+int
+wsync_pushed_same(const struct stat *a, const struct stat *b)
+{
+	int64_t fa[7], fb[7];
+
+	s_fields(a, fa);
+	s_fields(b, fb);
+	return memcmp(fa, fb, sizeof(fa)) == 0;
+}
+
 /* An integer field of the entry, as int64_t: 0 on success. */
 static int
 s_int(const msgpack_object *o, int64_t *v)

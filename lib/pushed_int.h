@@ -21,6 +21,8 @@
  * the file moves its ctime.
  */
 int wsync_pushed_settled(const struct stat *st, const struct timespec *when);
+/* Whether a and b key the same entry: the same device, inode, size, mtime and ctime. */
+int wsync_pushed_same(const struct stat *a, const struct stat *b);
 /*
  * The n hashes and the content id remembered for the file st describes
  * (hashes: n of them, written only on a hit): 1 when an entry holds it as it

@@ -580,6 +580,7 @@ s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int
 {
 	unsigned char be[8];
 	XXH3_state_t state;
+	uint64_t hash;
 
 	XXH3_64bits_reset(&state);
 	for (uint64_t off = 0; off < t->nbytes; off += S_PIECE) {
@@ -590,8 +591,9 @@ s_tensor_out(wsync_source_t *src, const struct wsync_tree_tensor *t, int fd, int
 		if (data && s_pwrite(src, fd, src->buf, n, t->at + off, err) < 0)
 			return -1;
 	}
-	s_put_be64(be, XXH3_64bits_digest(&state));
-	s_note_hash(src, (size_t)(t - src->tree->t), XXH3_64bits_digest(&state));
+	hash = XXH3_64bits_digest(&state);
+	s_put_be64(be, hash);
+	s_note_hash(src, (size_t)(t - src->tree->t), hash);
 	return s_pwrite(src, fd, be, sizeof(be), t->hash_at, err);
 }
 
@@ -769,6 +771,8 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 	wsync_tree_t *tree = src->tree;
 	const char **paths = NULL, **base_paths = NULL;
 	uint64_t *hash_at = NULL, *base_hash_at = NULL;
+	wsync_file_t *head = NULL;
+	wsync_err_t ignored;
 	int hfd = -1, rc = -1;
 
 	if (tree == NULL || src->pipe)
@@ -809,15 +813,10 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 	    .base_hash_at = base_hash_at, .base_hashes = base_hashes }, out_fd, name, limit,
 	    stats, err);
 	/* The hashes of src's tensors are in the skeleton now: noted, to be remembered. */
-	for (size_t i = 0; rc == 0 && i < tree->n; i++) {
-		unsigned char be[8];
-		uint64_t h = 0;
-		if (wsync_read_at(hfd, be, sizeof(be), hash_at[i]) < 0)
-			break;
-		for (int b = 0; b < 8; b++)
-			h = h << 8 | be[b];
-		s_note_hash(src, i, h);
-	}
+	if (rc == 0 && (head = wsync_file_open_fd(hfd, src->name, &ignored)) != NULL)
+		for (size_t i = 0; i < tree->n; i++)
+			s_note_hash(src, i, wsync_file_tensor(head, i)->hash);
+	wsync_file_close(&head);
 out:
 	if (hfd >= 0)
 		close(hfd);
@@ -844,12 +843,7 @@ s_unchanged(const wsync_source_t *src)
 	struct stat now;
 
 	return src->fd >= 0 && src->tree != NULL && !src->verbatim && !src->pipe &&
-	    fstat(src->fd, &now) == 0 && now.st_dev == src->st.st_dev &&
-	    now.st_ino == src->st.st_ino && now.st_size == src->st.st_size &&
-	    now.st_mtim.tv_sec == src->st.st_mtim.tv_sec &&
-	    now.st_mtim.tv_nsec == src->st.st_mtim.tv_nsec &&
-	    now.st_ctim.tv_sec == src->st.st_ctim.tv_sec &&
-	    now.st_ctim.tv_nsec == src->st.st_ctim.tv_nsec;
+	    fstat(src->fd, &now) == 0 && wsync_pushed_same(&now, &src->st);
 }
 
 /*
