@@ -39,6 +39,7 @@
 #include "delta_impl_int.h"
 #include "hash_int.h"
 #include "io_int.h"
+#include "kept_int.h"
 #include "mpcheck_int.h"
 #include "pool_int.h"
 
@@ -487,10 +488,14 @@ typedef struct s_apply {
 	const unsigned char *delta;
 	const wsync_file_t *base;
 	int base_fd;                    /* B's file, read at offsets; -1: B is in memory */
+	const unsigned char *base_map;  /* B's file kept mapped (kept_int.h), or NULL */
+	unsigned char *out_map;         /* H's file kept mapped: written by memcpy; or NULL */
+	wsync_kept_map_t *held_base, *held_out;  /* those mappings, held by this apply */
 	uint64_t base_off;              /* where the tensor read from B starts there */
 	s_zin_t skel, data;
 	unsigned char *image;           /* H's size, anonymous: the skeleton where H has it */
 	unsigned char *tmp;             /* CHUNK bytes: a tensor's piece (the sparse form's window) */
+	unsigned char *win;             /* the sparse form's window: a->tmp, or H's mapping (s_piece) */
 	unsigned char *group;           /* a sparse group */
 	const char *name;
 	XXH3_state_t hash;              /* of the tensor written */
@@ -567,10 +572,31 @@ s_emit(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at, const unsigned 
 		return wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", a->name);
 	if (hash != NULL)
 		wsync_hash_update(hash, p, n);
+	if (a->out_map != NULL) {
+		/* Made where it belongs (s_piece), or copied there. */
+		if (p != a->out_map + t->off + at)
+			memcpy(a->out_map + t->off + at, p, n);
+		return 0;
+	}
 	if (wsync_write_at(a->out.fd, p, n, t->off + at) < 0)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", a->name,
 		    strerror(errno));
 	return 0;
+}
+
+/* Where bytes [at, ...) of H's tensor t are made: in place when H is kept mapped, else a->tmp. */
+static unsigned char *
+s_piece(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at)
+{
+	return a->out_map != NULL ? a->out_map + t->off + at : a->tmp;
+}
+
+/* B's bytes [p, p + n) are used: their pages let go when B is a mapping of its own. */
+static void
+s_base_done(const s_apply_t *a, const unsigned char *p, size_t n)
+{
+	if (a->base_map == NULL)
+		delta_release(a->base, p, n);
 }
 
 /*
@@ -590,7 +616,7 @@ s_take_base(s_apply_t *a, unsigned char *p, const unsigned char *b, uint64_t at,
 			    strerror(errno));
 	} else {
 		memcpy(p, b + at, n);
-		delta_release(a->base, b + at, n);
+		s_base_done(a, b + at, n);
 	}
 	if (a->hash_base)
 		wsync_hash_update(&a->bhash, p, n);
@@ -623,8 +649,8 @@ s_apply_same(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b
 {
 	for (uint64_t at = 0; at < t->len; at += CHUNK) {
 		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
-		if (s_take_base(a, a->tmp, b, at, n, err) < 0 ||
-		    s_emit(a, t, at, a->tmp, n, NULL, err) < 0)
+		unsigned char *p = s_piece(a, t, at);
+		if (s_take_base(a, p, b, at, n, err) < 0 || s_emit(a, t, at, p, n, NULL, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -636,28 +662,29 @@ s_apply_xor(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
 {
 	for (uint64_t at = 0; at < t->len; at += CHUNK) {
 		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
-		unsigned char *d = a->tmp;
+		unsigned char *d = s_piece(a, t, at);
 		/* Dense changes, rare: B read through its mapping, a buffer fewer. */
 		if (s_zin_read(&a->data, d, n) < 0)
 			return -1;
 		for (size_t i = 0; i < n; i++)
 			d[i] ^= b[at + i];
-		delta_release(a->base, b + at, n);
+		s_base_done(a, b + at, n);
 		if (s_emit(a, t, at, d, n, &a->hash, err) < 0)
 			return -1;
 	}
 	return s_zin_end(&a->data);
 }
 
-/* Loads the window at element win of n: B's bytes, in a->tmp. */
+/* Loads the window of t at element win of n: B's bytes, at a->win. */
 static int
-s_window_load(s_apply_t *a, const unsigned char *b, uint64_t win, uint64_t n, unsigned w,
-    wsync_err_t *err)
+s_window_load(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *b,
+    uint64_t win, uint64_t n, unsigned w, wsync_err_t *err)
 {
 	uint64_t per = CHUNK / w;
 	size_t k = (size_t)(n - win < per ? n - win : per) * w;
 
-	return s_take_base(a, a->tmp, b, win * w, k, err);
+	a->win = s_piece(a, t, win * w);
+	return s_take_base(a, a->win, b, win * w, k, err);
 }
 
 /*
@@ -672,10 +699,10 @@ s_sparse_flush(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 
 	while (*win < end) {
 		size_t k = (size_t)(n - *win < per ? n - *win : per) * w;
-		if (s_emit(a, t, *win * w, a->tmp, k, &a->hash, err) < 0)
+		if (s_emit(a, t, *win * w, a->win, k, &a->hash, err) < 0)
 			return -1;
 		*win += k / w;
-		if (*win < n && s_window_load(a, b, *win, n, w, err) < 0)
+		if (*win < n && s_window_load(a, t, b, *win, n, w, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -699,7 +726,7 @@ s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 		    "bytes in %llu", a->name, t->path, w, (unsigned long long)t->len);
 	n = t->len / w;
 	per = CHUNK / w;
-	if (s_window_load(a, b, 0, n, w, err) < 0)
+	if (s_window_load(a, t, b, 0, n, w, err) < 0)
 		return -1;
 	for (;;) {
 		uint32_t c;
@@ -728,7 +755,7 @@ s_apply_sparse(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char 
 			    s_sparse_flush(a, t, b, &win, e - (e - win) % per, n, w, err) < 0)
 				return -1;
 			for (unsigned j = 0; j < w; j++)
-				a->tmp[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
+				a->win[(e - win) * w + j] ^= g[(4 + j) * (size_t)c];
 			next = e + 1;
 		}
 	}
@@ -742,7 +769,7 @@ s_apply_bytes(s_apply_t *a, const wsync_delta_tensor_t *t, const unsigned char *
 {
 	for (uint64_t at = 0; at < t->len; at += CHUNK) {
 		size_t n = t->len - at < CHUNK ? (size_t)(t->len - at) : CHUNK;
-		unsigned char *p = a->tmp;
+		unsigned char *p = s_piece(a, t, at);
 		if (t->enc == WSYNC_DELTA_RAW)
 			memcpy(p, d + at, n);
 		else if (s_zin_read(&a->data, p, n) < 0)
@@ -789,7 +816,7 @@ s_apply_tensor(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 	    t->enc == WSYNC_DELTA_SPARSE) {
 		if ((bt = s_base_at(a, t, err)) == NULL)
 			return -1;
-		b = bt->data;
+		b = a->base_map != NULL ? a->base_map + bt->offset : bt->data;
 		a->base_off = bt->offset;
 	}
 	a->data.name = a->name;
@@ -1099,17 +1126,19 @@ s_image_map(s_apply_t *a, wsync_err_t *err)
  * them) and a MiB of decoded bytes and a sparse group. a is their model, with
  * H's image unless image is 0 (reserving no memory: only the skeleton's pages
  * are ever written; the first applier's alone is used). threads: how many at
- * most (0: wsync_threads_for H's size).
+ * most (0: wsync_threads_for H's size). o->kept (unless NULL): B read
+ * through its kept mapping where there is one, H written through one.
  * -1 with err; s_appliers_close either way.
  */
 static int
 s_appliers_open(s_apply_t *a, s_apply_t **ws, unsigned *nworkers, wsync_file_t **base,
-    int base_fd, int out_fd, const wsync_delta_header_t *h, const void *delta,
-    const char *name, wsync_delta_keep_fn keep, void *keep_arg, int image, unsigned threads,
-    wsync_err_t *err)
+    int base_fd, wsync_delta_dest_t *o, const wsync_delta_header_t *h,
+    const void *delta, const char *name, wsync_delta_keep_fn keep, void *keep_arg, int image,
+    unsigned threads, wsync_err_t *err)
 {
 	struct stat ost;
 	unsigned n;
+	int out_fd = o->fd;
 
 	*a = (s_apply_t){ .out = { .fd = out_fd, .name = name, .err = err, .positioned = 1 },
 	    .name = name, .keep = keep, .keep_arg = keep_arg, .h = h, .delta = delta };
@@ -1119,6 +1148,13 @@ s_appliers_open(s_apply_t *a, s_apply_t **ws, unsigned *nworkers, wsync_file_t *
 		return -1;
 	a->base = *base;
 	a->base_fd = (*base)->mem == WSYNC_MEM_MMAP ? base_fd : -1;
+	if ((a->base_map = wsync_kept_in(o->kept, base_fd, &a->held_base)) != NULL)
+		a->base_fd = -1;
+	/* A selection's holes are not written: its file is never kept mapped. */
+	if (keep == NULL)
+		a->out_map = wsync_kept_out(o->kept, out_fd, o->path, h->size, &a->held_out);
+	o->base_kept = a->base_map != NULL;
+	o->head_kept = a->out_map != NULL;
 	/* Every byte is written but the holes a selection leaves, which must read as zeros. */
 	if (lseek(out_fd, 0, SEEK_CUR) != 0 || fstat(out_fd, &ost) < 0 ||
 	    (keep != NULL && ost.st_size != 0))
@@ -1148,25 +1184,19 @@ s_appliers_close(s_apply_t *a, s_apply_t *ws, unsigned nworkers, wsync_file_t *b
 	for (unsigned k = 0; k < nworkers; k++)
 		s_applier_close(&ws[k]);
 	free(ws);
+	wsync_kept_release(a->held_base);
+	wsync_kept_release(a->held_out);
 	if (a->image != NULL)
 		munmap(a->image, (size_t)a->h->size);
 	wsync_file_close(&base);
 }
 
-int
-wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
-    uint64_t *version, uint64_t *content, wsync_err_t *err)
-{
-	return wsync_delta_apply_some(base_fd, delta_fd, out_fd, name, NULL, NULL, 0, version,
-	    content, err);
-}
-
 /*
- * wsync_delta_apply_some of a version that came in parts parts (0 or 1: not
- * in parts), *threads (unless NULL) the threads it ran on.
+ * wsync_delta_apply_some into o, of a version that came in parts parts (0 or
+ * 1: not in parts), *threads (unless NULL) the threads it ran on.
  */
 static int
-s_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
+s_apply_some(int base_fd, int delta_fd, wsync_delta_dest_t *o, const char *name,
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, unsigned parts,
     unsigned *threads, uint64_t *version, uint64_t *content, wsync_err_t *err)
 {
@@ -1178,7 +1208,7 @@ s_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
 
 	if (s_din_open(&d, delta_fd, name, err) < 0 || s_expected(expect, d.h.size, name, err) < 0)
 		goto out;
-	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &d.h, d.map, name, keep,
+	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, o, &d.h, d.map, name, keep,
 	    keep_arg, 1, parts > 1 ? wsync_threads_parts(d.h.size, parts) : 0, err) < 0 ||
 	    s_apply(ws, nworkers, err) < 0)
 		goto out;
@@ -1196,19 +1226,38 @@ out:
 }
 
 int
+wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
+    uint64_t *version, uint64_t *content, wsync_err_t *err)
+{
+	wsync_delta_dest_t o = { .fd = out_fd };
+
+	return wsync_delta_apply_into(base_fd, delta_fd, &o, name, version, content, err);
+}
+
+int
+wsync_delta_apply_into(int base_fd, int delta_fd, wsync_delta_dest_t *o,
+    const char *name, uint64_t *version, uint64_t *content, wsync_err_t *err)
+{
+	return s_apply_some(base_fd, delta_fd, o, name, NULL, NULL, 0, 0, NULL, version, content,
+	    err);
+}
+
+int
 wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *name,
     wsync_delta_keep_fn keep, void *keep_arg, uint64_t expect, uint64_t *version,
     uint64_t *content, wsync_err_t *err)
 {
-	return s_apply_some(base_fd, delta_fd, out_fd, name, keep, keep_arg, expect, 0, NULL,
+	wsync_delta_dest_t o = { .fd = out_fd };
+
+	return s_apply_some(base_fd, delta_fd, &o, name, keep, keep_arg, expect, 0, NULL,
 	    version, content, err);
 }
 
 int
-wsync_delta_apply_parts(int base_fd, int delta_fd, int out_fd, const char *name,
-    unsigned parts, unsigned *threads, wsync_err_t *err)
+wsync_delta_apply_parts(int base_fd, int delta_fd, wsync_delta_dest_t *o,
+    const char *name, unsigned parts, unsigned *threads, wsync_err_t *err)
 {
-	return s_apply_some(base_fd, delta_fd, out_fd, name, NULL, NULL, 0, parts, threads, NULL,
+	return s_apply_some(base_fd, delta_fd, o, name, NULL, NULL, 0, parts, threads, NULL,
 	    NULL, err);
 }
 
@@ -1525,6 +1574,7 @@ wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *content, wsync_err_t *err)
 {
 	s_fed_t s = { .feed = feed, .in = { .name = name, .err = err } };
+	wsync_delta_dest_t dest = { .fd = out_fd };
 	wsync_delta_header_t h = { 0 };
 	s_apply_t a = { 0 }, *ws = NULL;
 	wsync_file_t *base = NULL;
@@ -1563,7 +1613,7 @@ wsync_delta_apply_fed(int base_fd, int delta_fd, int out_fd, const char *name,
 		goto out;
 	}
 	/* H's image once its entries have checked its size, as the whole delta's header does. */
-	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, out_fd, &h, map, name, keep,
+	if (s_appliers_open(&a, &ws, &nworkers, &base, base_fd, &dest, &h, map, name, keep,
 	    keep_arg, 0, 0, err) < 0 || s_apply_base(ws, err) < 0)
 		goto out;
 	for (unsigned k = 0; k < nworkers; k++)

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kept_int.h"
 #include "wsync.h"
 
 #define WSYNC_DELTA_FORMAT 1
@@ -111,6 +112,21 @@ int wsync_delta_make_over(int base_fd, const wsync_delta_over_t *head, int out_f
 int wsync_delta_apply(int base_fd, int delta_fd, int out_fd, const char *name,
     uint64_t *version, uint64_t *content, wsync_err_t *err);
 /*
+ * Where an apply writes H: the file open at fd, named path; with kept (unless
+ * NULL), a store's files kept mapped on tmpfs (kept_int.h): B is then read
+ * through its kept mapping when it has one, and H written through one
+ * (made when fd's file qualifies) instead of with pwrite. The same bytes.
+ */
+typedef struct {
+	int fd;
+	const char *path;
+	wsync_kept_t *kept;
+	int base_kept, head_kept;       /* set by the apply: whether B, H went through kept maps */
+} wsync_delta_dest_t;
+/* As wsync_delta_apply, into o. */
+int wsync_delta_apply_into(int base_fd, int delta_fd, wsync_delta_dest_t *o,
+    const char *name, uint64_t *version, uint64_t *content, wsync_err_t *err);
+/*
  * H as the delta describes it, no tensor decoded: its header and the bytes
  * between its tensors (the skeleton) in a file of H's size whose data is
  * holes, each tensor's path, length, hash and offset and H's content id
@@ -142,13 +158,13 @@ int wsync_delta_apply_some(int base_fd, int delta_fd, int out_fd, const char *na
     uint64_t *content, wsync_err_t *err);
 
 /*
- * As wsync_delta_apply, for a version that came in parts parts, pushed by as
+ * As wsync_delta_apply_into, for a version that came in parts parts, pushed by as
  * many processes at once: on at least a thread per part, up to the CPUs
  * (wsync_threads_parts), where WSYNC_THREADS says fewer; *threads the
  * threads it ran on.
  */
-int wsync_delta_apply_parts(int base_fd, int delta_fd, int out_fd, const char *name,
-    unsigned parts, unsigned *threads, wsync_err_t *err);
+int wsync_delta_apply_parts(int base_fd, int delta_fd, wsync_delta_dest_t *o,
+    const char *name, unsigned parts, unsigned *threads, wsync_err_t *err);
 
 /*
  * A delta that is still arriving, in order, into its file: how much of it

@@ -90,6 +90,7 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 		}
 		/* Versions retired by these requests are closed now that they are answered. */
 		wsync_store_bury(h->store);
+		wsync_kept_sweep(h->kept);
 		s_timers(h);
 	}
 	free(items);
@@ -133,6 +134,14 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	    err)) == NULL)
 		goto fail;
 	wsync_store_set_spares(h->store, opts->recycle);
+	/*
+	 * A recycling store on tmpfs: its files go round (version, spare, slot),
+	 * each kept mapped, so that rebuilding a pushed delta copies from mapping
+	 * to mapping (kept_int.h). Enough for the versions kept and the spares
+	 * of a model, and the one being written.
+	 */
+	if (opts->recycle > 0 && wsync_kept_fits(wsync_store_dir(h->store)))
+		h->kept = wsync_kept_new(opts->keep + opts->recycle + 1);
 	if (hub_deltas_open(h, err) < 0 || hub_relay_start(h, opts, err) < 0)
 		goto fail;
 	hub_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(
@@ -169,6 +178,7 @@ wsync_hub_destroy(wsync_hub_t **hp)
 	wsync_auth_destroy(&h->auth);
 	hub_endpoints_close(h);
 	hub_deltas_close(h);
+	wsync_kept_free(&h->kept);
 	wsync_store_close(&h->store);
 	free(h);
 	*hp = NULL;

@@ -553,6 +553,7 @@ s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 	char name[WSYNC_MAX_MODEL + 64];
 	wsync_tree_t *tree = s_union_tree(g, err);
 	wsync_store_temp_t joined = { .fd = -1 };
+	wsync_delta_dest_t dest;
 	int *fds = calloc(g->nparts, sizeof(*fds)), skel = -1, rc = -1;
 	uint64_t size;
 
@@ -568,8 +569,10 @@ s_union_apply(wsync_hub_t *h, const struct hub_group *g, wsync_store_temp_t *t,
 	    (skel = s_union_skeleton(tree, size, err)) < 0 ||
 	    wsync_store_temp_open(h->store, g->model, &joined, err) < 0 ||
 	    wsync_delta_rebase(fds, g->nparts, uf->base_fd, uf->base, skel, joined.fd, name,
-	    NULL, err) < 0 || wsync_store_slot_open(h->store, g->model, size, t, err) < 0 ||
-	    wsync_delta_apply_parts(uf->base_fd, joined.fd, t->fd, name, g->nparts, threads,
+	    NULL, err) < 0 || wsync_store_slot_open(h->store, g->model, size, t, err) < 0)
+		goto done;
+	dest = (wsync_delta_dest_t){ .fd = t->fd, .path = t->path, .kept = h->kept };
+	if (wsync_delta_apply_parts(uf->base_fd, joined.fd, &dest, name, g->nparts, threads,
 	    err) < 0)
 		goto done;
 	t->verified = 1;

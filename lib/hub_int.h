@@ -234,6 +234,7 @@ struct wsync_hub {
 	char **ipc;                     /* socket files bound, removed at destroy */
 	size_t nipc;
 	wsync_store_t *store;
+	wsync_kept_t *kept;             /* the store's files kept mapped (on tmpfs, --recycle), or NULL */
 	unsigned keep;                  /* versions kept per model */
 	wsync_log_fn log;
 	void *log_arg;

@@ -132,11 +132,21 @@ hub_pushdelta_rebase(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t
 	return 0;
 }
 
+/* Which files a rebuild went through kept mappings of, for the log (wsync-serve(1) LOG). */
+static const char *
+s_mapped(const wsync_delta_dest_t *d)
+{
+	if (d->base_kept && d->head_kept)
+		return "base,version";
+	return d->head_kept ? "version" : d->base_kept ? "base" : "none";
+}
+
 int
 hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t *err)
 {
 	struct hub_ufile *uf = &u->files[i];
 	wsync_store_temp_t *t = &u->temps[i], spare;
+	wsync_delta_dest_t dest;
 	char name[WSYNC_MAX_MODEL + 64];
 	uint64_t version, content;
 	int recycled;
@@ -154,8 +164,12 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	wsync_store_temp_remove(t);
 	*t = spare;
 	u->recycled += (size_t)recycled;
-	/* Built into the upload's file, each tensor and the content id checked (65). */
-	if (wsync_delta_apply(uf->base_fd, uf->delta.fd, t->fd, name, &version, &content,
+	/*
+	 * Built into the upload's file, each tensor and the content id checked
+	 * (65): from mapping to mapping where the store keeps them (h->kept).
+	 */
+	dest = (wsync_delta_dest_t){ .fd = t->fd, .path = t->path, .kept = h->kept };
+	if (wsync_delta_apply_into(uf->base_fd, uf->delta.fd, &dest, name, &version, &content,
 	    err) < 0) {
 		hub_log(h, "event=abort upload=%" PRIu64 " model=%s reason=\"the delta did not "
 		    "apply\"", u->id, t->model);
@@ -163,7 +177,8 @@ hub_pushdelta_apply(wsync_hub_t *h, struct hub_upload *u, size_t i, wsync_err_t 
 	}
 	t->verified = 1;
 	hub_log(h, "event=rebuild upload=%" PRIu64 " model=%s base=%" PRIu64 " size=%" PRIu64
-	    " recycled=%d", u->id, t->model, uf->base, uf->head_size, recycled);
+	    " recycled=%d mapped=%s", u->id, t->model, uf->base, uf->head_size, recycled,
+	    s_mapped(&dest));
 	uf->filled = uf->size = uf->head_size;
 	close(uf->base_fd);
 	uf->base_fd = -1;

@@ -147,6 +147,8 @@ s_begin_files(wsync_hub_t *h, const msgpack_object *o, struct hub_upload *u, wsy
 			int rc = wsync_store_slot_open(h->store, model, size, &u->temps[i], err);
 			if (rc < 0)
 				return -1;
+			/* Its writer may cut it short: never read through a mapping of it. */
+			wsync_kept_forget(h->kept, u->temps[i].fd);
 			u->recycled += (size_t)rc;
 		} else if (wsync_store_temp_open(h->store, model, &u->temps[i], err) < 0)
 			return -1;

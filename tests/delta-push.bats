@@ -358,11 +358,45 @@ ok policy 6"
 	run -0 wsync-push -q --transfer socket --base p3.wsync -m policy s4.wsync
 	assert_output "4"
 	run -0 grep "event=rebuild " hub.log
-	assert_output --regexp "event=rebuild upload=[0-9]+ model=policy base=3 size=$(stat -c %s "$STORE/policy/4.wsync") recycled=1\$"
+	assert_output --regexp "event=rebuild upload=[0-9]+ model=policy base=3 size=$(stat -c %s "$STORE/policy/4.wsync") recycled=1 mapped=(none|version)\$"
 	run -0 wsync-push -q --transfer socket -m policy s4.wsync
 	assert_output "5"
 	same_but_number "$STORE/policy/4.wsync" "$STORE/policy/5.wsync"
 	run -0 wsync-inspect --verify "$STORE/policy/4.wsync"
+}
+
+@test "on tmpfs a recycling hub rebuilds pushed deltas from and into files it keeps mapped, never one a pusher on its host wrote" {
+	[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || skip "needs a tmpfs at /dev/shm"
+	steps 8
+	STORE=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	CLEANUP+=("$STORE")
+	hub_with_v1 --keep 2 --recycle 1
+	# Versions 2-5 as deltas: 2 and 3 into new files; 4 into version 1's
+	# file, mapped as it is written; 5 from 4's mapping into version 2's file.
+	for v in 2 3 4 5; do
+		run -0 wsync-push -q --transfer socket --base "p$((v - 1)).wsync" -m policy "s$v.wsync"
+		assert_output "$v"
+		run -0 wsync-pull -q --transfer socket -m policy -o "p$v.wsync"
+		run -0 wsync-inspect --verify "p$v.wsync"
+		run -0 wsync-inspect diff "s$v.wsync" "p$v.wsync"
+	done
+	# 6 and 7 handed over on the hub's host: 7 is written by the pusher into
+	# 4's file, which the hub lets go of; 8, from 7, reads it without a mapping.
+	run -0 wsync-push -q -m policy s6.wsync
+	run -0 wsync-push -q -m policy s7.wsync
+	run -0 grep -c "event=begin .*recycled=1 transfer=copy" hub.log
+	assert_output 2
+	run -0 wsync-pull -q --transfer socket -m policy -o p7.wsync
+	run -0 wsync-push -q --transfer socket --base p7.wsync -m policy s8.wsync
+	assert_output "8"
+	run -0 sh -c "grep -o 'event=rebuild .*' hub.log | sed 's/ upload=[0-9]* / /; s/ size=[0-9]* / /'"
+	assert_output "event=rebuild model=policy base=1 recycled=0 mapped=none
+event=rebuild model=policy base=2 recycled=0 mapped=none
+event=rebuild model=policy base=3 recycled=1 mapped=version
+event=rebuild model=policy base=4 recycled=1 mapped=base,version
+event=rebuild model=policy base=7 recycled=1 mapped=version"
+	run -0 wsync-inspect --verify "$STORE/policy/8.wsync"
+	run -0 wsync-inspect diff s8.wsync "$STORE/policy/8.wsync"
 }
 
 # raw_delta_push SIZE COMMIT...: begin, chunk and the COMMIT requests (JSON

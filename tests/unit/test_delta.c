@@ -6,7 +6,8 @@
  * (held in memory, not read from their files); a delta made over the base
  * (a pusher's kept copy made into the head as it is read), the same bytes as
  * the delta made from the two files; a delta applied while it arrives, the
- * same file, its first tensors written before its last bytes came. Run from
+ * same file, its first tensors written before its last bytes came; a delta
+ * applied through kept mappings, the same file. Run from
  * the repository root
  * (tests/fixtures/mkstep.py writes the stepped models).
  */
@@ -688,6 +689,95 @@ test_thread_counts_make_the_same_bytes(void)
 		ok(made && same, "%s %s: 1, 2 and 7 threads make the same delta and rebuild the "
 		    "head byte for byte", cases[c].dtype, cases[c].fraction);
 	}
+}
+
+/* Writes size bytes of 'z' over path (made if need be): a file whose pages all exist. */
+static int
+s_scribble(const char *path, const char *like)
+{
+	struct stat st;
+	int fd = open(path, O_RDWR | O_CREAT, 0600), rc = -1;
+	char *buf = NULL;
+
+	if (fd >= 0 && stat(like, &st) == 0 && (buf = malloc((size_t)st.st_size)) != NULL) {
+		memset(buf, 'z', (size_t)st.st_size);
+		rc = pwrite(fd, buf, (size_t)st.st_size, 0) == st.st_size &&
+		    ftruncate(fd, st.st_size) == 0 ? 0 : -1;
+	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* Applies delta to base into out (a file written over in place) through kept; 0 or -1. */
+static int
+s_apply_kept(const char *base, const char *delta, const char *out, wsync_kept_t *kept,
+    wsync_delta_dest_t *o, wsync_err_t *err)
+{
+	int b = open(base, O_RDONLY), d = open(delta, O_RDONLY), rc;
+
+	*o = (wsync_delta_dest_t){ .fd = open(out, O_RDWR), .path = out, .kept = kept };
+	rc = wsync_delta_apply_into(b, d, o, delta, NULL, NULL, err);
+	close(b);
+	close(d);
+	close(o->fd);
+	return rc;
+}
+
+/*
+ * A delta applied through kept mappings (a recycling hub's store on tmpfs):
+ * written into a file whose pages exist, then that file read as the base of
+ * the delta back, on 1, 2 and 7 threads, the same mappings again each time:
+ * the same bytes as the files, for tensors sparse, xored and sent whole.
+ */
+static void
+test_kept_mappings_rebuild_the_same_bytes(void)
+{
+	static const struct { const char *dtype, *fraction; } cases[] = {
+		{ "bf16", "0.01" }, { "f32", "0.3" }, { "bf16", "1" },
+	};
+	static const char *const threads[] = { "1", "2", "7" };
+	char shm[] = "/dev/shm/test_delta.XXXXXX", o1[64], o2[64], cmd[96];
+	wsync_delta_dest_t d1, d2;
+	wsync_err_t err = { 0 };
+	wsync_kept_t *kept = wsync_kept_new(4);
+
+	if (mkdtemp(shm) == NULL || kept == NULL) {
+		ok(0, "kept mappings: cannot make %s", shm);
+		return;
+	}
+	snprintf(o1, sizeof(o1), "%s/o1", shm);
+	snprintf(o2, sizeof(o2), "%s/o2", shm);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int made = s_mkstep(cases[c].dtype, cases[c].fraction, 1u << 22) == 0 &&
+		    s_make(s_path("base.wsync"), s_path("head.wsync"), s_path("fwd.wdelta"), NULL,
+		    &err) == 0 && s_make(s_path("head.wsync"), s_path("base.wsync"),
+		    s_path("back.wdelta"), NULL, &err) == 0, same = made;
+		for (size_t k = 0; made && same && k < sizeof(threads) / sizeof(threads[0]); k++) {
+			setenv("WSYNC_THREADS", threads[k], 1);
+			made = s_scribble(o1, s_path("head.wsync")) == 0 &&
+			    s_scribble(o2, s_path("base.wsync")) == 0 &&
+			    s_apply_kept(s_path("base.wsync"), s_path("fwd.wdelta"), o1, kept, &d1,
+			    &err) == 0 && s_apply_kept(o1, s_path("back.wdelta"), o2, kept, &d2,
+			    &err) == 0;
+			same = made && !d1.base_kept && d1.head_kept && d2.base_kept && d2.head_kept &&
+			    s_same_files(o1, s_path("head.wsync")) &&
+			    s_same_files(o2, s_path("base.wsync"));
+			if (!same)
+				printf("# %s %s: %s threads: kept %d%d %d%d (%s)\n", cases[c].dtype,
+				    cases[c].fraction, threads[k], d1.base_kept, d1.head_kept,
+				    d2.base_kept, d2.head_kept, made ? "" : err.msg);
+		}
+		unsetenv("WSYNC_THREADS");
+		ok(made && same, "%s %s: rebuilt through kept mappings, from and into them, on 1, 2 "
+		    "and 7 threads: the head and the base byte for byte", cases[c].dtype,
+		    cases[c].fraction);
+	}
+	wsync_kept_free(&kept);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", shm);
+	if (system(cmd) != 0)
+		printf("# cannot remove %s\n", shm);
 }
 
 /*
@@ -1406,6 +1496,7 @@ main(void)
 	test_large_files_parse_from_an_image();
 	test_inputs_from_pipes_make_the_same_delta();
 	test_thread_counts_make_the_same_bytes();
+	test_kept_mappings_rebuild_the_same_bytes();
 	test_a_large_tensor_among_small_ones_makes_the_same_bytes();
 	test_a_delta_made_over_the_base_is_the_same();
 	test_a_delta_over_another_layout_is_not_made();
