@@ -238,7 +238,8 @@ s_push_batch(const char *dir, const char *base, double *s, wsync_err_t *err)
 	k = s_open(kept, O_RDWR);
 	d = memfd_create("passes", MFD_CLOEXEC);
 	*s = bench_now();
-	rc = wsync_source_delta_over(src, size, k, 1, d, "push", WSYNC_DELTA_WORTH, NULL, err);
+	rc = wsync_source_delta_over(src, size, k, 1, NULL, d, "push", WSYNC_DELTA_WORTH, NULL,
+	    err);
 	*s = bench_now() - *s;
 	wsync_source_destroy(&src);
 	close(k);

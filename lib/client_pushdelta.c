@@ -99,8 +99,8 @@ s_head_file(wsync_client_t *c, const wsync_push_item_t *item, wsync_source_t *sr
  */
 static int
 s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t size, int bfd,
-    int patch, wsync_source_t *base, struct wsync_push_send *send, const char *name,
-    wsync_delta_stats_t *stats, int *out, wsync_err_t *err)
+    int patch, unsigned char *base_map, wsync_source_t *base, struct wsync_push_send *send,
+    const char *name, wsync_delta_stats_t *stats, int *out, wsync_err_t *err)
 {
 	int rc;
 
@@ -110,8 +110,8 @@ s_straight_from(struct wsync_push_session *ps, wsync_source_t *src, uint64_t siz
 		return -1;
 	rc = base != NULL ? wsync_source_delta_from(src, size, base, *out, name,
 	    WSYNC_DELTA_WORTH, stats, &send->base_content, &send->recalled, err) :
-	    wsync_source_delta_over(src, size, bfd, patch, *out, name, WSYNC_DELTA_WORTH, stats,
-	    err);
+	    wsync_source_delta_over(src, size, bfd, patch, base_map, *out, name, WSYNC_DELTA_WORTH,
+	    stats, err);
 	if (rc != 0) {
 		close(*out);
 		*out = -1;
@@ -133,7 +133,9 @@ s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, ui
     struct wsync_kept *k, struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, NULL, send,
+	/* Mapped once (on tmpfs) and kept: the next push patches the same file, back in k. */
+	unsigned char *map = wsync_kept_one(&k->map, k->fd);
+	int out = -1, rc = s_straight_from(ps, src, size, k->fd, 1, map, NULL, send,
 	    "the version pushed before", &stats, &out, err);
 
 	if (rc == 2)
@@ -168,8 +170,8 @@ s_straight(struct wsync_push_session *ps, const wsync_push_item_t *item,
     struct wsync_push_send *send, wsync_err_t *err)
 {
 	wsync_delta_stats_t stats;
-	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, base, send, item->base, &stats,
-	    &out, err);
+	int out = -1, rc = s_straight_from(ps, src, size, bfd, 0, NULL, base, send, item->base,
+	    &stats, &out, err);
 
 	if (rc == 1) {
 		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from %s is not worth "
@@ -352,6 +354,7 @@ wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
 				close(ps->kept[0].fd);
 			if (ps->kept[0].spare >= 0)
 				close(ps->kept[0].spare);
+			wsync_kept_one_release(&ps->kept[0].map);
 			memmove(&ps->kept[0], &ps->kept[1], sizeof(ps->kept[0]) *
 			    (WSYNC_KEPT_MAX - 1));
 			ps->nkept--;
@@ -359,6 +362,7 @@ wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
 		k = &ps->kept[ps->nkept++];
 		snprintf(k->model, sizeof(k->model), "%s", item->model);
 		k->spare = -1;
+		k->map = (wsync_kept_one_t){ 0 };
 	} else if (k->fd >= 0) {
 		/* The version before becomes the spare the next one is written over. */
 		if (k->spare >= 0)
@@ -399,6 +403,7 @@ wsync_client_keep_pushed(wsync_client_t *c, int on)
 			close(ps->kept[i].fd);
 		if (ps->kept[i].spare >= 0)
 			close(ps->kept[i].spare);
+		wsync_kept_one_release(&ps->kept[i].map);
 	}
 	ps->nkept = 0;
 }

@@ -66,6 +66,12 @@ typedef struct wsync_delta_over {
 	void *arg;
 	int patch;              /* B is made into H as it is read; 0: B is only read */
 	/*
+	 * With patch, B's file mapped whole for writing, kept by the caller
+	 * from one delta to the next (wsync_kept_one): B is made into H
+	 * through it. NULL: through windows mapped and let go as they pass.
+	 */
+	unsigned char *base_map;
+	/*
 	 * Set (patch 0 only): base_fd is B's skeleton too, hashes 0, open for
 	 * writing, and B's tensors (base_n, in its order, each path in
 	 * base_paths) are read through base_read, as H's through read: each is

@@ -287,6 +287,9 @@ s_base_window(const s_make_t *m, s_worker_t *wk, uint64_t off, size_t n, uint64_
 	uint64_t start = off - off % (uint64_t)sysconf(_SC_PAGESIZE), len;
 	void *p;
 
+	/* Mapped whole already, its pages too: nothing to map or let go. */
+	if (m->over->base_map != NULL)
+		return wk->patch = m->over->base_map + off;
 	if (wk->map != NULL && off >= wk->mapoff && off + n <= wk->mapoff + wk->maplen)
 		return wk->patch = wk->map + (off - wk->mapoff);
 	s_unmap(wk);

@@ -17,6 +17,19 @@
 #define S_BATCH 256                     /* requests served between two timer checks */
 
 /* Answers waits whose time ran out and drops uploads left idle. */
+/*
+ * The files a recycling hub keeps mapped: each model's round, the versions
+ * kept and the one being written, and the spares (WSYNC_KEPT_MAPS at most).
+ */
+static unsigned
+s_kept_max(const wsync_hub_t *h)
+{
+	uint64_t models = wsync_store_count(h->store), n;
+
+	n = ((uint64_t)h->keep + 1) * (models > 0 ? models : 1) + h->recycle;
+	return n < WSYNC_KEPT_MAPS ? (unsigned)n : WSYNC_KEPT_MAPS;
+}
+
 static void
 s_timers(wsync_hub_t *h)
 {
@@ -90,6 +103,7 @@ wsync_hub_run(wsync_hub_t *h, volatile sig_atomic_t *stop, wsync_err_t *err)
 		}
 		/* Versions retired by these requests are closed now that they are answered. */
 		wsync_store_bury(h->store);
+		wsync_kept_set_max(h->kept, s_kept_max(h));
 		wsync_kept_sweep(h->kept);
 		s_timers(h);
 	}
@@ -137,11 +151,11 @@ wsync_hub_new(const wsync_hub_opts_t *opts, wsync_err_t *err)
 	/*
 	 * A recycling store on tmpfs: its files go round (version, spare, slot),
 	 * each kept mapped, so that rebuilding a pushed delta copies from mapping
-	 * to mapping (kept_int.h). Enough for the versions kept and the spares
-	 * of a model, and the one being written.
+	 * to mapping (kept_int.h); as many as s_kept_max.
 	 */
+	h->recycle = opts->recycle;
 	if (opts->recycle > 0 && wsync_kept_fits(wsync_store_dir(h->store)))
-		h->kept = wsync_kept_new(opts->keep + opts->recycle + 1);
+		h->kept = wsync_kept_new(s_kept_max(h));
 	if (hub_deltas_open(h, err) < 0 || hub_relay_start(h, opts, err) < 0)
 		goto fail;
 	hub_log(h, "event=store dir=\"%s\" models=%zu keep=%u recycle=%u", wsync_log_quote(

@@ -236,6 +236,7 @@ struct wsync_hub {
 	wsync_store_t *store;
 	wsync_kept_t *kept;             /* the store's files kept mapped (on tmpfs, --recycle), or NULL */
 	unsigned keep;                  /* versions kept per model */
+	unsigned recycle;               /* spares kept (--recycle) */
 	wsync_log_fn log;
 	void *log_arg;
 	struct hub_worker **workers;    /* sorted by id */

@@ -18,15 +18,21 @@
 #ifndef WSYNC_KEPT_INT_H
 #define WSYNC_KEPT_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
-typedef struct wsync_kept wsync_kept_t;         /* the set */
+typedef struct wsync_kept_set wsync_kept_t;        /* the set */
 typedef struct wsync_kept_map wsync_kept_map_t; /* one file's mapping, held by a pass */
 
 /* Whether dir lies on tmpfs. */
 int wsync_kept_fits(const char *dir);
-/* A set of at most max files kept mapped; NULL when out of memory. */
+#define WSYNC_KEPT_MAPS 64      /* files a set keeps mapped at most (each holds a descriptor) */
+
+/* A set of at most max files kept mapped (wsync_kept_set_max); NULL when out of memory. */
 wsync_kept_t *wsync_kept_new(unsigned max);
+/* Keeps at most max files (up to WSYNC_KEPT_MAPS) from now on; the least recently held go first. */
+void wsync_kept_set_max(wsync_kept_t *k, unsigned max);
 /* Unmaps every file and frees the set; no map may be held. */
 void wsync_kept_free(wsync_kept_t **k);
 
@@ -49,5 +55,25 @@ void wsync_kept_release(wsync_kept_map_t *m);
 void wsync_kept_forget(wsync_kept_t *k, int fd);
 /* Unmaps the files no longer linked anywhere: their pages are freed. */
 void wsync_kept_sweep(wsync_kept_t *k);
+
+/*
+ * One file only this process can reach (an unnamed scratch file: a
+ * wsync-push --batch's copy of the version it pushed last, made into the
+ * next one in place), kept mapped to be written from one push to the next.
+ */
+typedef struct {
+	unsigned char *base;    /* NULL: none */
+	size_t len;
+	dev_t dev;
+	ino_t ino;
+} wsync_kept_one_t;
+/*
+ * The file at fd mapped whole for writing: m's mapping while it is that
+ * file at its size, else a new one (the old let go), made when the file lies
+ * on tmpfs and all its pages exist; NULL when it does not qualify (m let go).
+ */
+unsigned char *wsync_kept_one(wsync_kept_one_t *m, int fd);
+/* Lets m's mapping go. */
+void wsync_kept_one_release(wsync_kept_one_t *m);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "client_conn_int.h"
+#include "kept_int.h"
 
 /*
  * The next slot: one asked for ahead of need, with a commit (client_slot.c).
@@ -36,6 +37,8 @@ struct wsync_kept {
 	int fd;                         /* a scratch file: the version as sent */
 	/* The scratch file of the version before it, whose pages the next is written over; -1: none. */
 	int spare;
+	/* The file made into each next version, mapped and kept so (on tmpfs), or none. */
+	wsync_kept_one_t map;
 	uint64_t version, content;
 };
 

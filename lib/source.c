@@ -764,9 +764,9 @@ s_read_data(void *arg, size_t i, uint64_t off, void *buf, size_t n, wsync_err_t 
  * from base as src's is from src.
  */
 static int
-s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_source_t *base,
-    const uint64_t *base_hashes, int out_fd, const char *name, uint64_t limit,
-    wsync_delta_stats_t *stats, wsync_err_t *err)
+s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
+    unsigned char *base_map, wsync_source_t *base, const uint64_t *base_hashes, int out_fd,
+    const char *name, uint64_t limit, wsync_delta_stats_t *stats, wsync_err_t *err)
 {
 	wsync_tree_t *tree = src->tree;
 	const char **paths = NULL, **base_paths = NULL;
@@ -808,7 +808,8 @@ s_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch, wsync_s
 	}
 	rc = wsync_delta_make_over(base_fd, &(wsync_delta_over_t){ .fd = hfd, .n = tree->n,
 	    .paths = paths, .hash_at = hash_at, .read = s_read_data, .arg = src,
-	    .patch = patch, .base_read = base != NULL ? s_read_data : NULL, .base_arg = base,
+	    .patch = patch, .base_map = base_map, .base_read = base != NULL ? s_read_data : NULL,
+	    .base_arg = base,
 	    .base_n = base != NULL ? base->tree->n : 0, .base_paths = base_paths,
 	    .base_hash_at = base_hash_at, .base_hashes = base_hashes }, out_fd, name, limit,
 	    stats, err);
@@ -829,11 +830,11 @@ out:
 
 int
 wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
-    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
-    wsync_err_t *err)
+    unsigned char *base_map, int out_fd, const char *name, uint64_t limit,
+    wsync_delta_stats_t *stats, wsync_err_t *err)
 {
-	return s_delta_over(src, size, base_fd, patch, NULL, NULL, out_fd, name, limit, stats,
-	    err);
+	return s_delta_over(src, size, base_fd, patch, base_map, NULL, NULL, out_fd, name, limit,
+	    stats, err);
 }
 
 /* Whether src is read from one file, as it was when opened: st is its key (pushed_int.h). */
@@ -940,7 +941,7 @@ wsync_source_delta_from(wsync_source_t *src, uint64_t size, wsync_source_t *base
 	known = s_recall(base, bfd);
 	if (recalled != NULL)
 		*recalled = known != NULL;
-	rc = s_delta_over(src, size, bfd, 0, base, known, out_fd, name, limit, stats, err);
+	rc = s_delta_over(src, size, bfd, 0, NULL, base, known, out_fd, name, limit, stats, err);
 	if (rc == 0 && (skeleton = wsync_file_open_fd(bfd, base->name, err)) == NULL)
 		rc = -1;
 	if (rc == 0)

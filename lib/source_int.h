@@ -108,11 +108,12 @@ int wsync_source_read_data(wsync_source_t *src, size_t i, uint64_t off, void *bu
  * wsync_source_size) written to out_fd, the document's tensors read from
  * src, no file of it written; with patch, base_fd (open for reading and
  * writing) made into the document as it is (wsync_delta_make_over, whose
- * codes it returns: 2 also for a source that is not a tree or is a pipe).
+ * codes it returns: 2 also for a source that is not a tree or is a pipe),
+ * through base_map when not NULL (wsync_delta_over_t).
  */
 int wsync_source_delta_over(wsync_source_t *src, uint64_t size, int base_fd, int patch,
-    int out_fd, const char *name, uint64_t limit, wsync_delta_stats_t *stats,
-    wsync_err_t *err);
+    unsigned char *base_map, int out_fd, const char *name, uint64_t limit,
+    wsync_delta_stats_t *stats, wsync_err_t *err);
 /*
  * As wsync_source_delta_over, from base's document (a tree, as src's: a
  * safetensors file, a checkpoint directory) where no file of it exists: its

@@ -252,7 +252,9 @@ ok policy 3"
 	assert_line -n 0 "wsync-push: --no-delta goes with --batch: a single push sends a delta only with --base"
 }
 
-@test "--batch of safetensors files makes each delta over the version it keeps: every version is the file pushed, through a new layout too" {
+# batch_over: --batch pushes safetensors files, each delta made over the
+# version kept (in $TMPDIR), through a new layout too; every version is the file pushed.
+batch_over() {
 	steps 4
 	hub_with_v1 --keep 8
 	for v in 2 3 4; do
@@ -284,6 +286,18 @@ ok policy 6"
 		wsync-convert -m policy "$TMP/${f#*:}.safetensors" "$TMP/c.wsync"
 		same_but_number "$STORE/policy/${f%%:*}.wsync" "$TMP/c.wsync"
 	done
+}
+
+@test "--batch of safetensors files makes each delta over the version it keeps: every version is the file pushed, through a new layout too" {
+	batch_over
+}
+
+@test "--batch with its scratch on tmpfs makes each delta over the version it keeps mapped: the same versions" {
+	[ "$(stat -f -c %T /dev/shm)" = tmpfs ] || skip "needs a tmpfs at /dev/shm"
+	TMPDIR=$(mktemp -d /dev/shm/wsync-test.XXXXXX)
+	CLEANUP+=("$TMPDIR")
+	export TMPDIR
+	batch_over
 }
 
 @test "a delta pushed with --base is the one two watchers on that base receive: the hub diffs nothing" {

@@ -4,12 +4,14 @@
  * what is written through the mapping is the file's; a kept file is found
  * again by its inode (and at its size only); forgotten files and removed ones
  * (a sweep) are not; the least recently held goes when the set is full,
- * never one held; a removed file's mapping goes once its last holder lets go.
+ * never one held; a removed file's mapping goes once its last holder lets go;
+ * one unnamed file kept mapped from one pass to the next, at its size.
  */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kept_int.h"
@@ -67,6 +69,53 @@ s_mapped(const char *name)
 	return found;
 }
 
+/* One unnamed file kept mapped (a batch pusher's copy of its last version). */
+static void
+test_one(void)
+{
+	wsync_kept_one_t one = { 0 };
+	int fd = open(s_dir, O_TMPFILE | O_RDWR, 0600), ro;
+	char *buf = malloc(2 * LEN), path[64], got[3] = "";
+	unsigned char *p;
+
+	if (fd < 0 || buf == NULL)
+		exit(70);
+	memset(buf, 'x', 2 * LEN);
+	ok(ftruncate(fd, LEN) == 0 && wsync_kept_one(&one, fd) == NULL && one.base == NULL,
+	    "one file: not mapped while some of its pages are holes");
+	p = pwrite(fd, buf, LEN, 0) == LEN ? wsync_kept_one(&one, fd) : NULL;
+	ok(p != NULL && one.len == LEN, "mapped once it is written whole");
+	if (p != NULL)
+		memcpy(p + 5, "abc", 3);
+	ok(pread(fd, got, 3, 5) == 3 && memcmp(got, "abc", 3) == 0 &&
+	    wsync_kept_one(&one, fd) == p, "what is written through it is the file's, and the "
+	    "same mapping serves the next pass");
+	ok(pwrite(fd, buf, 2 * LEN, 0) == 2 * LEN && wsync_kept_one(&one, fd) != NULL &&
+	    one.len == 2 * LEN, "the file grown: mapped again at its size");
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY);
+	ok(ro >= 0 && wsync_kept_one(&one, ro) == NULL && one.base == NULL,
+	    "a descriptor open read-only is not mapped, and the mapping is let go");
+	wsync_kept_one_release(&one);
+	free(buf);
+	close(ro);
+	close(fd);
+}
+
+/*
+ * Whether the mapping of s_dir/name goes within 10 s: a map dropped from the
+ * set is unmapped in a thread of its own.
+ */
+static int
+s_unmapped(const char *name)
+{
+	struct timespec ms = { 0, 1000000 };
+
+	for (int i = 0; i < 10000 && s_mapped(name); i++)
+		nanosleep(&ms, NULL);
+	return !s_mapped(name);
+}
+
 int
 main(void)
 {
@@ -77,8 +126,11 @@ main(void)
 	char got[4] = "";
 	int a, b, c, ro;
 
-	if (mkdtemp(s_dir) == NULL)
-		return 70;
+	if (!wsync_kept_fits("/dev/shm") || mkdtemp(s_dir) == NULL) {
+		printf("ok 1 - kept mappings # skip no tmpfs at /dev/shm\n");
+		tap_n++;
+		return tap_done();
+	}
 	ok(wsync_kept_fits(s_dir), "a directory on tmpfs fits");
 	ok(!wsync_kept_fits("/proc"), "one elsewhere does not");
 	if ((k = wsync_kept_new(2)) == NULL)
@@ -123,7 +175,7 @@ main(void)
 	a = s_file("a", LEN, 1);
 
 	wsync_kept_forget(k, a);
-	ok(wsync_kept_in(k, ro, &m) == NULL && !s_mapped("a"),
+	ok(wsync_kept_in(k, ro, &m) == NULL && s_unmapped("a"),
 	    "a forgotten file is not found, and unmapped");
 
 	/* Two files fill the set; the least recently held goes for a third. */
@@ -148,12 +200,14 @@ main(void)
 	ok(wsync_kept_in(k, c, &m2) == NULL, "a removed file is swept out of the set");
 	ok(s_mapped("c") && p != NULL, "its mapping stays while a pass holds it");
 	wsync_kept_release(m);
-	ok(!s_mapped("c"), "and goes with the last holder");
+	ok(s_unmapped("c"), "and goes with the last holder");
 	ok(wsync_kept_in(k, a, &m) != NULL, "the file not removed stays kept");
 	wsync_kept_release(m);
 
 	wsync_kept_free(&k);
 	ok(k == NULL && !s_mapped("a"), "freeing the set unmaps every file");
+
+	test_one();
 	ok(wsync_kept_out(NULL, a, s_path("a"), LEN, &m) == NULL && wsync_kept_in(NULL, a, &m) ==
 	    NULL, "no set keeps nothing");
 	wsync_kept_forget(NULL, a);
