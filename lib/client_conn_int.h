@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "client_int.h"
+#include "kept_int.h"
 #include "net_int.h"
 
 /* Bytes a transfer handles at a time: pages allocated ahead, or copied or written at once. */
@@ -84,6 +85,7 @@ struct wsync_push_send {
 	int delta;                      /* 1: the bytes are a delta from a base; 0: whole */
 	uint64_t base, base_content;    /* its base's version (0: the hub finds it by content) and content */
 	int head_fd;                    /* with a base: the version, sent if the delta is not taken */
+	wsync_kept_one_t head_map;      /* head_fd's file kept mapped (--batch's copy, on tmpfs), or none */
 	int recalled;                   /* the base's hashes were remembered, not read (pushed_int.h) */
 };
 /*

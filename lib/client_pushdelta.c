@@ -140,9 +140,11 @@ s_over(wsync_client_t *c, struct wsync_push_session *ps, wsync_source_t *src, ui
 
 	if (rc == 2)
 		return 1;
-	/* The kept file holds this version now, or part of it: it goes with the push. */
+	/* The kept file holds this version now, or part of it: it goes with the push, mapped. */
 	send->head_fd = k->fd;
 	k->fd = -1;
+	send->head_map = k->map;
+	k->map = (wsync_kept_one_t){ 0 };
 	if (rc == 1) {
 		snprintf(ps->delta_note, sizeof(ps->delta_note), "the delta from version %" PRIu64
 		    " is not worth it (over half of the version)", send->base);
@@ -369,6 +371,10 @@ wsync_client_pushdelta_keep(wsync_client_t *c, const wsync_push_item_t *item,
 			close(k->spare);
 		k->spare = k->fd;
 	}
+	/* A map is k's only while it maps k's file. */
+	wsync_kept_one_release(&k->map);
+	k->map = send->head_map;
+	send->head_map = (wsync_kept_one_t){ 0 };
 	k->fd = send->head_fd;
 	k->version = item->version;
 	k->content = item->content;
@@ -384,6 +390,7 @@ wsync_client_pushdelta_end(struct wsync_push_send *send)
 		close(send->fd);
 	if (send->head_fd >= 0)
 		close(send->head_fd);
+	wsync_kept_one_release(&send->head_map);
 	send->fd = send->head_fd = -1;
 }
 

@@ -66,7 +66,7 @@ wsync_kept_set_max(wsync_kept_t *k, unsigned max)
 	if (k == NULL)
 		return;
 	pthread_mutex_lock(&k->lock);
-	/* The maps over it go as others come (s_room). */
+	/* The maps over it go when the next one comes (s_room). */
 	k->max = max < WSYNC_KEPT_MAPS ? max : WSYNC_KEPT_MAPS;
 	pthread_mutex_unlock(&k->lock);
 }
@@ -155,23 +155,23 @@ s_hold(wsync_kept_t *k, wsync_kept_map_t *m, wsync_kept_map_t **held)
 	return m->base;
 }
 
-/* Room for one more map: the least recently held that no pass holds goes. 0, or -1. */
+/*
+ * Room for one more map: the least recently held that no pass holds go
+ * until there is (a set made smaller loses several). 0, or -1.
+ */
 static int
 s_room(wsync_kept_t *k)
 {
-	int victim = -1;
-
-	if (k->n < k->max)
-		return 0;
-	if (k->max == 0)
-		return -1;
-	for (unsigned i = 0; i < k->n; i++)
-		if (k->maps[i]->refs == 0 && (victim < 0 || k->maps[i]->used <
-		    k->maps[victim]->used))
-			victim = (int)i;
-	if (victim < 0)
-		return -1;
-	s_drop(k, (unsigned)victim, 1);
+	while (k->n >= k->max) {
+		int victim = -1;
+		for (unsigned i = 0; i < k->n; i++)
+			if (k->maps[i]->refs == 0 && (victim < 0 || k->maps[i]->used <
+			    k->maps[victim]->used))
+				victim = (int)i;
+		if (victim < 0)
+			return -1;
+		s_drop(k, (unsigned)victim, 1);
+	}
 	return 0;
 }
 

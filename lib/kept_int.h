@@ -31,7 +31,10 @@ int wsync_kept_fits(const char *dir);
 
 /* A set of at most max files kept mapped (wsync_kept_set_max); NULL when out of memory. */
 wsync_kept_t *wsync_kept_new(unsigned max);
-/* Keeps at most max files (up to WSYNC_KEPT_MAPS) from now on; the least recently held go first. */
+/*
+ * Keeps at most max files (up to WSYNC_KEPT_MAPS): those over it, the least
+ * recently held first, go when the next file is mapped.
+ */
 void wsync_kept_set_max(wsync_kept_t *k, unsigned max);
 /* Unmaps every file and frees the set; no map may be held. */
 void wsync_kept_free(wsync_kept_t **k);

@@ -37,7 +37,7 @@ struct wsync_kept {
 	int fd;                         /* a scratch file: the version as sent */
 	/* The scratch file of the version before it, whose pages the next is written over; -1: none. */
 	int spare;
-	/* The file made into each next version, mapped and kept so (on tmpfs), or none. */
+	/* fd's file, made into each next version, kept mapped (on tmpfs), or none. */
 	wsync_kept_one_t map;
 	uint64_t version, content;
 };

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,6 +78,8 @@ test_one(void)
 	int fd = open(s_dir, O_TMPFILE | O_RDWR, 0600), ro;
 	char *buf = malloc(2 * LEN), path[64], got[3] = "";
 	unsigned char *p;
+	struct stat st;
+	int other;
 
 	if (fd < 0 || buf == NULL)
 		exit(70);
@@ -94,10 +97,18 @@ test_one(void)
 	    one.len == 2 * LEN, "the file grown: mapped again at its size");
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY);
-	ok(ro >= 0 && wsync_kept_one(&one, ro) == NULL && one.base == NULL,
+	ok(ro >= 0 && wsync_kept_one(&one, ro) == NULL && one.base == NULL && !s_mapped("#"),
 	    "a descriptor open read-only is not mapped, and the mapping is let go");
+	p = wsync_kept_one(&one, fd);
+	other = open(s_dir, O_TMPFILE | O_RDWR, 0600);
+	ok(p != NULL && other >= 0 && pwrite(other, buf, 2 * LEN, 0) == 2 * LEN &&
+	    wsync_kept_one(&one, other) != NULL && fstat(other, &st) == 0 && one.ino == st.st_ino &&
+	    one.len == 2 * LEN,
+	    "another file of the same size: mapped anew");
 	wsync_kept_one_release(&one);
+	ok(one.base == NULL && !s_mapped("#"), "released: nothing of the two stays mapped");
 	free(buf);
+	close(other);
 	close(ro);
 	close(fd);
 }
