@@ -298,6 +298,21 @@ ok policy 6"
 	CLEANUP+=("$TMPDIR")
 	export TMPDIR
 	batch_over
+	# A coprocess of its own: after its second push (made over its copy of the
+	# first) and its third, that one copy is what it holds mapped, once.
+	coproc BATCH { exec wsync-push --batch --transfer socket 2>"$TMP/batch.err"; }
+	local pid=$BATCH_PID v answer
+	PIDS+=("$pid")
+	for v in 2 3 4; do
+		echo "-m policy $TMP/s$v.safetensors" >&"${BATCH[1]}"
+		IFS= read -r -t 60 answer <&"${BATCH[0]}" || fail "no answer for s$v"
+		[[ $answer == "ok policy "* ]] || fail "s$v: $answer"
+		[ "$v" = 2 ] || { run -0 grep -c "$TMPDIR/#" "/proc/$pid/maps"; assert_output 1; }
+	done
+	exec {BATCH[1]}>&-
+	wait "$pid"
+	run -0 grep -c "deltas=policy@" hub.log
+	assert_output 6
 }
 
 @test "a delta pushed with --base is the one two watchers on that base receive: the hub diffs nothing" {
