@@ -560,8 +560,8 @@ s_base_at(s_apply_t *a, const wsync_delta_tensor_t *t, wsync_err_t *err)
 }
 
 /*
- * Bytes [at, at + n) of t, made at p (a->tmp): hashed into hash (unless
- * NULL) while in cache, written.
+ * Bytes [at, at + n) of t, made at p (s_piece): hashed into hash (unless
+ * NULL) while in cache, written (already in place where H is kept mapped).
  */
 static int
 s_emit(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at, const unsigned char *p,
@@ -572,12 +572,9 @@ s_emit(s_apply_t *a, const wsync_delta_tensor_t *t, uint64_t at, const unsigned 
 		return wsync_err_set(err, EX_TEMPFAIL, "%s: the delta stopped arriving", a->name);
 	if (hash != NULL)
 		wsync_hash_update(hash, p, n);
-	if (a->out_map != NULL) {
-		/* Made where it belongs (s_piece), or copied there. */
-		if (p != a->out_map + t->off + at)
-			memcpy(a->out_map + t->off + at, p, n);
+	/* Kept mapped: made where it belongs already (s_piece). */
+	if (a->out_map != NULL)
 		return 0;
-	}
 	if (wsync_write_at(a->out.fd, p, n, t->off + at) < 0)
 		return wsync_err_set(err, EX_IOERR, "%s: cannot write: %s", a->name,
 		    strerror(errno));

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kept_int.h"
+#include "pool_int.h"
 
 struct wsync_kept_map {
 	wsync_kept_t *set;
@@ -94,16 +95,7 @@ s_unmap_thread(void *arg)
 static void
 s_unmap_later(wsync_kept_map_t *m)
 {
-	pthread_attr_t attr;
-	pthread_t t;
-	int started = 0;
-
-	if (pthread_attr_init(&attr) == 0) {
-		started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-		    pthread_create(&t, &attr, s_unmap_thread, m) == 0;
-		pthread_attr_destroy(&attr);
-	}
-	if (!started)
+	if (wsync_detach(s_unmap_thread, m) < 0)
 		s_unmap(m);
 }
 

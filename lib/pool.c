@@ -189,3 +189,18 @@ wsync_pool_run(size_t n, unsigned threads, wsync_pool_fn fn, void *arg, unsigned
 {
 	return s_run(n, NULL, threads, fn, arg, failed);
 }
+
+int
+wsync_detach(void *(*fn)(void *), void *arg)
+{
+	pthread_attr_t attr;
+	pthread_t t;
+	int started = 0;
+
+	if (pthread_attr_init(&attr) == 0) {
+		started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+		    pthread_create(&t, &attr, fn, arg) == 0;
+		pthread_attr_destroy(&attr);
+	}
+	return started ? 0 : -1;
+}

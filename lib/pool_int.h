@@ -62,4 +62,11 @@ typedef uint64_t (*wsync_pool_size_fn)(void *arg, size_t item);
 int wsync_pool_run_sized(size_t n, unsigned threads, wsync_pool_fn fn, wsync_pool_size_fn size,
     void *arg, unsigned *failed);
 
+/*
+ * Runs fn(arg) in a detached thread of its own, for work the caller does not
+ * wait for (freeing a large file's pages); 0 once it started, -1 when it
+ * could not (then fn was not called: the caller does the work itself).
+ */
+int wsync_detach(void *(*fn)(void *), void *arg);
+
 #endif

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +16,7 @@
 
 #include "index_int.h"
 #include "io_int.h"
+#include "pool_int.h"
 #include "proto_int.h"
 #include "store_impl_int.h"
 
@@ -282,8 +282,6 @@ void
 wsync_store_bury(wsync_store_t *s)
 {
 	struct s_burial *b;
-	pthread_attr_t attr;
-	pthread_t t;
 	int started = 0;
 
 	if (s->ngraves == 0)
@@ -297,11 +295,7 @@ wsync_store_bury(wsync_store_t *s)
 	    (b->v = malloc(s->ngraves * sizeof(*b->v))) != NULL) {
 		memcpy(b->v, s->graves, s->ngraves * sizeof(*b->v));
 		b->n = s->ngraves;
-		if (pthread_attr_init(&attr) == 0) {
-			started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-			    pthread_create(&t, &attr, s_bury_thread, b) == 0;
-			pthread_attr_destroy(&attr);
-		}
+		started = wsync_detach(s_bury_thread, b) == 0;
 		if (!started)
 			free(b->v);
 	}
